@@ -1,0 +1,1 @@
+"""gpuops core: configuration, policy, workflow, store, providers, rendering."""

@@ -1,0 +1,5 @@
+"""The gpuops console script."""
+
+
+def main() -> None:
+    raise SystemExit("gpuops: starting")

@@ -1,0 +1,61 @@
+"""Prometheus metrics, one registry for the process (served on /metrics)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+COMMANDS = Counter(
+    "gpuops_commands_total",
+    "Slash commands and mentions handled, by command and outcome.",
+    ["command", "outcome"],
+    registry=REGISTRY,
+)
+CHANGE_REQUESTS = Counter(
+    "gpuops_change_requests_total",
+    "Change requests by final outcome (succeeded, failed, unknown, denied, expired, "
+    "cancelled, refused).",
+    ["provider", "outcome"],
+    registry=REGISTRY,
+)
+APPROVALS_PENDING = Gauge(
+    "gpuops_approvals_pending",
+    "Change requests waiting for approval.",
+    registry=REGISTRY,
+)
+APPROVAL_DECISIONS = Counter(
+    "gpuops_approval_decisions_total",
+    "Approval decisions (approved, denied, cancelled, expired, refused).",
+    ["decision"],
+    registry=REGISTRY,
+)
+PROVIDER_LATENCY = Histogram(
+    "gpuops_provider_request_seconds",
+    "Provider HTTP call latency, per attempt.",
+    ["provider", "operation"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    registry=REGISTRY,
+)
+PROVIDER_ERRORS = Counter(
+    "gpuops_provider_errors_total",
+    "Provider call failures by kind (after retries).",
+    ["provider", "operation", "kind"],
+    registry=REGISTRY,
+)
+PROVIDER_RETRIES = Counter(
+    "gpuops_provider_retries_total",
+    "Provider call attempts that were retried.",
+    ["provider", "operation"],
+    registry=REGISTRY,
+)
+SLACK_API_ERRORS = Counter(
+    "gpuops_slack_api_errors_total",
+    "Slack Web API calls that failed, by method and error.",
+    ["method", "error"],
+    registry=REGISTRY,
+)
+
+
+def render_metrics() -> bytes:
+    return generate_latest(REGISTRY)

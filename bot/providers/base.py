@@ -1,0 +1,142 @@
+"""What the rest of gpuops knows about a provider: a neutral cluster summary, the fields a
+change can set, a validated change plan with its preview, and the adapter protocol that
+each provider implements. Nothing here knows HTTP or Slack."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ProviderName = Literal["together", "e2e"]
+
+
+class ClusterSummary(BaseModel):
+    """What a person needs to see about a cluster, whichever provider it is at."""
+
+    model_config = ConfigDict(frozen=True)
+
+    provider: ProviderName
+    project: str
+    cluster_id: str
+    name: str
+    status: str
+    steady: bool
+    gpu_type: str | None = None
+    region: str | None = None
+    billing: str | None = None
+    # Together
+    cluster_type: str | None = None
+    num_gpus: int | None = None
+    num_reserved_gpus: int | None = None
+    desired_preemptible_gpus: int | None = None
+    allocated_preemptible_gpus: int | None = None
+    num_capacity_pool_gpus: int | None = None
+    capacity_pool_id: str | None = None
+    reservation_end_time: str | None = None
+    # E2E
+    nodes: int | None = None
+    gpus: int | None = None
+    cpus: int | None = None
+    memory: str | None = None
+    image: str | None = None
+    sku: str | None = None
+
+
+FieldKind = Literal["int", "int_list", "choice", "datetime"]
+
+
+class FieldSpec(BaseModel):
+    """One settable API field: how to ask for it in a modal and how to parse it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str  # the API field name; also the modal block_id and action_id
+    label: str
+    kind: FieldKind
+    required: bool = False
+    choices: tuple[str, ...] = ()
+    hint: str = ""
+
+
+class ClusterState(BaseModel):
+    """A fetched cluster: the summary plus the current value of every settable field
+    (for modal prefill, the 'before' of a preview and the stale check)."""
+
+    summary: ClusterSummary
+    current: dict[str, Any] = Field(default_factory=dict)
+
+
+class PreviewLine(BaseModel):
+    field: str
+    before: str | None
+    after: str
+
+    def text(self) -> str:
+        if self.before is None:
+            return f"{self.field} → {self.after}"
+        return f"{self.field} {self.before} → {self.after}"
+
+
+class ChangePlan(BaseModel):
+    """A validated change, ready to send: the exact request body, the preview lines, the
+    change kinds (for risk classification), and the fingerprint of the cluster it was
+    planned against (compared again at approval to refuse a stale preview)."""
+
+    provider: ProviderName
+    project: str
+    cluster_id: str
+    cluster_name: str
+    action: str  # "update" for Together; the action name for E2E
+    body: dict[str, Any]
+    kinds: list[str]
+    lines: list[PreviewLine]
+    fingerprint: dict[str, Any]
+
+    def preview_text(self) -> str:
+        return "; ".join(line.text() for line in self.lines)
+
+
+class ApplyOutcome(BaseModel):
+    """What the provider said after a change: its message and the cluster afterwards."""
+
+    message: str
+    summary: ClusterSummary | None = None
+
+
+class ChangeInputError(ValueError):
+    """Some fields of a change could not be parsed; ``errors`` maps field → message."""
+
+    def __init__(self, errors: Mapping[str, str]) -> None:
+        self.errors = dict(errors)
+        super().__init__("; ".join(f"{k}: {v}" for k, v in self.errors.items()))
+
+
+class ProviderAdapter(Protocol):
+    """The provider-neutral face of one project's provider client."""
+
+    provider: ProviderName
+    project: str
+
+    async def list_clusters(self) -> list[ClusterSummary]: ...
+
+    async def get_cluster(self, cluster_id: str) -> ClusterState: ...
+
+    def actions(self) -> list[str]:
+        """Action names ("update" for Together; the nine E2E actions)."""
+        ...
+
+    def fields_for(self, action: str) -> list[FieldSpec]: ...
+
+    def plan(self, state: ClusterState, action: str, raw: Mapping[str, Any]) -> ChangePlan:
+        """Parse raw field values (strings from Slack, or typed values) and check the
+        provider rules against the fetched cluster. Raises ChangeInputError for values
+        that do not parse and RuleViolation for a change the provider would refuse."""
+        ...
+
+    async def apply(self, plan: ChangePlan) -> ApplyOutcome:
+        """Send the change once (retrying only what SPEC §1.3 allows)."""
+        ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,110 @@
+"""The provider error hierarchy.
+
+Every failure of a provider call is one of these. Each carries the provider's own message
+(what the user sees), the HTTP status when there was one, and whether the request may have
+been applied by the provider (which decides ``failed`` versus ``unknown`` for a change).
+Texts are redacted at construction: no exception from here can carry a secret.
+"""
+
+from __future__ import annotations
+
+from bot.redact import redact
+
+
+class ProviderError(Exception):
+    """A provider call failed."""
+
+    kind = "error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        provider: str,
+        status: int | None = None,
+        may_have_applied: bool = False,
+    ) -> None:
+        self.provider = provider
+        self.status = status
+        self.provider_message = redact(message)
+        self.may_have_applied = may_have_applied
+        super().__init__(self.user_message)
+
+    @property
+    def user_message(self) -> str:
+        status = f" (HTTP {self.status})" if self.status is not None else ""
+        return f"{self.provider}: {self.provider_message}{status}"
+
+
+class ProviderAuthError(ProviderError):
+    """401/403: the credential was refused."""
+
+    kind = "auth"
+
+
+class ProviderNotFound(ProviderError):
+    """404: no such cluster (or not visible to this credential)."""
+
+    kind = "not_found"
+
+
+class ProviderRequestError(ProviderError):
+    """The provider refused the request as invalid (4xx, or a failure envelope on 2xx)."""
+
+    kind = "rejected"
+
+
+class ProviderRateLimited(ProviderError):
+    """429, after the retries the policy allows."""
+
+    kind = "rate_limited"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        provider: str,
+        status: int | None = 429,
+        retry_after: float | None = None,
+        may_have_applied: bool = False,
+    ) -> None:
+        self.retry_after = retry_after
+        super().__init__(
+            message, provider=provider, status=status, may_have_applied=may_have_applied
+        )
+
+
+class ProviderServerError(ProviderError):
+    """5xx from the provider."""
+
+    kind = "server"
+
+
+class ProviderTimeout(ProviderError):
+    """No complete answer in time."""
+
+    kind = "timeout"
+
+
+class ProviderConnectionError(ProviderError):
+    """The request could not be delivered (connection refused, DNS, TLS)."""
+
+    kind = "connection"
+
+
+class ProviderMalformedReply(ProviderError):
+    """The provider answered with something that is not the documented shape."""
+
+    kind = "malformed"
+
+
+class RuleViolation(ValueError):
+    """A change breaks a provider rule; refused before any call.
+
+    ``field`` names the API field at fault (the modal block to mark), when there is one.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        self.field = field
+        self.message = message
+        super().__init__(message)

@@ -1,0 +1,215 @@
+"""The transport both provider clients share: one httpx.AsyncClient per credential,
+timeouts, retries by what is safe to repeat, and exception texts without secrets.
+
+Retry rules (SPEC §1.3):
+- ``READ`` (GET): connect errors, timeouts, dropped connections, 429 and 5xx.
+- ``IDEMPOTENT_WRITE`` (Together PUT, an absolute target): connect errors, 429, 502/503/504.
+- ``UNSAFE_WRITE`` (E2E actions): only what provably did not reach the server
+  (connect errors) and 429. Never after a read timeout or a 5xx: ``scale_cluster`` twice
+  adds twice as many nodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import stamina
+
+from bot.metrics import PROVIDER_LATENCY, PROVIDER_RETRIES
+from bot.providers.errors import (
+    ProviderConnectionError,
+    ProviderError,
+    ProviderTimeout,
+)
+from bot.redact import register_secret
+
+
+class RetryMode(enum.Enum):
+    READ = "read"
+    IDEMPOTENT_WRITE = "idempotent_write"
+    UNSAFE_WRITE = "unsafe_write"
+
+
+_RETRYABLE_STATUS: dict[RetryMode, frozenset[int]] = {
+    RetryMode.READ: frozenset({429, 500, 502, 503, 504}),
+    RetryMode.IDEMPOTENT_WRITE: frozenset({429, 502, 503, 504}),
+    RetryMode.UNSAFE_WRITE: frozenset({429}),
+}
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """Timeouts and retry budget for provider calls (from bot.config.Settings)."""
+
+    connect_timeout: float = 5.0
+    total_timeout: float = 30.0
+    attempts: int = 4
+    wait_initial: float = 0.2
+    wait_max: float = 5.0
+    retry_after_cap: float = 10.0
+    retry_budget: float = 60.0
+
+
+class _Retry(Exception):
+    """Raised inside the retry loop for an outcome that may be repeated."""
+
+    def __init__(
+        self,
+        *,
+        response: httpx.Response | None = None,
+        error: ProviderError | None = None,
+        wait: float | None = None,
+    ) -> None:
+        self.response = response
+        self.error = error
+        self.wait = wait
+        super().__init__("retry")
+
+
+def parse_retry_after(value: str | None, cap: float) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds form), capped."""
+    if not value:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return None
+    return max(0.0, min(seconds, cap))
+
+
+@dataclass
+class ProviderTransport:
+    """HTTP for one provider credential. ``request`` returns the final HTTP response
+    (whatever its status) or raises a ProviderError for a transport failure."""
+
+    provider: str
+    base_url: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+    auth_params: Mapping[str, str] = field(default_factory=dict)
+    settings: ClientSettings = field(default_factory=ClientSettings)
+    secrets: tuple[str, ...] = ()
+    transport: httpx.AsyncBaseTransport | None = None
+    _client: httpx.AsyncClient | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for secret in self.secrets:
+            register_secret(secret)
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        if self._client is None or self._client.is_closed:
+            self._client = httpx.AsyncClient(
+                base_url=self.base_url.rstrip("/") + "/",
+                headers=dict(self.headers),
+                timeout=httpx.Timeout(
+                    self.settings.total_timeout, connect=self.settings.connect_timeout
+                ),
+                transport=self.transport,
+                follow_redirects=False,
+            )
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        operation: str,
+        mode: RetryMode,
+        params: Mapping[str, Any] | None = None,
+        json: Any = None,
+    ) -> httpx.Response:
+        query = {**self.auth_params, **(params or {})}
+        s = self.settings
+        attempt_no = 0
+        try:
+            async for attempt in stamina.retry_context(
+                on=self._backoff_hook,
+                attempts=max(1, s.attempts),
+                timeout=s.retry_budget,
+                wait_initial=s.wait_initial,
+                wait_max=s.wait_max,
+                wait_jitter=min(s.wait_initial, 1.0),
+            ):
+                with attempt:
+                    attempt_no += 1
+                    if attempt_no > 1:
+                        PROVIDER_RETRIES.labels(self.provider, operation).inc()
+                    return await self._attempt(method, path, operation, mode, query, json)
+        except _Retry as exhausted:
+            if exhausted.response is not None:
+                return exhausted.response
+            assert exhausted.error is not None
+            raise exhausted.error from None
+        raise AssertionError("unreachable: retry loop ended without an outcome")
+
+    @staticmethod
+    def _backoff_hook(exc: Exception) -> bool | float:
+        if not isinstance(exc, _Retry):
+            return False
+        return exc.wait if exc.wait is not None else True
+
+    async def _attempt(
+        self,
+        method: str,
+        path: str,
+        operation: str,
+        mode: RetryMode,
+        query: Mapping[str, Any],
+        body: Any,
+    ) -> httpx.Response:
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(self.settings.total_timeout):
+                response = await self.client.request(
+                    method, path.lstrip("/"), params=query, json=body
+                )
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            # The request never reached the server: always safe to try again.
+            raise _Retry(error=self._connection_error(exc)) from None
+        except (httpx.TimeoutException, TimeoutError):
+            error = ProviderTimeout(
+                f"no answer within {self.settings.total_timeout:g} s",
+                provider=self.provider,
+                may_have_applied=mode is not RetryMode.READ,
+            )
+            if mode is RetryMode.READ:
+                raise _Retry(error=error) from None
+            raise error from None
+        except httpx.TransportError as exc:
+            # The connection broke after the request may have been sent.
+            error = ProviderConnectionError(
+                f"connection failed during the request ({type(exc).__name__})",
+                provider=self.provider,
+                may_have_applied=mode is not RetryMode.READ,
+            )
+            if mode is RetryMode.READ:
+                raise _Retry(error=error) from None
+            raise error from None
+        finally:
+            PROVIDER_LATENCY.labels(self.provider, operation).observe(
+                time.perf_counter() - started
+            )
+        if response.status_code in _RETRYABLE_STATUS[mode]:
+            wait = None
+            if response.status_code == 429:
+                wait = parse_retry_after(
+                    response.headers.get("Retry-After"), self.settings.retry_after_cap
+                )
+            raise _Retry(response=response, wait=wait)
+        return response
+
+    def _connection_error(self, exc: Exception) -> ProviderConnectionError:
+        return ProviderConnectionError(
+            f"could not connect ({type(exc).__name__})", provider=self.provider
+        )

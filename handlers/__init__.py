@@ -1,0 +1,1 @@
+"""Thin Slack adapters: one module per surface, each exposing register(app)."""
