@@ -62,9 +62,7 @@ class RedactingFilter(logging.Filter):
         record.args = None
         if record.exc_info and record.exc_info[1] is not None:
             exc = record.exc_info[1]
-            record.exc_text = redact(
-                logging.Formatter().formatException(record.exc_info)
-            )
+            record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
             record.exc_info = None
             del exc
         return True

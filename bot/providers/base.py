@@ -69,14 +69,18 @@ class ClusterState(BaseModel):
 
 
 class PreviewLine(BaseModel):
+    """One line of a change preview: ``num_gpus 8 → 16``, ``scale_cluster: 2 → 4 nodes``."""
+
     field: str
     before: str | None
     after: str
+    unit: str = ""
 
     def text(self) -> str:
+        unit = f" {self.unit}" if self.unit else ""
         if self.before is None:
-            return f"{self.field} → {self.after}"
-        return f"{self.field} {self.before} → {self.after}"
+            return f"{self.field} → {self.after}{unit}"
+        return f"{self.field} {self.before} → {self.after}{unit}"
 
 
 class ChangePlan(BaseModel):

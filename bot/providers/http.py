@@ -197,9 +197,7 @@ class ProviderTransport:
                 raise _Retry(error=error) from None
             raise error from None
         finally:
-            PROVIDER_LATENCY.labels(self.provider, operation).observe(
-                time.perf_counter() - started
-            )
+            PROVIDER_LATENCY.labels(self.provider, operation).observe(time.perf_counter() - started)
         if response.status_code in _RETRYABLE_STATUS[mode]:
             wait = None
             if response.status_code == 429:
