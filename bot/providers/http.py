@@ -178,14 +178,14 @@ class ProviderTransport:
             # The request never reached the server: always safe to try again.
             raise _Retry(error=self._connection_error(exc)) from None
         except (httpx.TimeoutException, TimeoutError):
-            error = ProviderTimeout(
+            timeout: ProviderError = ProviderTimeout(
                 f"no answer within {self.settings.total_timeout:g} s",
                 provider=self.provider,
                 may_have_applied=mode is not RetryMode.READ,
             )
             if mode is RetryMode.READ:
-                raise _Retry(error=error) from None
-            raise error from None
+                raise _Retry(error=timeout) from None
+            raise timeout from None
         except httpx.TransportError as exc:
             # The connection broke after the request may have been sent.
             error = ProviderConnectionError(
