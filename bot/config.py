@@ -1,0 +1,225 @@
+"""Process settings from the environment and a ``.env`` file (SPEC §2).
+
+Secrets are SecretStr so that no repr, log line or traceback shows them. ``load_settings``
+turns pydantic's errors into a ConfigError naming the environment variable, without the
+offending value (a database URL may hold a password).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+from dotenv import dotenv_values
+from pydantic import PrivateAttr, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from bot.providers.http import ClientSettings
+
+Mode = Literal["serve", "socket", "demo", "check"]
+
+_DATABASE_SCHEMES = ("sqlite", "postgresql", "postgres")
+
+
+class ConfigError(Exception):
+    """The environment cannot run the requested mode; ``problems`` lists each reason."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+def check_http_url(value: str) -> str:
+    """Accept an absolute http(s) URL; the message never echoes the URL itself."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https"):
+        shown = f"scheme '{parts.scheme}'" if parts.scheme else "no scheme"
+        raise ValueError(f"must start with http:// or https:// (got {shown})")
+    if not parts.netloc:
+        raise ValueError("must name a host, as in https://host/path")
+    return value
+
+
+def _mask_password(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+class Settings(BaseSettings):
+    """Every environment variable of SPEC §2 plus the GPUOPS_* implementation knobs."""
+
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore")
+
+    slack_bot_token: SecretStr | None = None
+    slack_signing_secret: SecretStr | None = None
+    slack_app_token: SecretStr | None = None
+    slack_api_url: str = "https://slack.com/api/"
+    gpuops_policy: Path = Path("policy.yml")
+    gpuops_database_url: str = "sqlite:///gpuops.db"
+    together_base_url: str = "https://api.together.ai/v1"
+    e2e_base_url: str = "https://api.e2enetworks.com/myaccount/api/v1/gpu"
+    gpuops_poll_seconds: float = 15
+
+    gpuops_followup_minutes: float = 30
+    gpuops_connect_timeout: float = 5
+    gpuops_total_timeout: float = 30
+    gpuops_provider_attempts: int = 4
+    gpuops_log_level: str = "INFO"
+    gpuops_usergroup_cache_seconds: float = 300
+    gpuops_sweep_seconds: float = 30
+
+    _dotenv: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    def model_post_init(self, context: Any, /) -> None:
+        env_file = self.model_config.get("env_file")
+        if isinstance(env_file, str | Path) and Path(env_file).is_file():
+            self._dotenv = {k: v for k, v in dotenv_values(env_file).items() if v is not None}
+
+    @field_validator("slack_bot_token", "slack_signing_secret", "slack_app_token")
+    @classmethod
+    def _blank_secret_is_unset(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value().strip():
+            return None
+        return SecretStr(value.get_secret_value().strip())
+
+    @field_validator("slack_api_url")
+    @classmethod
+    def _slack_url(cls, value: str) -> str:
+        # slack_sdk joins method names onto the base, so it must end with a slash.
+        return check_http_url(value).rstrip("/") + "/"
+
+    @field_validator("together_base_url", "e2e_base_url")
+    @classmethod
+    def _provider_url(cls, value: str) -> str:
+        return check_http_url(value)
+
+    @field_validator("gpuops_database_url")
+    @classmethod
+    def _database_url(cls, value: str) -> str:
+        scheme = urlsplit(value).scheme.split("+", 1)[0]
+        if scheme not in _DATABASE_SCHEMES:
+            raise ValueError("must be a sqlite:///… or postgresql://… URL")
+        return value
+
+    @field_validator("gpuops_poll_seconds")
+    @classmethod
+    def _poll_seconds(cls, value: float) -> float:
+        if value < 0:
+            raise ValueError("must be 0 (follow-up off) or a positive number of seconds")
+        return value
+
+    @field_validator("gpuops_followup_minutes", "gpuops_usergroup_cache_seconds")
+    @classmethod
+    def _not_negative(cls, value: float) -> float:
+        if value < 0:
+            raise ValueError("must not be negative")
+        return value
+
+    @field_validator("gpuops_connect_timeout", "gpuops_total_timeout", "gpuops_sweep_seconds")
+    @classmethod
+    def _positive(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError("must be a positive number of seconds")
+        return value
+
+    @field_validator("gpuops_provider_attempts")
+    @classmethod
+    def _attempts(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError("must be at least 1")
+        return value
+
+    @field_validator("gpuops_log_level")
+    @classmethod
+    def _log_level(cls, value: str) -> str:
+        level = value.strip().upper()
+        if level not in logging.getLevelNamesMapping():
+            raise ValueError("must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
+        return level
+
+    def __repr_args__(self) -> Any:
+        for name, value in super().__repr_args__():
+            if name == "gpuops_database_url" and isinstance(value, str):
+                yield name, _mask_password(value)
+            else:
+                yield name, value
+
+    def require_for(self, mode: Mode) -> None:
+        """Raise ConfigError naming each variable ``gpuops <mode>`` needs but lacks."""
+        problems: list[str] = []
+        if mode == "demo":
+            return
+        problems += _token_problems(self.slack_bot_token, "SLACK_BOT_TOKEN", "xoxb-", mode)
+        if mode == "serve":
+            if self.slack_signing_secret is None:
+                problems.append(f"SLACK_SIGNING_SECRET is not set; `gpuops {mode}` needs it")
+        elif mode == "socket":
+            problems += _token_problems(self.slack_app_token, "SLACK_APP_TOKEN", "xapp-", mode)
+        else:
+            if self.slack_signing_secret is None and self.slack_app_token is None:
+                problems.append(
+                    "neither SLACK_SIGNING_SECRET (for `gpuops serve`) nor "
+                    "SLACK_APP_TOKEN (for `gpuops socket`) is set"
+                )
+            if self.slack_app_token is not None:
+                problems += _token_problems(self.slack_app_token, "SLACK_APP_TOKEN", "xapp-", mode)
+        if problems:
+            raise ConfigError(problems)
+
+    def client_settings(self) -> ClientSettings:
+        return ClientSettings(
+            connect_timeout=self.gpuops_connect_timeout,
+            total_timeout=self.gpuops_total_timeout,
+            attempts=self.gpuops_provider_attempts,
+        )
+
+    def secret_values(self) -> list[str]:
+        """Every secret this object holds, for bot.redact.register_secret."""
+        secrets = [
+            s.get_secret_value()
+            for s in (self.slack_bot_token, self.slack_signing_secret, self.slack_app_token)
+            if s is not None
+        ]
+        password = urlsplit(self.gpuops_database_url).password
+        if password:
+            secrets.append(password)
+        return secrets
+
+    def environment(self) -> dict[str, str]:
+        """The process environment over the ``.env`` file's values: where provider
+        credentials named by the policy are looked up (e.g. AdapterRegistry's ``env``)."""
+        return {**self._dotenv, **os.environ}
+
+    def credential(self, name: str) -> str | None:
+        """The value of the environment variable ``name`` (a provider credential named by
+        the policy), from the process environment or else the ``.env`` file; blank = unset."""
+        value = (os.environ.get(name) or self._dotenv.get(name) or "").strip()
+        return value or None
+
+
+def _token_problems(token: SecretStr | None, variable: str, prefix: str, mode: Mode) -> list[str]:
+    if token is None:
+        return [f"{variable} is not set; `gpuops {mode}` needs it ({prefix}…)"]
+    if not token.get_secret_value().startswith(prefix):
+        return [f"{variable} must start with {prefix} (the value set does not)"]
+    return []
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build Settings, turning validation errors into a ConfigError that names each
+    environment variable and never repeats the value it holds."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors(include_input=False, include_url=False):
+            variable = ".".join(str(part) for part in error["loc"]).upper() or "settings"
+            message = error["msg"].removeprefix("Value error, ")
+            problems.append(f"{variable}: {message}")
+        raise ConfigError(problems) from None
