@@ -1,0 +1,577 @@
+"""The policy file (SPEC §3) and the authorization decisions made from it.
+
+Deny by default: a user's role for a project in a channel is the highest role among the
+grants that match the user (directly or through a Slack user group), the project (listed
+or ``"*"``) and the channel (the grant has no ``channels`` or lists this one). A user with no
+such grant learns nothing about the project, not even that it exists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Annotated, Any, Literal, Protocol, get_args
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import ErrorDetails, PydanticCustomError
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.config import check_http_url
+
+logger = logging.getLogger(__name__)
+
+# --- change kinds and their approval defaults -------------------------------------------
+
+TogetherKind = Literal["scale_up", "scale_down", "change_type", "decommission"]
+E2EKind = Literal[
+    "update_ssh_keys",
+    "update_image",
+    "restart_workers",
+    "restart_cluster",
+    "scale_cluster",
+    "attach_ip",
+    "detach_ip",
+    "add_security_group",
+    "remove_security_group",
+]
+
+TOGETHER_KINDS: frozenset[str] = frozenset(get_args(TogetherKind))
+E2E_KINDS: frozenset[str] = frozenset(get_args(E2EKind))
+KINDS_BY_PROVIDER: Mapping[str, frozenset[str]] = {"together": TOGETHER_KINDS, "e2e": E2E_KINDS}
+DEFAULT_APPROVAL: Mapping[str, frozenset[str]] = {
+    "together": frozenset({"scale_down", "change_type", "decommission"}),
+    "e2e": E2E_KINDS - {"attach_ip", "add_security_group"},
+}
+
+
+class Role(enum.IntEnum):
+    """Each role includes every power of the ones below it."""
+
+    viewer = 1
+    operator = 2
+    approver = 3
+    admin = 4
+
+    def __str__(self) -> str:
+        return self.name
+
+
+# --- field types ------------------------------------------------------------------------
+
+_PROJECT_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
+
+
+def _project_key(value: str) -> str:
+    if not _PROJECT_KEY.fullmatch(value):
+        raise PydanticCustomError(
+            "project_key", "project keys may use only letters, digits, - and _"
+        )
+    return value
+
+
+def _env_name(value: str) -> str:
+    # Refusing lowercase also catches a key pasted here in place of the variable's name;
+    # the message never repeats the value.
+    if not _ENV_NAME.fullmatch(value):
+        raise PydanticCustomError(
+            "env_name",
+            "must be the NAME of an environment variable (A-Z, 0-9, _), not the secret itself",
+        )
+    return value
+
+
+def _slack_id(value: str) -> str:
+    if not value or value[0] in "@#<" or any(c.isspace() for c in value):
+        raise PydanticCustomError(
+            "slack_id",
+            "use the Slack id (U…, S…, C…), not a name or mention: '{value}'",
+            {"value": value},
+        )
+    return value
+
+
+def _http_url(value: str) -> str:
+    try:
+        return check_http_url(value)
+    except ValueError as exc:
+        raise PydanticCustomError("url", str(exc)) from None
+
+
+def _parse_role(value: object) -> Role:
+    if isinstance(value, Role):
+        return value
+    if isinstance(value, str) and value.strip().lower() in Role.__members__:
+        return Role[value.strip().lower()]
+    raise PydanticCustomError(
+        "role",
+        "unknown role '{role}'; use viewer, operator, approver or admin",
+        {"role": str(value)},
+    )
+
+
+ProjectKey = Annotated[str, AfterValidator(_project_key)]
+EnvName = Annotated[str, AfterValidator(_env_name)]
+SlackId = Annotated[str, AfterValidator(_slack_id)]
+HttpUrl = Annotated[str, AfterValidator(_http_url)]
+RoleName = Annotated[Role, PlainValidator(_parse_role), PlainSerializer(str, return_type=str)]
+
+
+# --- models -----------------------------------------------------------------------------
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _ProjectCommon(_Strict):
+    base_url: HttpUrl | None = None
+    clusters: list[str] = Field(default_factory=lambda: ["*"])
+    notify_channel: SlackId | None = None
+
+
+class TogetherProject(_ProjectCommon):
+    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
+
+    provider: Literal["together"]
+    api_key_env: EnvName = "TOGETHER_API_KEY"
+    project_id: str | None = None
+    require_approval: list[TogetherKind] | None = None
+
+
+class E2EProject(_ProjectCommon):
+    provider: Literal["e2e"]
+    project_id: int = Field(gt=0)
+    location: Literal["Delhi", "Chennai"]
+    api_key_env: EnvName = "E2E_API_KEY"
+    auth_token_env: EnvName = "E2E_AUTH_TOKEN"  # noqa: S105 - a variable name, not a token
+    active_iam: int | None = None
+    require_approval: list[E2EKind] | None = None
+
+
+ProjectConfig = Annotated[TogetherProject | E2EProject, Field(discriminator="provider")]
+_PROJECT_MODELS: Mapping[str, type[BaseModel]] = {"together": TogetherProject, "e2e": E2EProject}
+
+
+class Grant(_Strict):
+    users: list[SlackId] = Field(default_factory=list)
+    usergroups: list[SlackId] = Field(default_factory=list)
+    channels: list[SlackId] | None = None
+    projects: list[str] = Field(min_length=1)
+    role: RoleName
+
+    @model_validator(mode="after")
+    def _has_principal(self) -> Grant:
+        if not self.users and not self.usergroups:
+            raise PydanticCustomError(
+                "no_principal", "a grant needs at least one user or usergroup"
+            )
+        return self
+
+    def covers(self, project: str) -> bool:
+        return "*" in self.projects or project in self.projects
+
+    def holds_in(self, channel: str | None) -> bool:
+        return self.channels is None or (channel is not None and channel in self.channels)
+
+
+class Approvals(_Strict):
+    expire_after_minutes: int = Field(default=30, ge=1)
+    break_glass: bool = False
+
+
+class Policy(_Strict):
+    projects: dict[ProjectKey, ProjectConfig] = Field(min_length=1)
+    grants: list[Grant] = Field(default_factory=list)
+    approvals: Approvals = Field(default_factory=Approvals)
+
+    @model_validator(mode="after")
+    def _grants_name_known_projects(self) -> Policy:
+        known = ", ".join(sorted(self.projects))
+        problems = [
+            f"grants[{i}].projects: unknown project '{name}' (known: {known})"
+            for i, grant in enumerate(self.grants)
+            for name in grant.projects
+            if name != "*" and name not in self.projects
+        ]
+        if problems:
+            # A model-level error has no location of its own: the paths are in the text.
+            raise PydanticCustomError(
+                "unknown_project", "{problems}", {"problems": "\n".join(problems)}
+            )
+        return self
+
+    def project(self, name: str) -> TogetherProject | E2EProject:
+        try:
+            return self.projects[name]
+        except KeyError:
+            raise KeyError(f"no project '{name}' in the policy") from None
+
+    def approval_kinds(self, project: str) -> frozenset[str]:
+        """The change kinds that need a second person's approval on this project."""
+        config = self.project(project)
+        if config.require_approval is not None:
+            return frozenset(config.require_approval)
+        return DEFAULT_APPROVAL[config.provider]
+
+    def requires_approval(self, project: str, kinds: Iterable[str]) -> bool:
+        config = self.project(project)
+        wanted = set(kinds)
+        unknown = wanted - KINDS_BY_PROVIDER[config.provider]
+        if unknown:
+            raise ValueError(
+                f"unknown change kind(s) for {config.provider}: {', '.join(sorted(unknown))}"
+            )
+        return bool(wanted & self.approval_kinds(project))
+
+
+# --- loading ----------------------------------------------------------------------------
+
+
+class PolicyError(Exception):
+    """The policy file cannot be used; each problem names the file and the key path."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys: a second ``together-prod:`` or ``role:``
+    silently replacing the first would change who may do what."""
+
+
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            duplicate = key in seen
+        except TypeError:
+            continue
+        if duplicate:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key '{key}'", key_node.start_mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep=True)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def load_policy(path: Path) -> Policy:
+    """Read and validate the policy file, or raise PolicyError saying what is wrong where."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PolicyError([f"{path}: policy file not found (GPUOPS_POLICY names it)"]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PolicyError([f"{path}: cannot read the policy file ({type(exc).__name__})"]) from None
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        raise PolicyError([f"{path}: {_yaml_problem(exc)}"]) from None
+    except yaml.YAMLError as exc:
+        raise PolicyError([f"{path}: YAML error: {exc}"]) from None
+    if data is None:
+        raise PolicyError([f"{path}: the policy file is empty; it needs at least 'projects'"])
+    try:
+        return Policy.model_validate(data)
+    except ValidationError as exc:
+        problems = [line for error in exc.errors() for line in _describe_error(error)]
+        raise PolicyError([f"{path}: {problem}" for problem in problems]) from None
+
+
+def _yaml_problem(exc: yaml.MarkedYAMLError) -> str:
+    mark = exc.problem_mark or exc.context_mark
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    problem = exc.problem or exc.context or "invalid YAML"
+    return f"YAML error{where}: {problem}"
+
+
+def _describe_error(error: ErrorDetails) -> list[str]:
+    """One pydantic error as ``dotted.key.path: message`` lines."""
+    loc: list[int | str] = list(error["loc"])
+    tag: str | None = None
+    if len(loc) >= 3 and loc[0] == "projects" and loc[2] in _PROJECT_MODELS:
+        tag = str(loc.pop(2))  # the discriminator's branch, not a key in the file
+    if loc and loc[-1] == "[key]":
+        loc.pop()
+    kind = error["type"]
+    message = error["msg"].removeprefix("Value error, ")
+    if kind == "extra_forbidden":
+        allowed = _allowed_keys(loc[:-1], tag)
+        message = f"unknown key (allowed: {', '.join(allowed)})" if allowed else "unknown key"
+    elif kind == "union_tag_not_found":
+        loc.append("provider")
+        message = "missing; set provider: together or provider: e2e"
+    elif kind == "union_tag_invalid":
+        loc.append("provider")
+        found = (error.get("ctx") or {}).get("tag", "")
+        message = f"unknown provider '{found}'; use together or e2e"
+    elif kind == "model_type" and not loc:
+        message = "the policy must be a mapping with projects, grants and approvals"
+    path = _dotted(loc)
+    if not path:
+        return message.splitlines()
+    return [f"{path}: {message}"]
+
+
+def _allowed_keys(container: Sequence[int | str], tag: str | None) -> list[str]:
+    model: type[BaseModel] | None = None
+    if not container:
+        model = Policy
+    elif container[0] == "projects" and len(container) == 2 and tag:
+        model = _PROJECT_MODELS[tag]
+    elif container[0] == "grants" and len(container) == 2:
+        model = Grant
+    elif container[0] == "approvals" and len(container) == 1:
+        model = Approvals
+    return list(model.model_fields) if model else []
+
+
+def _dotted(loc: Sequence[int | str]) -> str:
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else str(part)
+    return path
+
+
+# --- authorization ----------------------------------------------------------------------
+
+
+class UserGroupResolver(Protocol):
+    async def members(self, usergroup_id: str) -> frozenset[str]: ...
+
+
+@dataclass(frozen=True)
+class AccessDecision:
+    allowed: bool
+    role: Role | None
+    reason: str
+
+
+def _channel_list(channels: Iterable[str]) -> str:
+    return ", ".join(f"<#{c}>" for c in sorted(set(channels)))
+
+
+class Authorizer:
+    """Answers "what may this user do on this project, here?" from the policy."""
+
+    def __init__(self, policy: Policy, groups: UserGroupResolver) -> None:
+        self.policy = policy
+        self.groups = groups
+
+    async def role_for(self, user: str, project: str, channel: str | None) -> Role | None:
+        grants = await self._grants_of(user, project)
+        return max((g.role for g in grants if g.holds_in(channel)), default=None)
+
+    async def check(
+        self,
+        user: str,
+        project: str,
+        channel: str | None,
+        needed: Role,
+        *,
+        action: str = "this",
+    ) -> AccessDecision:
+        """Decide and say why. ``action`` words the refusal: "approving needs approver"."""
+        grants = await self._grants_of(user, project)
+        if not grants:
+            return AccessDecision(False, None, f"no such project or no access: {project}")
+        here = [g for g in grants if g.holds_in(channel)]
+        role = max((g.role for g in here), default=None)
+        if role is None:
+            channels = [c for g in grants for c in g.channels or ()]
+            reason = f"your grant on {project} holds only in {_channel_list(channels)} — ask there"
+            return AccessDecision(False, None, reason)
+        if role < needed:
+            reason = f"you are {role} on {project}; {action} needs {needed}"
+            elsewhere = [
+                c
+                for g in grants
+                if g.role >= needed and not g.holds_in(channel)
+                for c in g.channels or ()
+            ]
+            if elsewhere:
+                reason += f" (your {needed} grant holds in {_channel_list(elsewhere)} — ask there)"
+            return AccessDecision(False, role, reason)
+        return AccessDecision(True, role, f"you are {role} on {project}")
+
+    async def projects_for(
+        self, user: str, channel: str | None, min_role: Role = Role.viewer
+    ) -> list[str]:
+        grants = [g for g in await self._grants_of(user) if g.holds_in(channel)]
+        return sorted(
+            project
+            for project in self.policy.projects
+            if max((g.role for g in grants if g.covers(project)), default=0) >= min_role
+        )
+
+    def cluster_allowed(self, project: str, cluster_id: str) -> bool:
+        config = self.policy.projects.get(project)
+        if config is None:
+            return False
+        return any(fnmatchcase(cluster_id, pattern) for pattern in config.clusters)
+
+    async def _grants_of(self, user: str, project: str | None = None) -> list[Grant]:
+        """The grants whose principals include the user (for one project, if given)."""
+        if project is not None and project not in self.policy.projects:
+            return []
+        candidates = [g for g in self.policy.grants if project is None or g.covers(project)]
+        group_ids = sorted({gid for g in candidates if user not in g.users for gid in g.usergroups})
+        member_sets = await asyncio.gather(*(self._members(gid) for gid in group_ids))
+        members = dict(zip(group_ids, member_sets, strict=True))
+        return [
+            g
+            for g in candidates
+            if user in g.users or any(user in members.get(gid, ()) for gid in g.usergroups)
+        ]
+
+    async def _members(self, usergroup_id: str) -> frozenset[str]:
+        try:
+            return await self.groups.members(usergroup_id)
+        except Exception as exc:  # a broken lookup must deny, never crash the caller
+            logger.warning(
+                "user group %s could not be resolved (%s); it grants nothing",
+                usergroup_id,
+                type(exc).__name__,
+            )
+            return frozenset()
+
+
+# --- Slack user groups ------------------------------------------------------------------
+
+
+@dataclass
+class _Members:
+    users: frozenset[str]
+    fetched_at: float | None = None
+    failed_at: float | None = None
+
+
+class SlackUserGroupResolver:
+    """Members of Slack user groups via ``usergroups.users.list``, cached for
+    ``ttl_seconds``. Concurrent lookups of one group share one API call. When Slack fails,
+    the last known members stand (or nobody, if never fetched) and the next attempt waits
+    ``retry_after_failure_seconds`` so an outage does not turn every click into a call."""
+
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        ttl_seconds: float = 300,
+        *,
+        retry_after_failure_seconds: float = 10,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client
+        self.ttl_seconds = ttl_seconds
+        self.retry_after_failure_seconds = retry_after_failure_seconds
+        self._clock = clock
+        self._cache: dict[str, _Members] = {}
+        self._inflight: dict[str, asyncio.Task[frozenset[str]]] = {}
+
+    async def members(self, usergroup_id: str) -> frozenset[str]:
+        cached = self._cache.get(usergroup_id)
+        if cached is not None and self._fresh(cached):
+            return cached.users
+        task = self._inflight.get(usergroup_id)
+        if task is None:
+            task = asyncio.create_task(self._fetch(usergroup_id))
+            self._inflight[usergroup_id] = task
+        # Shielded: one waiter being cancelled must not cancel the lookup the others share.
+        return await asyncio.shield(task)
+
+    def invalidate(self, usergroup_id: str | None = None) -> None:
+        """Forget cached members (of one group, or all), e.g. on ``subteam_members_changed``."""
+        if usergroup_id is None:
+            self._cache.clear()
+        else:
+            self._cache.pop(usergroup_id, None)
+
+    def _fresh(self, cached: _Members) -> bool:
+        now = self._clock()
+        if (
+            cached.failed_at is not None
+            and now - cached.failed_at < self.retry_after_failure_seconds
+        ):
+            return True
+        return cached.fetched_at is not None and now - cached.fetched_at < self.ttl_seconds
+
+    async def _fetch(self, usergroup_id: str) -> frozenset[str]:
+        try:
+            response = await self.client.usergroups_users_list(usergroup=usergroup_id)
+            users = response.get("users")
+            if not isinstance(users, list):
+                raise TypeError("usergroups.users.list answered without a users list")
+            members = frozenset(str(u) for u in users)
+            self._cache[usergroup_id] = _Members(members, fetched_at=self._clock())
+            return members
+        except Exception as exc:  # Slack down or refusing: fall back, never raise
+            return self._fallback(usergroup_id, exc)
+        finally:
+            self._inflight.pop(usergroup_id, None)
+
+    def _fallback(self, usergroup_id: str, exc: Exception) -> frozenset[str]:
+        error = exc.response.get("error") if isinstance(exc, SlackApiError) else None
+        cached = self._cache.get(usergroup_id)
+        logger.warning(
+            "usergroups.users.list failed for %s (%s); using %s",
+            usergroup_id,
+            error or type(exc).__name__,
+            "the last known members" if cached else "no members",
+        )
+        if cached is None:
+            cached = _Members(frozenset())
+            self._cache[usergroup_id] = cached
+        cached.failed_at = self._clock()
+        return cached.users
+
+
+# --- describing grants ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GrantRow:
+    principal: str  # "user U01ALICE" or "group S0PLATFORM"
+    project: str
+    role: Role
+    channels: tuple[str, ...] | None  # None: any channel
+
+
+def describe_grants(policy: Policy) -> list[GrantRow]:
+    """Every (principal, project) a grant gives, with ``"*"`` expanded to each project,
+    sorted by principal then project."""
+    rows = []
+    for grant in policy.grants:
+        principals = [f"user {u}" for u in grant.users] + [f"group {g}" for g in grant.usergroups]
+        projects = sorted(p for p in policy.projects if grant.covers(p))
+        channels = tuple(grant.channels) if grant.channels is not None else None
+        rows += [
+            GrantRow(principal, project, grant.role, channels)
+            for principal in principals
+            for project in projects
+        ]
+    return sorted(rows, key=lambda r: (r.principal, r.project, -r.role))
