@@ -1,0 +1,114 @@
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from bot.check_config import run_check_config
+from bot.config import Settings
+
+POLICY = """\
+projects:
+  together-prod:
+    provider: together
+    project_id: proj-123
+  e2e-delhi:
+    provider: e2e
+    project_id: 12345
+    location: Delhi
+    api_key_env: E2E_DELHI_KEY
+grants:
+  - users: [U01ALICE]
+    usergroups: [S0PLATFORM]
+    channels: [C0INCIDENT]
+    projects: [together-prod, e2e-delhi]
+    role: operator
+  - users: [U02BOB]
+    projects: ["*"]
+    role: admin
+"""
+
+CREDENTIALS = {
+    "TOGETHER_API_KEY": "tk-very-secret-value",
+    "E2E_DELHI_KEY": "e2e-very-secret-key",
+    "E2E_AUTH_TOKEN": "e2e-very-secret-token",
+}
+
+
+@pytest.fixture(autouse=True)
+def environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name in ("SLACK_SIGNING_SECRET", "SLACK_APP_TOKEN", "GPUOPS_POLICY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-1-2-check")
+    monkeypatch.setenv("SLACK_SIGNING_SECRET", "signing-secret-check")
+    for name, value in CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+
+
+def run(tmp_path: Path, policy_text: str) -> tuple[int, str]:
+    (tmp_path / "policy.yml").write_text(policy_text)
+    out = io.StringIO()
+    code = run_check_config(Settings(), out)
+    return code, out.getvalue()
+
+
+def test_good_configuration_prints_the_table(tmp_path: Path) -> None:
+    code, text = run(tmp_path, POLICY)
+    assert code == 0, text
+    assert "configuration OK" in text
+    lines = [" ".join(line.split()) for line in text.splitlines()]
+    assert "user U01ALICE together-prod operator C0INCIDENT" in lines
+    assert "group S0PLATFORM e2e-delhi operator C0INCIDENT" in lines
+    assert "user U02BOB e2e-delhi admin any" in lines
+    assert "user U02BOB together-prod admin any" in lines
+    assert "e2e-delhi e2e (Delhi, project 12345) E2E_DELHI_KEY, E2E_AUTH_TOKEN" in lines
+    for secret in CREDENTIALS.values():
+        assert secret not in text
+
+
+def test_bad_policy_names_the_key(tmp_path: Path) -> None:
+    code, text = run(tmp_path, POLICY.replace("location: Delhi", "location: Mumbai"))
+    assert code == 1
+    assert "error: policy.yml: projects.e2e-delhi.location: Input should be 'Delhi'" in text
+
+
+def test_missing_credential_names_the_variable_and_project(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("E2E_DELHI_KEY")
+    code, text = run(tmp_path, POLICY)
+    assert code == 1
+    assert "error: E2E_DELHI_KEY is not set (credentials of project e2e-delhi)" in text
+    assert "user U02BOB" in text  # the table is still shown
+
+
+def test_credentials_in_dotenv_count(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TOGETHER_API_KEY")
+    (tmp_path / ".env").write_text("TOGETHER_API_KEY=tk-from-dotenv\n")
+    code, text = run(tmp_path, POLICY)
+    assert code == 0, text
+
+
+def test_missing_slack_settings_are_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SLACK_BOT_TOKEN")
+    code, text = run(tmp_path, POLICY)
+    assert code == 1
+    assert "error: SLACK_BOT_TOKEN is not set" in text
+
+
+def test_missing_policy_file(tmp_path: Path) -> None:
+    out = io.StringIO()
+    assert run_check_config(Settings(gpuops_policy=tmp_path / "absent.yml"), out) == 1
+    assert "absent.yml: policy file not found" in out.getvalue()
+
+
+def test_project_without_grant_is_a_warning(tmp_path: Path) -> None:
+    policy = POLICY.replace('projects: ["*"]', "projects: [together-prod]")
+    code, text = run(
+        tmp_path,
+        policy.replace("projects: [together-prod, e2e-delhi]", "projects: [together-prod]"),
+    )
+    assert code == 0, text
+    assert "warning: no grant names e2e-delhi; nobody can use it" in text
