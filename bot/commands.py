@@ -1,0 +1,172 @@
+"""The /gpu command grammar (SPEC §4.1), independent of Slack.
+
+    /gpu help
+    /gpu list [project]
+    /gpu show <project> <cluster_id>
+    /gpu update <project> <cluster_id> [field=value …]
+    /gpu action <project> <cluster_id> [<action>] [field=value …]
+    /gpu audit [project] [limit]
+
+``reason="…"`` may be added to update and action: it is recorded and shown.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+MAX_AUDIT_LIMIT = 100
+DEFAULT_AUDIT_LIMIT = 20
+_TOKEN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")
+_FIELD = re.compile(r"^[a-z_]{1,64}$")
+# Slack turns typed quotes into typographic ones; shlex needs the plain kind.
+_QUOTES = str.maketrans({"\u201c": '"', "\u201d": '"', "\u2018": "'", "\u2019": "'"})
+
+USAGE = {
+    "help": "/gpu help",
+    "list": "/gpu list [project]",
+    "show": "/gpu show <project> <cluster_id>",
+    "update": '/gpu update <project> <cluster_id> [field=value …] [reason="…"]',
+    "action": '/gpu action <project> <cluster_id> [<action>] [field=value …] [reason="…"]',
+    "audit": "/gpu audit [project] [limit]",
+}
+
+
+class UsageError(ValueError):
+    """The command text does not fit the grammar; the message says what would."""
+
+
+class HelpCommand(BaseModel):
+    name: Literal["help"] = "help"
+
+
+class ListCommand(BaseModel):
+    name: Literal["list"] = "list"
+    project: str | None = None
+
+
+class ShowCommand(BaseModel):
+    name: Literal["show"] = "show"
+    project: str
+    cluster_id: str
+
+
+class UpdateCommand(BaseModel):
+    name: Literal["update"] = "update"
+    project: str
+    cluster_id: str
+    fields: dict[str, str] = Field(default_factory=dict)
+    reason: str | None = None
+
+
+class ActionCommand(BaseModel):
+    name: Literal["action"] = "action"
+    project: str
+    cluster_id: str
+    action: str | None = None
+    fields: dict[str, str] = Field(default_factory=dict)
+    reason: str | None = None
+
+
+class AuditCommand(BaseModel):
+    name: Literal["audit"] = "audit"
+    project: str | None = None
+    limit: int = DEFAULT_AUDIT_LIMIT
+
+
+Command = HelpCommand | ListCommand | ShowCommand | UpdateCommand | ActionCommand | AuditCommand
+
+
+def _split(text: str) -> list[str]:
+    try:
+        return shlex.split(text.translate(_QUOTES))
+    except ValueError as exc:
+        raise UsageError(f"could not read the command: {exc} (check your quotes)") from None
+
+
+def _token(value: str, what: str, usage: str) -> str:
+    if not _TOKEN.match(value):
+        raise UsageError(f"`{value[:40]}` is not a valid {what}. Usage: `{usage}`")
+    return value
+
+
+def _assignments(words: list[str], usage: str) -> tuple[dict[str, str], str | None]:
+    fields: dict[str, str] = {}
+    reason: str | None = None
+    for word in words:
+        name, sep, value = word.partition("=")
+        if not sep or not _FIELD.match(name):
+            raise UsageError(f"`{word[:40]}` is not a `field=value` pair. Usage: `{usage}`")
+        if name == "reason":
+            reason = value.strip()[:500] or None
+            continue
+        if name in fields:
+            raise UsageError(f"`{name}` is given twice; give each field once.")
+        fields[name] = value.strip()
+    return fields, reason
+
+
+def parse_command(text: str) -> Command:
+    words = _split(text.strip())
+    if not words or words[0].lower() == "help":
+        return HelpCommand()
+    verb, args = words[0].lower(), words[1:]
+    if verb == "list":
+        if len(args) > 1:
+            raise UsageError(f"`list` takes at most a project. Usage: `{USAGE['list']}`")
+        return ListCommand(project=_token(args[0], "project", USAGE["list"]) if args else None)
+    if verb == "show":
+        if len(args) != 2:
+            raise UsageError(f"`show` needs a project and a cluster id. Usage: `{USAGE['show']}`")
+        return ShowCommand(
+            project=_token(args[0], "project", USAGE["show"]),
+            cluster_id=_token(args[1], "cluster id", USAGE["show"]),
+        )
+    if verb in ("update", "action"):
+        return _parse_change(verb, args)
+    if verb == "audit":
+        return _parse_audit(args)
+    raise UsageError(
+        f"unknown command `{verb[:40]}`. Try one of: " + ", ".join(f"`{u}`" for u in USAGE.values())
+    )
+
+
+def _parse_change(verb: str, args: list[str]) -> UpdateCommand | ActionCommand:
+    usage = USAGE[verb]
+    if len(args) < 2:
+        raise UsageError(f"`{verb}` needs a project and a cluster id. Usage: `{usage}`")
+    project = _token(args[0], "project", usage)
+    cluster_id = _token(args[1], "cluster id", usage)
+    rest = args[2:]
+    if verb == "update":
+        fields, reason = _assignments(rest, usage)
+        return UpdateCommand(project=project, cluster_id=cluster_id, fields=fields, reason=reason)
+    action = None
+    if rest and "=" not in rest[0]:
+        action = _token(rest[0], "action", usage)
+        rest = rest[1:]
+    fields, reason = _assignments(rest, usage)
+    return ActionCommand(
+        project=project, cluster_id=cluster_id, action=action, fields=fields, reason=reason
+    )
+
+
+def _parse_audit(args: list[str]) -> AuditCommand:
+    usage = USAGE["audit"]
+    project: str | None = None
+    limit = DEFAULT_AUDIT_LIMIT
+    if len(args) > 2:
+        raise UsageError(f"`audit` takes a project and a limit at most. Usage: `{usage}`")
+    for arg in args:
+        if arg.isdigit():
+            limit = int(arg)
+            if not 1 <= limit <= MAX_AUDIT_LIMIT:
+                raise UsageError(f"limit must be between 1 and {MAX_AUDIT_LIMIT} (got {limit}).")
+        elif project is None:
+            project = _token(arg, "project", usage)
+        else:
+            raise UsageError(f"`audit` takes one project. Usage: `{usage}`")
+    return AuditCommand(project=project, limit=limit)

@@ -1,0 +1,496 @@
+"""Block Kit rendering. Every string that comes from a user or a provider goes through
+``escape`` so it cannot mention, link or ping — in blocks and in the ``text`` fallback."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from bot.providers.base import ChangePlan, ClusterSummary, FieldSpec
+
+Block = dict[str, Any]
+
+# Slack limits (characters) that we stay under.
+_SECTION_TEXT_MAX = 2900
+_FIELD_TEXT_MAX = 1900
+_PLAIN_TEXT_MAX = 150
+_FALLBACK_MAX = 3500
+
+STATE_ICONS = {
+    "pending": ":hourglass_flowing_sand:",
+    "approved": ":white_check_mark:",
+    "executing": ":gear:",
+    "succeeded": ":large_green_circle:",
+    "failed": ":red_circle:",
+    "unknown": ":warning:",
+    "denied": ":no_entry_sign:",
+    "expired": ":alarm_clock:",
+    "cancelled": ":heavy_multiplication_x:",
+}
+STATE_WORDS = {
+    "pending": "pending approval",
+    "approved": "approved",
+    "executing": "running",
+    "succeeded": "done",
+    "failed": "failed",
+    "unknown": "outcome unknown",
+    "denied": "denied",
+    "expired": "expired",
+    "cancelled": "cancelled",
+}
+
+
+def escape(value: object) -> str:
+    """Neutralise Slack control sequences: ``<!channel>``, ``<@U…>``, ``<url|label>``."""
+    text = str(value)
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def user_ref(user_id: str) -> str:
+    """A mention of a Slack user id we know is an id (never user-supplied free text)."""
+    if user_id.isalnum() and user_id[:1] in ("U", "W"):
+        return f"<@{user_id}>"
+    return escape(user_id)
+
+
+def channel_ref(channel_id: str) -> str:
+    if channel_id.isalnum() and channel_id[:1] in ("C", "G"):
+        return f"<#{channel_id}>"
+    return escape(channel_id)
+
+
+@dataclass(frozen=True)
+class SlackMessage:
+    text: str
+    blocks: list[Block] = field(default_factory=list)
+
+    def as_kwargs(self) -> dict[str, Any]:
+        return {"text": _clip(self.text, _FALLBACK_MAX), "blocks": self.blocks}
+
+
+def section(mrkdwn: str) -> Block:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": _clip(mrkdwn, _SECTION_TEXT_MAX)}}
+
+
+def fields_section(pairs: Sequence[tuple[str, str]]) -> Block:
+    return {
+        "type": "section",
+        "fields": [
+            {"type": "mrkdwn", "text": _clip(f"*{label}*\n{value}", _FIELD_TEXT_MAX)}
+            for label, value in pairs[:10]
+        ],
+    }
+
+
+def context(mrkdwn: str) -> Block:
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": _clip(mrkdwn, 2900)}]}
+
+
+def header(text: str) -> Block:
+    return {
+        "type": "header",
+        "text": {"type": "plain_text", "text": _clip(text, _PLAIN_TEXT_MAX), "emoji": True},
+    }
+
+
+def notice(text: str) -> SlackMessage:
+    """A message from plain text we composed, possibly embedding user text: all escaped."""
+    safe = escape(text)
+    return SlackMessage(text=safe, blocks=[section(safe)])
+
+
+def error(text: str) -> SlackMessage:
+    safe = escape(text)
+    return SlackMessage(text=safe, blocks=[section(f":x: {safe}")])
+
+
+# -- cluster summary ----------------------------------------------------------------------
+
+
+def _count(value: int | None) -> str:
+    return "—" if value is None else str(value)
+
+
+def summary_pairs(s: ClusterSummary) -> list[tuple[str, str]]:
+    pairs: list[tuple[str, str]] = [
+        ("Status", escape(s.status) + ("" if s.steady else " (changing)")),
+        ("Provider / project", f"{escape(s.provider)} / {escape(s.project)}"),
+    ]
+    if s.provider == "together":
+        pairs += [
+            ("GPU type", escape(s.gpu_type or "—")),
+            ("GPUs", f"{_count(s.num_gpus)} total · {_count(s.num_reserved_gpus)} reserved"),
+            (
+                "Preemptible",
+                f"{_count(s.desired_preemptible_gpus)} desired · "
+                f"{_count(s.allocated_preemptible_gpus)} allocated",
+            ),
+            (
+                "Capacity pool",
+                _count(s.num_capacity_pool_gpus)
+                + (f" ({escape(s.capacity_pool_id)})" if s.capacity_pool_id else ""),
+            ),
+            ("Type", escape(s.cluster_type or "—")),
+        ]
+    else:
+        pairs += [
+            (
+                "Nodes / GPUs",
+                f"{_count(s.nodes)} nodes · {_count(s.gpus)} x {escape(s.gpu_type or 'GPU')}",
+            ),
+            ("CPUs / memory", f"{_count(s.cpus)} CPUs · {escape(s.memory or '—')}"),
+            ("Image", escape(s.image or "—")),
+            ("SKU", escape(s.sku or "—")),
+        ]
+    pairs.append(("Region", escape(s.region or "—")))
+    billing = escape(s.billing or "—")
+    if s.reservation_end_time:
+        billing += f" · ends {escape(s.reservation_end_time)}"
+    pairs.append(("Billing", billing))
+    return pairs
+
+
+def cluster_summary(
+    s: ClusterSummary,
+    *,
+    requested_by: str | None = None,
+    approved_by: str | None = None,
+    request_id: str | None = None,
+    note: str | None = None,
+) -> SlackMessage:
+    title = f"{s.name} ({s.cluster_id})"
+    blocks: list[Block] = [header(title)]
+    pairs = summary_pairs(s)
+    blocks.append(fields_section(pairs[:10]))
+    if len(pairs) > 10:
+        blocks.append(fields_section(pairs[10:]))
+    who = []
+    if request_id:
+        who.append(f"request `{escape(request_id)}`")
+    if requested_by:
+        who.append(f"requested by {user_ref(requested_by)}")
+    if approved_by:
+        who.append(f"approved by {user_ref(approved_by)}")
+    if note:
+        who.append(escape(note))
+    if who:
+        blocks.append(context(" · ".join(who)))
+    text = (
+        f"{escape(title)} — {escape(s.status)} · {escape(s.provider)}/{escape(s.project)}"
+        + (f" · {s.num_gpus} GPUs" if s.num_gpus is not None else "")
+        + (f" · {s.nodes} nodes" if s.nodes is not None else "")
+    )
+    return SlackMessage(text=text, blocks=blocks)
+
+
+def cluster_list(groups: Mapping[str, Sequence[ClusterSummary] | str]) -> SlackMessage:
+    """Per project, its clusters (or an error text for a project that failed)."""
+    blocks: list[Block] = []
+    lines_text: list[str] = []
+    for project, content in groups.items():
+        blocks.append(section(f"*{escape(project)}*"))
+        if isinstance(content, str):
+            blocks.append(context(f":x: {escape(content)}"))
+            lines_text.append(f"{project}: {content}")
+            continue
+        if not content:
+            blocks.append(context("no clusters"))
+            continue
+        rows = [_list_row(s) for s in content[:40]]
+        if len(content) > 40:
+            rows.append(f"… and {len(content) - 40} more")
+        blocks.append(section("\n".join(rows)))
+        lines_text.extend(rows)
+    if not blocks:
+        return notice("You have no projects you can view here.")
+    return SlackMessage(text=escape("\n".join(lines_text))[:_FALLBACK_MAX], blocks=blocks[:50])
+
+
+def _list_row(s: ClusterSummary) -> str:
+    size = f"{s.num_gpus} GPUs" if s.num_gpus is not None else f"{_count(s.nodes)} nodes"
+    return (
+        f"• `{escape(s.cluster_id)}` {escape(s.name)} — {escape(s.status)} · {size}"
+        f" · {escape(s.gpu_type or '—')}"
+    )
+
+
+# -- change requests -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RequestView:
+    """What the renderer needs of a change request (built from the store record)."""
+
+    id: str
+    state: str
+    provider: str
+    project: str
+    cluster_id: str
+    cluster_name: str
+    action: str
+    preview: list[str]
+    requester: str
+    channel: str
+    needs_approval: bool
+    reason: str | None = None
+    decided_by: str | None = None
+    decision_note: str | None = None
+    result_message: str | None = None
+    break_glass: bool = False
+    expires_at: datetime | None = None
+
+
+def _state_line(r: RequestView) -> str:
+    icon = STATE_ICONS.get(r.state, "")
+    words = STATE_WORDS.get(r.state, r.state)
+    line = f"{icon} *{words}*"
+    if r.decided_by and r.state in ("approved", "executing", "succeeded", "failed", "unknown"):
+        line += f" · approved by {user_ref(r.decided_by)}" if r.needs_approval else ""
+    elif r.decided_by and r.state in ("denied", "cancelled"):
+        line += f" by {user_ref(r.decided_by)}"
+    if r.break_glass:
+        line += " · :rotating_light: break glass"
+    return line
+
+
+def request_root(r: RequestView) -> SlackMessage:
+    what = "update" if r.action == "update" else f"`{escape(r.action)}`"
+    head = (
+        f"{user_ref(r.requester)} asks for {what} on *{escape(r.cluster_name)}* "
+        f"(`{escape(r.cluster_id)}`, {escape(r.provider)}/{escape(r.project)})"
+    )
+    preview = "\n".join(f"• `{escape(line)}`" for line in r.preview) or "• (no fields)"
+    blocks: list[Block] = [section(head), section(preview)]
+    if r.reason:
+        blocks.append(section(f"_Reason:_ {escape(r.reason)}"))
+    blocks.append(context(f"{_state_line(r)} · request `{escape(r.id)}`"))
+    if r.result_message and r.state in ("failed", "unknown", "succeeded"):
+        blocks.append(context(escape(r.result_message)))
+    text = (
+        f"[{STATE_WORDS.get(r.state, r.state)}] {escape(r.requester)} asks for "
+        f"{escape(r.action)} on {escape(r.cluster_name)} ({escape(r.cluster_id)}): "
+        f"{escape('; '.join(r.preview))} — {escape(r.id)}"
+    )
+    return SlackMessage(text=text, blocks=blocks)
+
+
+def approval_prompt(r: RequestView, *, expire_minutes: int) -> SlackMessage:
+    text = (
+        f"Approval needed for {r.id}: an approver of {r.project} other than the requester "
+        f"may approve or deny; expires in {expire_minutes} min."
+    )
+    blocks: list[Block] = [
+        section(
+            f":raised_hand: *Approval needed* for `{escape(r.id)}` — an approver of "
+            f"*{escape(r.project)}* other than {user_ref(r.requester)} may approve or deny. "
+            f"Expires in {expire_minutes} min."
+        ),
+        {
+            "type": "actions",
+            "block_id": "approval",
+            "elements": [
+                _button("Approve", "approve_request", r.id, "primary"),
+                _button("Deny", "deny_request", r.id, "danger"),
+                _button("Cancel", "cancel_request", r.id, None),
+            ],
+        },
+    ]
+    return SlackMessage(text=escape(text), blocks=blocks)
+
+
+def approval_closed(r: RequestView) -> SlackMessage:
+    """The prompt after a decision: the buttons are gone."""
+    return SlackMessage(
+        text=f"Approval for {escape(r.id)}: {STATE_WORDS.get(r.state, r.state)}",
+        blocks=[context(f"Approval for `{escape(r.id)}`: {_state_line(r)}")],
+    )
+
+
+def _button(label: str, action_id: str, value: str, style: str | None) -> Block:
+    button: Block = {
+        "type": "button",
+        "text": {"type": "plain_text", "text": label},
+        "action_id": action_id,
+        "value": value,
+    }
+    if style:
+        button["style"] = style
+    return button
+
+
+def thread_note(text: str, *, icon: str = "") -> SlackMessage:
+    safe = escape(text)
+    return SlackMessage(text=safe, blocks=[section(f"{icon} {safe}".strip())])
+
+
+def audit_list(entries: Iterable[Any]) -> SlackMessage:
+    rows = []
+    for e in entries:
+        when = e.at.strftime("%Y-%m-%d %H:%M:%SZ")
+        parts = [f"`{when}`", user_ref(e.actor) if e.actor else "—", f"*{escape(e.event)}*"]
+        if e.request_id:
+            parts.append(f"`{escape(e.request_id)}`")
+        if e.project:
+            parts.append(escape(e.project) + (f"/{escape(e.cluster_id)}" if e.cluster_id else ""))
+        if e.outcome:
+            parts.append(escape(e.outcome))
+        reason = e.detail.get("reason") if isinstance(e.detail, dict) else None
+        if reason:
+            parts.append(f"— {escape(reason)}")
+        rows.append(" ".join(parts))
+    if not rows:
+        return notice("No audit entries match.")
+    return SlackMessage(
+        text=escape("\n".join(rows))[:_FALLBACK_MAX],
+        blocks=[section("\n".join(rows[i : i + 1])) for i in range(min(len(rows), 45))],
+    )
+
+
+# -- modals -------------------------------------------------------------------------------
+
+
+def _option(value: str) -> Block:
+    return {"text": {"type": "plain_text", "text": _clip(value, 75)}, "value": value}
+
+
+def _input_block(spec: FieldSpec, current: Any, *, required: bool) -> Block:
+    element: Block
+    if spec.kind == "choice":
+        element = {
+            "type": "static_select",
+            "action_id": spec.name,
+            "options": [_option(c) for c in spec.choices],
+        }
+        if current in spec.choices:
+            element["initial_option"] = _option(str(current))
+    else:
+        element = {"type": "plain_text_input", "action_id": spec.name}
+        if current not in (None, "", []):
+            shown = ",".join(str(v) for v in current) if isinstance(current, list) else str(current)
+            element["initial_value"] = shown
+    hint = spec.hint
+    if current not in (None, "", []):
+        now = ",".join(map(str, current)) if isinstance(current, list) else str(current)
+        hint = f"Now: {now}. {hint}"
+    block: Block = {
+        "type": "input",
+        "block_id": spec.name,
+        "optional": not required,
+        "label": {"type": "plain_text", "text": _clip(spec.label, _PLAIN_TEXT_MAX)},
+        "element": element,
+    }
+    if hint.strip():
+        block["hint"] = {"type": "plain_text", "text": _clip(hint.strip(), 150)}
+    return block
+
+
+def _reason_block() -> Block:
+    return {
+        "type": "input",
+        "block_id": "reason",
+        "optional": True,
+        "label": {"type": "plain_text", "text": "Reason (recorded in the thread and audit)"},
+        "element": {"type": "plain_text_input", "action_id": "reason", "max_length": 500},
+    }
+
+
+def loading_modal(callback_id: str, title: str, metadata: Mapping[str, Any]) -> Block:
+    return {
+        "type": "modal",
+        "callback_id": callback_id,
+        "title": {"type": "plain_text", "text": _clip(title, 24)},
+        "close": {"type": "plain_text", "text": "Close"},
+        "private_metadata": json.dumps(dict(metadata)),
+        "blocks": [section(":hourglass_flowing_sand: Fetching the cluster…")],
+    }
+
+
+def message_modal(callback_id: str, title: str, text: str, metadata: Mapping[str, Any]) -> Block:
+    return {
+        "type": "modal",
+        "callback_id": callback_id,
+        "title": {"type": "plain_text", "text": _clip(title, 24)},
+        "close": {"type": "plain_text", "text": "Close"},
+        "private_metadata": json.dumps(dict(metadata)),
+        "blocks": [section(escape(text))],
+    }
+
+
+def update_modal(
+    summary: ClusterSummary,
+    specs: Sequence[FieldSpec],
+    current: Mapping[str, Any],
+    metadata: Mapping[str, Any],
+) -> Block:
+    blocks: list[Block] = [
+        section(
+            f"*{escape(summary.name)}* (`{escape(summary.cluster_id)}`) — "
+            f"{escape(summary.status)} · {escape(summary.project)}\n"
+            "Change only what should change; fields left as they are are not sent."
+        )
+    ]
+    blocks += [_input_block(s, current.get(s.name), required=False) for s in specs]
+    blocks.append(_reason_block())
+    return {
+        "type": "modal",
+        "callback_id": "gpu_update",
+        "title": {"type": "plain_text", "text": "Update cluster"},
+        "submit": {"type": "plain_text", "text": "Preview & request"},
+        "close": {"type": "plain_text", "text": "Cancel"},
+        "private_metadata": json.dumps(dict(metadata)),
+        "blocks": blocks,
+    }
+
+
+def action_modal(
+    summary: ClusterSummary,
+    actions: Sequence[str],
+    selected: str | None,
+    specs: Sequence[FieldSpec],
+    current: Mapping[str, Any],
+    metadata: Mapping[str, Any],
+) -> Block:
+    select: Block = {
+        "type": "static_select",
+        "action_id": "action",
+        "placeholder": {"type": "plain_text", "text": "Choose an action"},
+        "options": [_option(a) for a in actions],
+    }
+    if selected in actions:
+        select["initial_option"] = _option(str(selected))
+    blocks: list[Block] = [
+        section(
+            f"*{escape(summary.name)}* (`{escape(summary.cluster_id)}`) — "
+            f"{escape(summary.status)} · {escape(summary.project)}"
+        ),
+        {
+            "type": "input",
+            "block_id": "action",
+            "dispatch_action": True,
+            "label": {"type": "plain_text", "text": "Action"},
+            "element": select,
+        },
+    ]
+    prefill = {k: v for k, v in current.items() if k in {s.name for s in specs}}
+    blocks += [_input_block(s, prefill.get(s.name), required=s.required) for s in specs]
+    blocks.append(_reason_block())
+    return {
+        "type": "modal",
+        "callback_id": "gpu_action",
+        "title": {"type": "plain_text", "text": "Cluster action"},
+        "submit": {"type": "plain_text", "text": "Preview & request"},
+        "close": {"type": "plain_text", "text": "Cancel"},
+        "private_metadata": json.dumps(dict(metadata)),
+        "blocks": blocks,
+    }
+
+
+def plan_lines(plan: ChangePlan) -> list[str]:
+    return [line.text() for line in plan.lines]

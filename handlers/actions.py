@@ -1,0 +1,126 @@
+"""Buttons: approve_request, deny_request, cancel_request; and the action select in the
+gpu_action modal."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from slack_bolt.async_app import AsyncApp
+
+from bot import render
+from bot.service import GpuOps
+from bot.slack_io import Messenger, SlackDeliveryError
+from bot.workflow import NeedsBreakGlass, Reply
+from handlers.payloads import BlockAction, parse, state_values
+
+log = logging.getLogger(__name__)
+
+DECISIONS = {"approve_request": "approve", "deny_request": "deny", "cancel_request": "cancel"}
+
+
+def register(app: AsyncApp) -> None:
+    for action_id in DECISIONS:
+        app.action(action_id)(handle_decision)
+    app.action("action")(handle_action_select)
+
+
+async def handle_decision(ack: Any, body: dict[str, Any], context: Any, respond: Any) -> None:
+    await ack()
+    ops: GpuOps = context["gpuops"]
+    messenger: Messenger = context["messenger"]
+    action = parse(BlockAction, body)
+    if action is None or action.channel_id is None or not action.actions[0].value:
+        await _whisper_via(respond, render.error("I could not read that click; try again."))
+        return
+    click = action.actions[0]
+    result = await ops.workflow.decide(
+        user=action.user.id,
+        channel=action.channel_id,
+        request_id=str(click.value),
+        decision=DECISIONS[click.action_id],  # type: ignore[arg-type]
+    )
+    if isinstance(result, NeedsBreakGlass):
+        await _ask_break_glass(messenger, respond, action, result.request_id)
+    elif isinstance(result, Reply):
+        await whisper(
+            messenger, respond, action.channel_id, action.user.id, result, action.thread_ts
+        )
+
+
+async def whisper(
+    messenger: Messenger,
+    respond: Any,
+    channel: str,
+    user: str,
+    reply: Reply,
+    thread_ts: str | None,
+) -> None:
+    try:
+        await messenger.ephemeral(channel, user, reply.message, thread_ts=thread_ts)
+    except SlackDeliveryError:
+        await _whisper_via(respond, reply.message)
+
+
+async def _whisper_via(respond: Any, message: render.SlackMessage) -> None:
+    try:
+        await respond(response_type="ephemeral", replace_original=False, **message.as_kwargs())
+    except Exception as exc:
+        log.error("could not deliver an ephemeral reply: %s", type(exc).__name__)
+
+
+async def _ask_break_glass(
+    messenger: Messenger, respond: Any, action: BlockAction, request_id: str
+) -> None:
+    view = {
+        "type": "modal",
+        "callback_id": "gpu_break_glass",
+        "title": {"type": "plain_text", "text": "Break glass"},
+        "submit": {"type": "plain_text", "text": "Approve my own"},
+        "close": {"type": "plain_text", "text": "Cancel"},
+        "private_metadata": json.dumps({"request_id": request_id, "channel": action.channel_id}),
+        "blocks": [
+            render.section(
+                f":rotating_light: You are approving your own request `{render.escape(request_id)}`."
+                " This is announced in the thread and the audit channel."
+            ),
+            {
+                "type": "input",
+                "block_id": "reason",
+                "label": {"type": "plain_text", "text": "Why can't this wait for a second person?"},
+                "element": {
+                    "type": "plain_text_input",
+                    "action_id": "reason",
+                    "min_length": 10,
+                    "max_length": 500,
+                },
+            },
+        ],
+    }
+    try:
+        if not action.trigger_id:
+            raise SlackDeliveryError("views.open", "no_trigger", None)
+        await messenger.open_view(action.trigger_id, view)
+    except SlackDeliveryError as exc:
+        await _whisper_via(
+            respond, render.error(f"I could not open the break-glass form ({exc.code}); try again.")
+        )
+
+
+async def handle_action_select(ack: Any, body: dict[str, Any], context: Any) -> None:
+    await ack()
+    ops: GpuOps = context["gpuops"]
+    messenger: Messenger = context["messenger"]
+    action = parse(BlockAction, body)
+    if action is None or action.view is None:
+        return  # a select outside our modal: nothing to update
+    option = action.actions[0].selected_option or {}
+    selected = str(option.get("value", ""))[:64]
+    view = await ops.rebuild_action_modal(
+        action.user.id, action.view.private_metadata, selected, state_values(action.view)
+    )
+    try:
+        await messenger.update_view(action.view.id, view)
+    except SlackDeliveryError as exc:
+        log.warning("could not update the action modal: %s", exc.code)

@@ -1,0 +1,79 @@
+"""The /gpu slash command."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from slack_bolt.async_app import AsyncApp
+
+from bot import render
+from bot.service import GpuOps, ModalRequest
+from bot.slack_io import Messenger, SlackDeliveryError
+from bot.workflow import Reply
+from handlers.payloads import SlashCommand, parse
+
+log = logging.getLogger(__name__)
+
+
+def register(app: AsyncApp) -> None:
+    app.command("/gpu")(handle_gpu)
+
+
+async def handle_gpu(ack: Any, body: dict[str, Any], respond: Any, context: Any) -> None:
+    await ack()
+    ops: GpuOps = context["gpuops"]
+    messenger: Messenger = context["messenger"]
+    command = parse(SlashCommand, body)
+    if command is None:
+        await deliver(respond, Reply(render.error("I could not read that command; try /gpu help.")))
+        return
+    outcome = await ops.handle_command(command.user_id, command.channel_id, command.text)
+    if isinstance(outcome, ModalRequest):
+        await open_modal(ops, messenger, respond, command, outcome)
+        return
+    await deliver(respond, outcome)
+
+
+async def deliver(respond: Any, reply: Reply) -> None:
+    """Answer through the command's response_url (works even where the bot is not a member)."""
+    try:
+        await respond(
+            response_type="in_channel" if reply.public else "ephemeral",
+            replace_original=False,
+            **reply.message.as_kwargs(),
+        )
+    except Exception as exc:  # the person must not be left with silence: log it loudly
+        log.error("could not deliver a reply through response_url: %s", type(exc).__name__)
+
+
+async def open_modal(
+    ops: GpuOps, messenger: Messenger, respond: Any, command: SlashCommand, request: ModalRequest
+) -> None:
+    callback = "gpu_update" if request.kind == "update" else "gpu_action"
+    if not command.trigger_id:
+        await deliver(
+            respond,
+            Reply(
+                render.error(
+                    "Slack sent no trigger to open a form; pass the fields on the command line."
+                )
+            ),
+        )
+        return
+    try:
+        view_id = await messenger.open_view(
+            command.trigger_id, render.loading_modal(callback, "gpuops", request.metadata())
+        )
+        view = await ops.build_modal(command.user_id, request)
+        await messenger.update_view(view_id, view)
+    except SlackDeliveryError as exc:
+        await deliver(
+            respond,
+            Reply(
+                render.error(
+                    f"I could not open the form ({exc.code}); pass the fields on the command line, "
+                    "e.g. `/gpu update <project> <cluster_id> num_gpus=16`."
+                )
+            ),
+        )

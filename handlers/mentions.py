@@ -1,0 +1,39 @@
+"""@gpuops mentions: `show` and `help`, answered in the thread they came from."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from slack_bolt.async_app import AsyncApp
+
+from bot.service import GpuOps
+from bot.slack_io import Messenger, SlackDeliveryError
+from handlers.payloads import AppMention, parse
+
+_LEADING_MENTION = re.compile(r"^\s*<@[A-Z0-9]+>\s*")
+
+
+def register(app: AsyncApp) -> None:
+    app.event("app_mention")(handle_mention)
+
+
+async def handle_mention(event: dict[str, Any], context: Any, logger: Any) -> None:
+    ops: GpuOps = context["gpuops"]
+    messenger: Messenger = context["messenger"]
+    mention = parse(AppMention, event)
+    if mention is None:
+        logger.warning("ignored an app_mention that did not fit the expected shape")
+        return
+    text = _LEADING_MENTION.sub("", mention.text)
+    reply = await ops.handle_mention(mention.user, mention.channel, text)
+    thread_ts = mention.thread_ts or mention.ts
+    try:
+        if reply.public:
+            await messenger.post(mention.channel, reply.message, thread_ts=thread_ts)
+        else:
+            await messenger.ephemeral(
+                mention.channel, mention.user, reply.message, thread_ts=thread_ts
+            )
+    except SlackDeliveryError as exc:
+        logger.warning("could not answer a mention in %s: %s", mention.channel, exc.code)

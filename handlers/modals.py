@@ -1,0 +1,99 @@
+"""Modal submissions: gpu_update, gpu_action, gpu_break_glass."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from slack_bolt.async_app import AsyncApp
+
+from bot import render
+from bot.service import GpuOps, ReadySubmission, SubmissionErrors
+from bot.slack_io import Messenger, SlackDeliveryError
+from bot.workflow import NeedsBreakGlass, Reply
+from handlers.payloads import ViewSubmission, parse, state_values
+
+log = logging.getLogger(__name__)
+
+
+def register(app: AsyncApp) -> None:
+    app.view("gpu_update")(handle_change_submission)
+    app.view("gpu_action")(handle_change_submission)
+    app.view("gpu_break_glass")(handle_break_glass)
+
+
+async def handle_change_submission(ack: Any, body: dict[str, Any], context: Any) -> None:
+    ops: GpuOps = context["gpuops"]
+    messenger: Messenger = context["messenger"]
+    submission = parse(ViewSubmission, body)
+    if submission is None:
+        await ack(
+            response_action="errors",
+            errors={"num_gpus": "This form could not be read; run the command again."},
+        )
+        return
+    result = await ops.check_submission(
+        submission.user.id,
+        submission.view.callback_id,
+        submission.view.private_metadata,
+        state_values(submission.view),
+    )
+    if isinstance(result, SubmissionErrors):
+        await ack(response_action="errors", errors=result.errors)
+        return
+    await ack()
+    reply = await ops.submit(submission.user.id, result)
+    await tell(messenger, result, submission.user.id, reply)
+
+
+async def tell(messenger: Messenger, where: ReadySubmission | str, user: str, reply: Reply) -> None:
+    """Whisper to the person in the channel; DM them if the bot cannot post there."""
+    channel = where.channel if isinstance(where, ReadySubmission) else where
+    try:
+        await messenger.ephemeral(channel, user, reply.message)
+    except SlackDeliveryError as exc:
+        try:
+            await messenger.post(user, reply.message)
+        except SlackDeliveryError:
+            log.error("could not tell %s the outcome of a form (%s)", user, exc.code)
+
+
+async def handle_break_glass(ack: Any, body: dict[str, Any], context: Any) -> None:
+    ops: GpuOps = context["gpuops"]
+    messenger: Messenger = context["messenger"]
+    submission = parse(ViewSubmission, body)
+    values = state_values(submission.view) if submission else {}
+    reason = (values.get("reason") or "").strip()
+    if submission is None or len(reason) < 10:
+        await ack(
+            response_action="errors", errors={"reason": "Give a reason of at least 10 characters."}
+        )
+        return
+    meta = _metadata(submission.view.private_metadata)
+    await ack()
+    result = await ops.workflow.decide(
+        user=submission.user.id,
+        channel=meta.get("channel", ""),
+        request_id=meta.get("request_id", ""),
+        decision="approve",
+        break_glass_reason=reason,
+    )
+    if isinstance(result, Reply):
+        await tell(messenger, meta.get("channel", submission.user.id), submission.user.id, result)
+    elif isinstance(result, NeedsBreakGlass):
+        await tell(
+            messenger,
+            meta.get("channel", submission.user.id),
+            submission.user.id,
+            Reply(render.error("Break glass needs a reason.")),
+        )
+
+
+def _metadata(raw: str) -> dict[str, str]:
+    import json
+
+    try:
+        data = json.loads(raw or "{}")
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}

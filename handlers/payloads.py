@@ -1,0 +1,125 @@
+"""Pydantic models of the parts of Slack payloads that the handlers read.
+
+Slack sends more than this; extra keys are ignored. A payload that does not fit is
+answered with a clear message, never an exception escaping the handler.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class _Loose(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class SlashCommand(_Loose):
+    user_id: str = Field(min_length=1, max_length=64)
+    channel_id: str = Field(min_length=1, max_length=64)
+    text: str = Field(default="", max_length=4000)
+    trigger_id: str | None = None
+
+
+class _Id(_Loose):
+    id: str = Field(min_length=1, max_length=64)
+
+
+class _Container(_Loose):
+    channel_id: str | None = None
+    message_ts: str | None = None
+    thread_ts: str | None = None
+
+
+class _Action(_Loose):
+    action_id: str
+    value: str | None = Field(default=None, max_length=200)
+    selected_option: dict[str, Any] | None = None
+
+
+class _Message(_Loose):
+    ts: str | None = None
+    thread_ts: str | None = None
+
+
+class _View(_Loose):
+    id: str = ""
+    hash: str | None = None
+    callback_id: str = ""
+    private_metadata: str = Field(default="", max_length=3000)
+    state: dict[str, Any] = Field(default_factory=dict)
+
+
+class BlockAction(_Loose):
+    user: _Id
+    channel: _Id | None = None
+    container: _Container = Field(default_factory=_Container)
+    message: _Message | None = None
+    actions: list[_Action] = Field(min_length=1)
+    trigger_id: str | None = None
+    view: _View | None = None
+
+    @property
+    def channel_id(self) -> str | None:
+        return self.channel.id if self.channel else self.container.channel_id
+
+    @property
+    def thread_ts(self) -> str | None:
+        if self.message is not None:
+            return self.message.thread_ts or self.message.ts
+        return self.container.thread_ts or self.container.message_ts
+
+
+class ViewSubmission(_Loose):
+    user: _Id
+    view: _View
+    trigger_id: str | None = None
+
+
+class AppMention(_Loose):
+    user: str = Field(min_length=1, max_length=64)
+    channel: str = Field(min_length=1, max_length=64)
+    text: str = Field(default="", max_length=4000)
+    ts: str
+    thread_ts: str | None = None
+
+
+def parse(model: type[_Loose], data: Any) -> Any:
+    """Validate a payload; None when it does not fit (the caller answers clearly)."""
+    try:
+        return model.model_validate(data)
+    except ValidationError:
+        return None
+
+
+def state_values(view: _View) -> dict[str, str | None]:
+    """Flatten view.state.values to {block_id: text} whatever the element type."""
+    values: dict[str, str | None] = {}
+    raw = view.state.get("values", {}) if isinstance(view.state, dict) else {}
+    if not isinstance(raw, dict):
+        return values
+    for block_id, actions in raw.items():
+        if not isinstance(actions, dict):
+            continue
+        for element in actions.values():
+            if isinstance(element, dict):
+                values[str(block_id)[:64]] = _element_value(element)
+    return values
+
+
+def _element_value(element: dict[str, Any]) -> str | None:
+    if isinstance(element.get("value"), str):
+        return str(element["value"])[:3000]
+    option = element.get("selected_option")
+    if isinstance(option, dict) and isinstance(option.get("value"), str):
+        return str(option["value"])[:200]
+    when = element.get("selected_date_time")
+    if isinstance(when, int | float):
+        from datetime import UTC, datetime
+
+        return datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    options = element.get("selected_options")
+    if isinstance(options, list):
+        return ",".join(str(o.get("value")) for o in options if isinstance(o, dict))
+    return None
