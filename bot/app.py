@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import socket
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -75,7 +74,7 @@ class Runtime:
         install_log_redaction()
         for secret in settings.secret_values():
             register_secret(secret)
-        environment = dict(os.environ if env is None else env)
+        environment = dict(settings.environment() if env is None else env)
         policy = load_policy(settings.gpuops_policy)
         registry = AdapterRegistry(
             policy,

@@ -1,5 +1,148 @@
-"""The gpuops console script."""
+"""The ``gpuops`` console script: demo, serve, socket, simulate, check-config."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+
+from bot.redact import install_log_redaction
 
 
-def main() -> None:
-    raise SystemExit("gpuops: starting")
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    install_log_redaction()
+
+
+def _settings() -> object:
+    from pydantic import ValidationError
+
+    from bot.config import Settings
+
+    try:
+        return Settings()
+    except ValidationError as exc:
+        errors = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']).upper()}: {e['msg']}" for e in exc.errors()
+        )
+        raise SystemExit(f"gpuops: configuration error: {errors}") from None
+
+
+async def _serve(host: str, port: int) -> None:
+    from aiohttp import web
+
+    from bot.app import Runtime
+    from bot.config import Settings
+
+    settings = _settings()
+    assert isinstance(settings, Settings)
+    settings.require_for("serve")
+    runtime = await Runtime.create(settings)
+    await runtime.start_background()
+    runner = web.AppRunner(runtime.web_app(), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    logging.getLogger("gpuops").info("serving on http://%s:%d/slack/events", host, port)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+        await runtime.close()
+
+
+async def _socket(host: str, port: int) -> None:
+    from aiohttp import web
+    from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+
+    from bot.app import Runtime, add_ops_routes
+    from bot.config import Settings
+
+    settings = _settings()
+    assert isinstance(settings, Settings)
+    settings.require_for("socket")
+    assert settings.slack_app_token is not None
+    runtime = await Runtime.create(settings)
+    await runtime.start_background()
+    ops_app = web.Application()
+    add_ops_routes(ops_app, runtime._healthy)
+    runner = web.AppRunner(ops_app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    handler = AsyncSocketModeHandler(runtime.bolt, settings.slack_app_token.get_secret_value())
+    try:
+        await handler.start_async()
+    finally:
+        await runner.cleanup()
+        await runtime.close()
+
+
+async def _simulate(host: str, port: int, transition_seconds: float) -> None:
+    from bot.simulators.e2e import E2ESimulator
+    from bot.simulators.together import TogetherSimulator
+
+    together = TogetherSimulator(transition_seconds=transition_seconds)
+    e2e = E2ESimulator(transition_seconds=transition_seconds)
+    await together.start(host, port)
+    await e2e.start(host, port + 1 if port else 0)
+    print(f"Together simulator: {together.base_url}  (API key {together.api_key})")
+    print(f"E2E simulator:      {e2e.base_url}  (apikey {e2e.api_key}, token {e2e.auth_token})")
+    print("Fault injection: POST <host>/_sim/faults {route, kind, status, seconds, times}")
+    sys.stdout.flush()
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await together.stop()
+        await e2e.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="gpuops", description=__doc__)
+    parser.add_argument("--log-level", default=None, help="DEBUG, INFO, WARNING (default INFO)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="simulators + local Slack + the bot + a terminal chat")
+    demo.add_argument("--script", help="run a file of chat lines non-interactively")
+    demo.add_argument("--no-tour", action="store_true", help="skip the guided tour text")
+    serve = sub.add_parser("serve", help="HTTP mode: /slack/events, /healthz, /metrics")
+    serve.add_argument("--host", default="0.0.0.0")  # noqa: S104 - a server binds all interfaces
+    serve.add_argument("--port", type=int, default=3000)
+    sock = sub.add_parser("socket", help="Socket Mode; /healthz and /metrics on --port")
+    sock.add_argument("--host", default="0.0.0.0")  # noqa: S104
+    sock.add_argument("--port", type=int, default=3000)
+    sim = sub.add_parser("simulate", help="the provider simulators alone")
+    sim.add_argument("--host", default="127.0.0.1")
+    sim.add_argument("--port", type=int, default=8700, help="Together; E2E on port+1")
+    sim.add_argument("--transition-seconds", type=float, default=5.0)
+    sub.add_parser("check-config", help="validate env and policy; print the grants table")
+    args = parser.parse_args(argv)
+
+    if args.command == "check-config":
+        from bot.check_config import run_check_config
+        from bot.config import Settings
+
+        settings = _settings()
+        assert isinstance(settings, Settings)
+        raise SystemExit(run_check_config(settings, sys.stdout))
+    if args.command == "demo":
+        from bot.demo.console import run_demo
+
+        _configure_logging(args.log_level or "WARNING")
+        raise SystemExit(asyncio.run(run_demo(script=args.script, tour=not args.no_tour)))
+    _configure_logging(args.log_level or "INFO")
+    try:
+        if args.command == "serve":
+            asyncio.run(_serve(args.host, args.port))
+        elif args.command == "socket":
+            asyncio.run(_socket(args.host, args.port))
+        else:
+            asyncio.run(_simulate(args.host, args.port, args.transition_seconds))
+    except KeyboardInterrupt:
+        pass
+    except Exception as exc:  # a start-up failure is one clear line, not a traceback
+        from bot.redact import redact
+
+        raise SystemExit(f"gpuops: {redact(str(exc))}") from None

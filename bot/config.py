@@ -73,6 +73,9 @@ class Settings(BaseSettings):
     gpuops_log_level: str = "INFO"
     gpuops_usergroup_cache_seconds: float = 300
     gpuops_sweep_seconds: float = 30
+    # Identifies this replica for leases (one executor / poller per request). A restarted
+    # process with the same id reclaims its own interrupted work at once; default hostname.
+    gpuops_instance_id: str | None = None
 
     _dotenv: dict[str, str] = PrivateAttr(default_factory=dict)
 
