@@ -49,6 +49,11 @@ def escape(value: object) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def plain(value: object) -> str:
+    """Text for plain_text objects: Slack does not parse them, and we make sure of it."""
+    return str(value).replace("<", "\u2039").replace(">", "\u203a")
+
+
 def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -96,7 +101,7 @@ def context(mrkdwn: str) -> Block:
 def header(text: str) -> Block:
     return {
         "type": "header",
-        "text": {"type": "plain_text", "text": _clip(text, _PLAIN_TEXT_MAX), "emoji": True},
+        "text": {"type": "plain_text", "text": _clip(plain(text), _PLAIN_TEXT_MAX), "emoji": True},
     }
 
 
@@ -357,7 +362,7 @@ def audit_list(entries: Iterable[Any]) -> SlackMessage:
 
 
 def _option(value: str) -> Block:
-    return {"text": {"type": "plain_text", "text": _clip(value, 75)}, "value": value}
+    return {"text": {"type": "plain_text", "text": _clip(plain(value), 75)}, "value": value}
 
 
 def _input_block(spec: FieldSpec, current: Any, *, required: bool) -> Block:
@@ -387,7 +392,7 @@ def _input_block(spec: FieldSpec, current: Any, *, required: bool) -> Block:
         "element": element,
     }
     if hint.strip():
-        block["hint"] = {"type": "plain_text", "text": _clip(hint.strip(), 150)}
+        block["hint"] = {"type": "plain_text", "text": _clip(plain(hint.strip()), 150)}
     return block
 
 
