@@ -1,0 +1,260 @@
+"""Versioned schema migrations for the state store, run by ``Store.open``.
+
+Each migration has a version, a description and a function that changes the schema on a
+synchronous SQLAlchemy connection. Applied versions are recorded in
+``gpuops_schema_version``. The table definitions inside a migration are a frozen snapshot
+of that version's schema: a later change to the store's tables gets a new migration, never
+an edit to an old one.
+
+Concurrency: on PostgreSQL all pending migrations run in one transaction that first takes a
+transaction-scoped advisory lock, so replicas starting together migrate once, in turn. On
+SQLite the transaction starts with ``BEGIN IMMEDIATE``, which takes the database's write
+lock up front (other openers wait on the busy timeout).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    Connection,
+    DateTime,
+    Dialect,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    insert,
+    select,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.types import TypeDecorator, TypeEngine
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION_TABLE = "gpuops_schema_version"
+
+# Execution option read by the store's SQLite "begin" hook: which BEGIN statement to emit.
+SQLITE_BEGIN_OPTION = "gpuops_sqlite_begin"
+SQLITE_BEGIN_STATEMENTS = {"deferred": "BEGIN", "immediate": "BEGIN IMMEDIATE"}
+
+# Key of the PostgreSQL advisory lock that serialises migrations (any fixed 64-bit number).
+_PG_MIGRATION_LOCK_KEY = 0x6770_756F_7073_0001
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timestamp that goes in and comes out as a tz-aware UTC datetime on every backend.
+
+    PostgreSQL stores ``timestamptz``. SQLite has no time zones, so the value is stored as
+    naive UTC text in a fixed format (which also keeps text comparison chronological).
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value.isoformat()} given; use a tz-aware one")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+def json_type() -> TypeEngine[Any]:
+    """JSON column type: JSONB on PostgreSQL, JSON text elsewhere."""
+    return JSON().with_variant(JSONB(), "postgresql")
+
+
+def autoincrement_id_type() -> TypeEngine[int]:
+    """BIGINT identity on PostgreSQL; SQLite only auto-increments an INTEGER primary key."""
+    return BigInteger().with_variant(Integer(), "sqlite")
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    description: str
+    apply: Callable[[Connection], None]
+
+
+def _v1_initial_tables(conn: Connection) -> None:
+    states = (
+        "pending",
+        "approved",
+        "executing",
+        "succeeded",
+        "failed",
+        "unknown",
+        "denied",
+        "expired",
+        "cancelled",
+    )
+    state_list = ", ".join(f"'{state}'" for state in states)
+    metadata = MetaData()
+    Table(
+        "gpuops_change_requests",
+        metadata,
+        Column("id", String(16), primary_key=True),
+        Column("created_at", UTCDateTime(), nullable=False),
+        Column("updated_at", UTCDateTime(), nullable=False),
+        Column("state", String(16), nullable=False),
+        Column("provider", Text(), nullable=False),
+        Column("project", Text(), nullable=False),
+        Column("cluster_id", Text(), nullable=False),
+        Column("cluster_name", Text(), nullable=False),
+        Column("action", Text(), nullable=False),
+        Column("plan", json_type(), nullable=False),
+        Column("kinds", json_type(), nullable=False),
+        Column("needs_approval", Boolean(), nullable=False),
+        Column("requester", Text(), nullable=False),
+        Column("channel", Text(), nullable=False),
+        Column("reason", Text()),
+        Column("root_ts", Text()),
+        Column("summary_ts", Text()),
+        Column("decided_by", Text()),
+        Column("decision_note", Text()),
+        Column("break_glass", Boolean(), nullable=False),
+        Column("result_message", Text()),
+        Column("expires_at", UTCDateTime()),
+        Column("version", Integer(), nullable=False),
+        CheckConstraint(f"state IN ({state_list})", name="ck_gpuops_change_requests_state"),
+        Index("ix_gpuops_change_requests_state", "state"),
+        Index("ix_gpuops_change_requests_project", "project"),
+        Index("ix_gpuops_change_requests_expires_at", "expires_at"),
+    )
+    Table(
+        "gpuops_audit",
+        metadata,
+        Column("id", autoincrement_id_type(), primary_key=True, autoincrement=True),
+        Column("at", UTCDateTime(), nullable=False),
+        Column("actor", Text(), nullable=False),
+        Column("event", Text(), nullable=False),
+        Column("project", Text()),
+        Column("cluster_id", Text()),
+        Column("request_id", String(16)),
+        Column("outcome", Text()),
+        Column("detail", json_type(), nullable=False),
+        Index("ix_gpuops_audit_project", "project"),
+        Index("ix_gpuops_audit_request_id", "request_id"),
+    )
+    Table(
+        "gpuops_deliveries",
+        metadata,
+        Column("key", Text(), primary_key=True),
+        Column("seen_at", UTCDateTime(), nullable=False),
+        Index("ix_gpuops_deliveries_seen_at", "seen_at"),
+    )
+    Table(
+        "gpuops_cluster_locks",
+        metadata,
+        Column("provider", Text(), nullable=False),
+        Column("project", Text(), nullable=False),
+        Column("cluster_id", Text(), nullable=False),
+        Column("request_id", String(16), nullable=False),
+        Column("locked_at", UTCDateTime(), nullable=False),
+        PrimaryKeyConstraint("provider", "project", "cluster_id", name="pk_gpuops_cluster_locks"),
+    )
+    Table(
+        "gpuops_leases",
+        metadata,
+        Column("name", Text(), primary_key=True),
+        Column("holder", Text(), nullable=False),
+        Column("expires_at", UTCDateTime(), nullable=False),
+    )
+    metadata.create_all(conn)
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "change requests, audit, deliveries, cluster locks, leases", _v1_initial_tables),
+)
+
+LATEST_VERSION = MIGRATIONS[-1].version
+
+_version_table = Table(
+    SCHEMA_VERSION_TABLE,
+    MetaData(),
+    Column("version", Integer(), primary_key=True, autoincrement=False),
+    Column("description", Text(), nullable=False),
+    Column("applied_at", UTCDateTime(), nullable=False),
+)
+
+
+def _check_migration_order(migrations: tuple[Migration, ...]) -> None:
+    versions = [migration.version for migration in migrations]
+    if versions != list(range(1, len(versions) + 1)):
+        raise RuntimeError(f"migration versions must be 1, 2, 3, … in order; got {versions}")
+
+
+def applied_versions(conn: Connection) -> list[int]:
+    """The schema versions recorded in the database, in order (empty for a fresh one)."""
+    if not conn.dialect.has_table(conn, SCHEMA_VERSION_TABLE):
+        return []
+    rows = conn.execute(select(_version_table.c.version).order_by(_version_table.c.version))
+    return list(rows.scalars())
+
+
+def _apply_pending(conn: Connection) -> tuple[int, ...]:
+    _version_table.create(conn, checkfirst=True)
+    done = set(applied_versions(conn))
+    unknown = sorted(version for version in done if version > LATEST_VERSION)
+    if unknown:
+        # A newer release migrated this database; an older replica may still run on it.
+        log.warning("database has schema versions %s newer than this release knows", unknown)
+    applied: list[int] = []
+    for migration in MIGRATIONS:
+        if migration.version in done:
+            continue
+        migration.apply(conn)
+        conn.execute(
+            insert(_version_table).values(
+                version=migration.version,
+                description=migration.description,
+                applied_at=datetime.now(UTC),
+            )
+        )
+        applied.append(migration.version)
+    if applied:
+        log.info("store schema migrated to version %d (applied %s)", applied[-1], applied)
+    return tuple(applied)
+
+
+async def migrate(engine: AsyncEngine, *, create_schema: str | None = None) -> tuple[int, ...]:
+    """Apply every pending migration; returns the versions this call applied.
+
+    ``create_schema`` (PostgreSQL): the already-quoted name of a schema to create, if missing,
+    under the same lock before migrating into it.
+    """
+    _check_migration_order(MIGRATIONS)
+    if engine.dialect.name == "postgresql":
+        async with engine.begin() as conn:
+            await conn.execute(
+                text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK_KEY}
+            )
+            if create_schema is not None:
+                await conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {create_schema}"))
+            return await conn.run_sync(_apply_pending)
+    immediate = engine.execution_options(**{SQLITE_BEGIN_OPTION: "immediate"})
+    async with immediate.begin() as conn:
+        return await conn.run_sync(_apply_pending)
