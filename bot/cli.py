@@ -75,7 +75,7 @@ async def _socket(host: str, port: int) -> None:
     await web.TCPSite(runner, host, port).start()
     handler = AsyncSocketModeHandler(runtime.bolt, settings.slack_app_token.get_secret_value())
     try:
-        await handler.start_async()
+        await handler.start_async()  # type: ignore[no-untyped-call]
     finally:
         await runner.cleanup()
         await runtime.close()

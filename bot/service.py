@@ -232,8 +232,7 @@ class GpuOps:
         action = "update" if isinstance(command, UpdateCommand) else command.action
         if (
             action is None
-            or not command.fields
-            and kind == "update"
+            or (not command.fields and kind == "update")
             or self._missing_fields(command.project, action, command.fields)
         ):
             return ModalRequest(

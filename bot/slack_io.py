@@ -54,21 +54,23 @@ class Messenger:
     def __init__(self, client: AsyncWebClient) -> None:
         self.client = client
 
-    async def _call(self, method: str, channel: str | None, **kwargs: Any) -> dict[str, Any]:
+    async def _call(self, method: str, where: str | None, **kwargs: Any) -> dict[str, Any]:
         try:
             response = await self.client.api_call(method, json=kwargs)
         except SlackApiError as exc:
             code = str(exc.response.get("error") or f"http_{exc.response.status_code}")
             SLACK_API_ERRORS.labels(method, code).inc()
             log.warning("slack %s failed: %s", method, code)
-            raise SlackDeliveryError(method, code, channel) from None
+            raise SlackDeliveryError(method, code, where) from None
         except (SlackClientError, OSError, TimeoutError) as exc:
             SLACK_API_ERRORS.labels(method, "transport").inc()
             log.warning("slack %s failed: %s", method, redact(type(exc).__name__))
-            raise SlackDeliveryError(method, "transport_error", channel) from None
+            raise SlackDeliveryError(method, "transport_error", where) from None
         return dict(response.data) if isinstance(response.data, dict) else {}
 
-    async def post(self, channel: str, message: SlackMessage, *, thread_ts: str | None = None) -> str:
+    async def post(
+        self, channel: str, message: SlackMessage, *, thread_ts: str | None = None
+    ) -> str:
         args: dict[str, Any] = {
             "channel": channel,
             **message.as_kwargs(),

@@ -1,4 +1,4 @@
-"""Change requests: preview → approval → execution → result → follow-up (SPEC §3–§5).
+"""Change requests: preview → approval → execution → result → follow-up (SPEC §3-§5).
 
 Every state change is a compare-and-set in the store, so two replicas, two approvers
 clicking at once, or a click delivered twice execute a change once. A change that may

@@ -82,7 +82,8 @@ async def _ask_break_glass(
         "private_metadata": json.dumps({"request_id": request_id, "channel": action.channel_id}),
         "blocks": [
             render.section(
-                f":rotating_light: You are approving your own request `{render.escape(request_id)}`."
+                ":rotating_light: You are approving your own request "
+                f"`{render.escape(request_id)}`."
                 " This is announced in the thread and the audit channel."
             ),
             {
