@@ -169,6 +169,7 @@ def cluster_summary(
     approved_by: str | None = None,
     request_id: str | None = None,
     note: str | None = None,
+    shown_by: str | None = None,
 ) -> SlackMessage:
     title = f"{s.name} ({s.cluster_id})"
     blocks: list[Block] = [header(title)]
@@ -183,6 +184,8 @@ def cluster_summary(
         who.append(f"requested by {user_ref(requested_by)}")
     if approved_by:
         who.append(f"approved by {user_ref(approved_by)}")
+    if shown_by:
+        who.append(f"shown for {user_ref(shown_by)}")
     if note:
         who.append(escape(note))
     if who:
@@ -333,6 +336,13 @@ def _button(label: str, action_id: str, value: str, style: str | None) -> Block:
 def thread_note(text: str, *, icon: str = "") -> SlackMessage:
     safe = escape(text)
     return SlackMessage(text=safe, blocks=[section(f"{icon} {safe}".strip())])
+
+
+def decision_note(icon: str, what: str, user: str, detail: str | None = None) -> SlackMessage:
+    """``✅ Approved by @bob.`` — a real mention for a Slack user id, the rest escaped."""
+    tail = f" {escape(detail)}" if detail else ""
+    text = f"{icon} {escape(what)} by {user_ref(user)}.{tail}"
+    return SlackMessage(text=text, blocks=[section(text)])
 
 
 def audit_list(entries: Iterable[Any]) -> SlackMessage:

@@ -198,7 +198,7 @@ class GpuOps:
 
     async def show(self, user: str, channel: str, project: str, cluster_id: str) -> Reply:
         state = await self.cluster(user, channel, project, cluster_id)
-        return Reply(render.cluster_summary(state.summary, note=f"shown for {user}"), public=True)
+        return Reply(render.cluster_summary(state.summary, shown_by=user), public=True)
 
     async def audit(self, user: str, channel: str, project: str | None, limit: int) -> Reply:
         if project is not None:

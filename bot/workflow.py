@@ -187,8 +187,10 @@ class ChangeWorkflow:
         )
         return Reply(render.error(refusal.message))
 
-    async def require(self, user: str, project: str, channel: str, needed: Role) -> Role:
-        decision = await self.authorizer.check(user, project, channel, needed)
+    async def require(
+        self, user: str, project: str, channel: str, needed: Role, *, doing: str = "this"
+    ) -> Role:
+        decision = await self.authorizer.check(user, project, channel, needed, action=doing)
         if not decision.allowed or decision.role is None:
             raise Refusal(decision.reason, kind="not_authorized")
         return decision.role
@@ -448,7 +450,9 @@ class ChangeWorkflow:
         break_glass_reason: str | None,
     ) -> bool:
         """Check the decider; True when this is a break-glass self-approval."""
-        role = await self.require(user, record.project, channel, Role.approver)
+        role = await self.require(
+            user, record.project, channel, Role.approver, doing=f"{decision} requests"
+        )
         if user != record.requester:
             return False
         if decision == "approve" and self.policy.approvals.break_glass and role >= Role.admin:
@@ -488,9 +492,7 @@ class ChangeWorkflow:
         await self._edit_root(closed)
         await self._post_or_log(
             closed.channel,
-            render.thread_note(
-                f"{event.capitalize()} by {user}." if note is None else f"{event}: {note}"
-            ),
+            render.decision_note(_DECISION_ICONS.get(event, ""), event.capitalize(), user, note),
             thread_ts=closed.root_ts,
         )
         await self._mirror(closed, f"Change {event}")
@@ -559,7 +561,7 @@ class ChangeWorkflow:
         else:
             await self._post_or_log(
                 approved.channel,
-                render.thread_note(f"Approved by {user}.", icon=":white_check_mark:"),
+                render.decision_note(":white_check_mark:", "Approved", user),
                 thread_ts=approved.root_ts,
             )
         await self.execute(record.id, actor=user)
@@ -927,6 +929,9 @@ class ChangeWorkflow:
             except Exception:
                 log.exception("sweeper round failed")
             await asyncio.sleep(every)
+
+
+_DECISION_ICONS = {"denied": ":no_entry_sign:", "cancelled": ":heavy_multiplication_x:"}
 
 
 class _AskBreakGlass(Exception):
