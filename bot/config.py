@@ -70,6 +70,10 @@ class Settings(BaseSettings):
     gpuops_connect_timeout: float = 5
     gpuops_total_timeout: float = 30
     gpuops_provider_attempts: int = 4
+    # Backoff between provider retries (seconds) and the cap on a honoured Retry-After.
+    gpuops_retry_wait_initial: float = 0.2
+    gpuops_retry_wait_max: float = 5.0
+    gpuops_retry_after_cap: float = 10.0
     gpuops_log_level: str = "INFO"
     gpuops_usergroup_cache_seconds: float = 300
     gpuops_sweep_seconds: float = 30
@@ -117,7 +121,13 @@ class Settings(BaseSettings):
             raise ValueError("must be 0 (follow-up off) or a positive number of seconds")
         return value
 
-    @field_validator("gpuops_followup_minutes", "gpuops_usergroup_cache_seconds")
+    @field_validator(
+        "gpuops_followup_minutes",
+        "gpuops_usergroup_cache_seconds",
+        "gpuops_retry_wait_initial",
+        "gpuops_retry_wait_max",
+        "gpuops_retry_after_cap",
+    )
     @classmethod
     def _not_negative(cls, value: float) -> float:
         if value < 0:
@@ -180,6 +190,9 @@ class Settings(BaseSettings):
             connect_timeout=self.gpuops_connect_timeout,
             total_timeout=self.gpuops_total_timeout,
             attempts=self.gpuops_provider_attempts,
+            wait_initial=self.gpuops_retry_wait_initial,
+            wait_max=self.gpuops_retry_wait_max,
+            retry_after_cap=self.gpuops_retry_after_cap,
         )
 
     def secret_values(self) -> list[str]:
