@@ -146,3 +146,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         from bot.redact import redact
 
         raise SystemExit(f"gpuops: {redact(str(exc))}") from None
+
+
+if __name__ == "__main__":
+    main()
