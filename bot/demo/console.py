@@ -366,6 +366,8 @@ class DemoConsole:
             answer = (await ask(f"  {block_id} [{current.get(block_id, '')}]: ")).strip()
             if answer == "cancel":
                 return None
+            if block.get("dispatch_action") and answer and answer != current.get(block_id):
+                return await self._dispatch_and_ask(view, block_id, answer)
             if answer == "-":
                 values[block_id] = ""
             elif answer:
@@ -373,6 +375,21 @@ class DemoConsole:
         if (await ask("  submit? [Y/n] ")).strip().lower() in ("n", "no"):
             return None
         return values
+
+    async def _dispatch_and_ask(
+        self, view: View, block_id: str, answer: str
+    ) -> dict[str, str] | None:
+        """A select that changes the form (the action): tell the app, then ask again."""
+        result = await self.stack.sender.view_block_action(
+            self.user, view.id, action_id=block_id, block_id=block_id, selected_value=answer
+        )
+        self._check(result, f"choosing {answer}")
+        await self.settle()
+        updated = self._open_view()
+        if updated is None:
+            return None
+        self._handled_views.add((updated.id, updated.hash))
+        return await self._ask_fields(updated)
 
 
 def _entered_text(view: View) -> dict[str, str]:
@@ -416,7 +433,7 @@ async def ask(prompt: str) -> str:
         if _session is None:
             _session = PromptSession(history=InMemoryHistory())
         try:
-            with patch_stdout():
+            with patch_stdout(raw=True):
                 return str(await _session.prompt_async(prompt))
         except (EOFError, KeyboardInterrupt):
             return "quit"
