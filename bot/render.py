@@ -206,7 +206,7 @@ def cluster_list(groups: Mapping[str, Sequence[ClusterSummary] | str]) -> SlackM
         blocks.append(section(f"*{escape(project)}*"))
         if isinstance(content, str):
             blocks.append(context(f":x: {escape(content)}"))
-            lines_text.append(f"{project}: {content}")
+            lines_text.append(escape(f"{project}: {content}"))
             continue
         if not content:
             blocks.append(context("no clusters"))
@@ -218,7 +218,8 @@ def cluster_list(groups: Mapping[str, Sequence[ClusterSummary] | str]) -> SlackM
         lines_text.extend(rows)
     if not blocks:
         return notice("You have no projects you can view here.")
-    return SlackMessage(text=escape("\n".join(lines_text))[:_FALLBACK_MAX], blocks=blocks[:50])
+    # The rows are escaped already: escaping again would show "&lt;" to the reader.
+    return SlackMessage(text="\n".join(lines_text)[:_FALLBACK_MAX], blocks=blocks[:50])
 
 
 def _list_row(s: ClusterSummary) -> str:
@@ -363,7 +364,7 @@ def audit_list(entries: Iterable[Any]) -> SlackMessage:
     if not rows:
         return notice("No audit entries match.")
     return SlackMessage(
-        text=escape("\n".join(rows))[:_FALLBACK_MAX],
+        text="\n".join(rows)[:_FALLBACK_MAX],  # rows are escaped (and mentions are ids)
         blocks=[section("\n".join(rows[i : i + 1])) for i in range(min(len(rows), 45))],
     )
 
