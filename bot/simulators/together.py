@@ -521,7 +521,10 @@ class TogetherSimulator(SimulatorServer):
     async def _refuse(self, route: str, request: web.Request) -> web.StreamResponse | None:
         if not self._authorized(request):
             return self._unauthorized()
-        return await fault_before(self.faults.take(route), error_body)
+        fault = self.faults.take(route)
+        early = await fault_before(fault, error_body)
+        # A read has nothing to apply: "apply then fail" is its failure alone.
+        return early if early is not None else fault_after(fault, error_body)
 
     def _authorized(self, request: web.Request) -> bool:
         return request.headers.get("Authorization") == f"Bearer {self.api_key}"
