@@ -188,9 +188,8 @@ def build_bolt_app(
         key = delivery_key(body, req.headers)
         if key is not None and not await store.remember_delivery(key):
             log.info("ignored a repeated delivery of %s", key.split(":", 1)[0])
-            resp.status = 200
-            resp.body = ""
-            return resp
+            # A new response: the ``resp`` an earlier middleware passed on may be None.
+            return BoltResponse(status=200, body="")
         await next()
         return None
 
