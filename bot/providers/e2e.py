@@ -1048,7 +1048,8 @@ class E2EAdapter:
         except ProviderError as exc:
             # The action succeeded; only the follow-up read failed.
             log.warning("e2e: %s done, but reading the cluster failed: %s", plan.action, exc)
-            return ApplyOutcome(message=message, summary=None)
+            note = f"{message} (the cluster could not be read afterwards: {exc.user_message})"
+            return ApplyOutcome(message=note, summary=None)
         return ApplyOutcome(message=message, summary=self._summary(cluster))
 
     async def aclose(self) -> None:
