@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -33,6 +35,17 @@ def _settings() -> object:
         raise SystemExit(f"gpuops: configuration error: {errors}") from None
 
 
+def _stop_signal() -> asyncio.Event:
+    """An event set on SIGTERM or SIGINT, so that the server shuts down cleanly (closes its
+    listener, background tasks, provider clients and store) and exits 0."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):  # no signal handlers on Windows
+            loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
 async def _serve(host: str, port: int) -> None:
     from aiohttp import web
 
@@ -49,7 +62,8 @@ async def _serve(host: str, port: int) -> None:
     await web.TCPSite(runner, host, port).start()
     logging.getLogger("gpuops").info("serving on http://%s:%d/slack/events", host, port)
     try:
-        await asyncio.Event().wait()
+        await _stop_signal().wait()
+        logging.getLogger("gpuops").info("stopping")
     finally:
         await runner.cleanup()
         await runtime.close()
