@@ -517,6 +517,13 @@ class ChangeWorkflow:
             )
         try:
             state = await self.fetch(record.project, record.cluster_id)
+        except Refusal as refusal:  # the provider did not answer: not a stale preview
+            why = (
+                f"the cluster could not be re-checked before running the change — "
+                f"{refusal.message}. Nothing was changed; request it again."
+            )
+            return await self._fail_pending(record, user, why, refusal.kind)
+        try:
             fresh = self.make_plan(record.project, state, record.action, record.plan["inputs"])
         except Refusal as refusal:
             return await self._fail_pending(
