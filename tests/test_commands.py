@@ -27,25 +27,44 @@ from bot.commands import (
         ("show together-prod tc-1", ShowCommand(project="together-prod", cluster_id="tc-1")),
         (
             "update p c num_gpus=16 num_preemptible_gpus=8",
-            UpdateCommand(project="p", cluster_id="c",
-                          fields={"num_gpus": "16", "num_preemptible_gpus": "8"}),
+            UpdateCommand(
+                project="p", cluster_id="c", fields={"num_gpus": "16", "num_preemptible_gpus": "8"}
+            ),
         ),
         (
             'update p c reservation_end_time=2026-12-31T00:00:00Z reason="incident 42"',
-            UpdateCommand(project="p", cluster_id="c",
-                          fields={"reservation_end_time": "2026-12-31T00:00:00Z"},
-                          reason="incident 42"),
+            UpdateCommand(
+                project="p",
+                cluster_id="c",
+                fields={"reservation_end_time": "2026-12-31T00:00:00Z"},
+                reason="incident 42",
+            ),
         ),
         ("update p c", UpdateCommand(project="p", cluster_id="c")),
         ("action e 101", ActionCommand(project="e", cluster_id="101")),
-        ("action e 101 restart_cluster",
-         ActionCommand(project="e", cluster_id="101", action="restart_cluster")),
-        ("action e 101 update_ssh_keys ssh_key_ids=11,12",
-         ActionCommand(project="e", cluster_id="101", action="update_ssh_keys",
-                       fields={"ssh_key_ids": "11,12"})),
-        ("action e 101 scale_cluster additional_nodes=2 reason=\u201cload spike\u201d",
-         ActionCommand(project="e", cluster_id="101", action="scale_cluster",
-                       fields={"additional_nodes": "2"}, reason="load spike")),
+        (
+            "action e 101 restart_cluster",
+            ActionCommand(project="e", cluster_id="101", action="restart_cluster"),
+        ),
+        (
+            "action e 101 update_ssh_keys ssh_key_ids=11,12",
+            ActionCommand(
+                project="e",
+                cluster_id="101",
+                action="update_ssh_keys",
+                fields={"ssh_key_ids": "11,12"},
+            ),
+        ),
+        (
+            "action e 101 scale_cluster additional_nodes=2 reason=\u201cload spike\u201d",
+            ActionCommand(
+                project="e",
+                cluster_id="101",
+                action="scale_cluster",
+                fields={"additional_nodes": "2"},
+                reason="load spike",
+            ),
+        ),
         ("audit", AuditCommand()),
         ("audit 5", AuditCommand(limit=5)),
         ("audit p 7", AuditCommand(project="p", limit=7)),

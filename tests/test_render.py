@@ -21,10 +21,21 @@ def _assert_inert(blob: str) -> None:
 
 def _together(**kw: object) -> ClusterSummary:
     base: dict[str, object] = dict(
-        provider="together", project="together-prod", cluster_id="tc-1", name="prod",
-        status="Ready", steady=True, gpu_type="H100_SXM", region="us-central-8",
-        billing="RESERVED", cluster_type="KUBERNETES", num_gpus=16, num_reserved_gpus=16,
-        desired_preemptible_gpus=0, allocated_preemptible_gpus=0, num_capacity_pool_gpus=0,
+        provider="together",
+        project="together-prod",
+        cluster_id="tc-1",
+        name="prod",
+        status="Ready",
+        steady=True,
+        gpu_type="H100_SXM",
+        region="us-central-8",
+        billing="RESERVED",
+        cluster_type="KUBERNETES",
+        num_gpus=16,
+        num_reserved_gpus=16,
+        desired_preemptible_gpus=0,
+        allocated_preemptible_gpus=0,
+        num_capacity_pool_gpus=0,
     )
     base.update(kw)
     return ClusterSummary.model_validate(base)
@@ -38,20 +49,43 @@ def test_escape_neutralises_slack_control_sequences() -> None:
 
 def test_summary_escapes_provider_text_in_blocks_and_fallback() -> None:
     message = render.cluster_summary(
-        _together(name=HOSTILE, status=HOSTILE, region=HOSTILE), requested_by="U01ALICE",
-        note=HOSTILE)
+        _together(name=HOSTILE, status=HOSTILE, region=HOSTILE),
+        requested_by="U01ALICE",
+        note=HOSTILE,
+    )
     _assert_inert(_all_text(message))
     assert "<@U01ALICE>" in json.dumps(message.blocks)  # a real user id is still a mention
 
 
 def test_e2e_summary_shows_nodes_gpus_cpus_memory_image_sku() -> None:
-    s = ClusterSummary(provider="e2e", project="e2e-delhi", cluster_id="101", name="train",
-                       status="Running", steady=True, nodes=2, gpus=16, cpus=416,
-                       memory="4000 GB", image="Ubuntu Slurm v2", sku="GDC.8xH100",
-                       gpu_type="H100", region="Delhi", billing="hourly")
+    s = ClusterSummary(
+        provider="e2e",
+        project="e2e-delhi",
+        cluster_id="101",
+        name="train",
+        status="Running",
+        steady=True,
+        nodes=2,
+        gpus=16,
+        cpus=416,
+        memory="4000 GB",
+        image="Ubuntu Slurm v2",
+        sku="GDC.8xH100",
+        gpu_type="H100",
+        region="Delhi",
+        billing="hourly",
+    )
     blob = json.dumps(render.cluster_summary(s).blocks)
-    for expected in ("2 nodes", "16 x H100", "416 CPUs", "4000 GB", "Ubuntu Slurm v2",
-                     "GDC.8xH100", "Delhi", "hourly"):
+    for expected in (
+        "2 nodes",
+        "16 x H100",
+        "416 CPUs",
+        "4000 GB",
+        "Ubuntu Slurm v2",
+        "GDC.8xH100",
+        "Delhi",
+        "hourly",
+    ):
         assert expected in blob
 
 
@@ -62,16 +96,24 @@ def test_user_ref_only_mentions_real_ids() -> None:
 
 def _request(**kw: object) -> render.RequestView:
     base: dict[str, object] = dict(
-        id="CR-ABC123", state="pending", provider="together", project="together-prod",
-        cluster_id="tc-1", cluster_name="prod", action="update", preview=["num_gpus 8 → 16"],
-        requester="U01DAVE", channel="C0INCIDENT", needs_approval=True)
+        id="CR-ABC123",
+        state="pending",
+        provider="together",
+        project="together-prod",
+        cluster_id="tc-1",
+        cluster_name="prod",
+        action="update",
+        preview=["num_gpus 8 → 16"],
+        requester="U01DAVE",
+        channel="C0INCIDENT",
+        needs_approval=True,
+    )
     base.update(kw)
     return render.RequestView(**base)  # type: ignore[arg-type]
 
 
 def test_request_root_escapes_reason_and_preview() -> None:
-    message = render.request_root(_request(reason=HOSTILE, cluster_name=HOSTILE,
-                                           preview=[HOSTILE]))
+    message = render.request_root(_request(reason=HOSTILE, cluster_name=HOSTILE, preview=[HOSTILE]))
     _assert_inert(_all_text(message))
     assert "CR-ABC123" in message.text
 
@@ -86,29 +128,47 @@ def test_approval_prompt_has_the_three_buttons_with_the_request_id() -> None:
     prompt = render.approval_prompt(_request(), expire_minutes=30)
     buttons = [e for b in prompt.blocks if b["type"] == "actions" for e in b["elements"]]
     assert [(b["action_id"], b["value"]) for b in buttons] == [
-        ("approve_request", "CR-ABC123"), ("deny_request", "CR-ABC123"),
-        ("cancel_request", "CR-ABC123")]
+        ("approve_request", "CR-ABC123"),
+        ("deny_request", "CR-ABC123"),
+        ("cancel_request", "CR-ABC123"),
+    ]
 
 
 def test_update_modal_uses_field_names_as_block_and_action_ids_and_prefills() -> None:
-    specs = [FieldSpec(name="num_gpus", label="GPUs", kind="int"),
-             FieldSpec(name="cluster_type", label="Type", kind="choice",
-                       choices=("KUBERNETES", "SLURM"))]
-    view = render.update_modal(_together(), specs, {"num_gpus": 16, "cluster_type": "SLURM"},
-                               {"project": "p", "cluster_id": "c", "channel": "C1"})
+    specs = [
+        FieldSpec(name="num_gpus", label="GPUs", kind="int"),
+        FieldSpec(
+            name="cluster_type", label="Type", kind="choice", choices=("KUBERNETES", "SLURM")
+        ),
+    ]
+    view = render.update_modal(
+        _together(),
+        specs,
+        {"num_gpus": 16, "cluster_type": "SLURM"},
+        {"project": "p", "cluster_id": "c", "channel": "C1"},
+    )
     assert view["callback_id"] == "gpu_update"
     inputs = {b["block_id"]: b for b in view["blocks"] if b["type"] == "input"}
     assert inputs["num_gpus"]["element"]["action_id"] == "num_gpus"
     assert inputs["num_gpus"]["element"]["initial_value"] == "16"
     assert inputs["cluster_type"]["element"]["initial_option"]["value"] == "SLURM"
-    assert json.loads(view["private_metadata"]) == {"project": "p", "cluster_id": "c",
-                                                    "channel": "C1"}
+    assert json.loads(view["private_metadata"]) == {
+        "project": "p",
+        "cluster_id": "c",
+        "channel": "C1",
+    }
 
 
 def test_action_modal_has_the_action_select_and_the_actions_fields() -> None:
     specs = [FieldSpec(name="additional_nodes", label="Nodes to add", kind="int", required=True)]
-    view = render.action_modal(_together(provider="e2e"), ["restart_cluster", "scale_cluster"],
-                               "scale_cluster", specs, {}, {"project": "e"})
+    view = render.action_modal(
+        _together(provider="e2e"),
+        ["restart_cluster", "scale_cluster"],
+        "scale_cluster",
+        specs,
+        {},
+        {"project": "e"},
+    )
     assert view["callback_id"] == "gpu_action"
     blocks = {b.get("block_id"): b for b in view["blocks"]}
     assert blocks["action"]["element"]["action_id"] == "action"
