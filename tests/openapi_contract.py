@@ -12,6 +12,7 @@ fields the API does not define).
 from __future__ import annotations
 
 import functools
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -19,9 +20,10 @@ from typing import Any
 import yaml
 from openapi_schema_validator import OAS30Validator, OAS31Validator
 
-SPECS_DIR = Path(__file__).resolve().parents[2] / "shared" / "specs"
-if not SPECS_DIR.is_dir():  # CI lays shared/ beside the clone; a checkout elsewhere may not
-    SPECS_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "specs"
+# shared/ lies beside the checkout (as in CI); GPUOPS_SPECS_DIR points elsewhere if not.
+SPECS_DIR = Path(
+    os.environ.get("GPUOPS_SPECS_DIR") or Path(__file__).resolve().parents[2] / "shared" / "specs"
+)
 
 
 class ContractError(AssertionError):
