@@ -94,8 +94,9 @@ async def make_stack(tmp_path: Path) -> AsyncIterator[StackFactory]:
 
 
 @pytest.fixture
-async def stack(make_stack: StackFactory, database_url: str) -> LocalStack:
-    """The demo policy and seed data, on SQLite and on PostgreSQL."""
+async def stack(database_url: str, make_stack: StackFactory) -> LocalStack:
+    """The demo policy and seed data, on SQLite and on PostgreSQL. (``database_url`` comes
+    first so that it is torn down last: the stack stops before its database is dropped.)"""
     return await make_stack(database_url=database_url)
 
 
