@@ -102,6 +102,47 @@ class StackOptions:
 
 
 @dataclass
+class BotReplica:
+    """One running bot — its Runtime, its HTTP server on 127.0.0.1 and a sender signed for
+    it — as a separate ``gpuops serve`` process would be."""
+
+    runtime: Runtime
+    sender: SlackSender
+    events_url: str
+    base_url: str
+    _runner: web.AppRunner
+
+    async def stop(self) -> None:
+        await self.sender.aclose()
+        await self._runner.cleanup()
+        await self.runtime.close()
+
+
+async def serve_bot(
+    settings: Settings,
+    env: dict[str, str],
+    slack: FakeSlack,
+    *,
+    instance_id: str,
+    start_background: bool = True,
+) -> BotReplica:
+    """Build a Runtime from ``settings`` and serve its ``/slack/events`` on 127.0.0.1."""
+    runtime = await Runtime.create(settings, env=env, instance_id=instance_id)
+    if start_background:
+        await runtime.start_background()
+    runner = web.AppRunner(runtime.web_app(), access_log=None, shutdown_timeout=0.5)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    base_url = f"http://127.0.0.1:{port}"
+    events_url = f"{base_url}/slack/events"
+    signing = settings.slack_signing_secret
+    sender = SlackSender(events_url, signing.get_secret_value() if signing else "", slack)
+    return BotReplica(runtime, sender, events_url, base_url, runner)
+
+
+@dataclass
 class LocalStack:
     options: StackOptions
     workdir: Path
@@ -114,6 +155,7 @@ class LocalStack:
     base_url: str
     _runner: web.AppRunner
     _tmp: tempfile.TemporaryDirectory[str] | None = None
+    replicas: list[BotReplica] = field(default_factory=list)
 
     @classmethod
     async def start(
@@ -155,37 +197,70 @@ class LocalStack:
             gpuops_instance_id=options.instance_id,
             **options.extra_settings,
         )
-        env = {
-            "TOGETHER_API_KEY": options.together_key,
-            "E2E_API_KEY": options.e2e_key,
-            "E2E_AUTH_TOKEN": options.e2e_token,
-        }
-        runtime = await Runtime.create(settings, env=env)
-        if options.start_background:
-            await runtime.start_background()
-        runner = web.AppRunner(runtime.web_app(), access_log=None, shutdown_timeout=0.5)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        base_url = f"http://127.0.0.1:{port}"
-        events_url = f"{base_url}/slack/events"
-        sender = SlackSender(events_url, options.signing_secret, slack)
+        bot = await serve_bot(
+            settings,
+            _provider_env(options),
+            slack,
+            instance_id=options.instance_id,
+            start_background=options.start_background,
+        )
         return cls(
             options,
             workdir,
             together,
             e2e,
             slack,
-            runtime,
-            sender,
-            events_url,
-            base_url,
-            runner,
+            bot.runtime,
+            bot.sender,
+            bot.events_url,
+            bot.base_url,
+            bot._runner,
             tmp,
         )
 
+    async def start_replica(
+        self, instance_id: str, *, start_background: bool | None = None
+    ) -> BotReplica:
+        """Another bot replica on the same database, simulators and FakeSlack (as a second
+        ``gpuops serve`` would be); stopped with the stack. Several replicas need a database
+        that several processes share: PostgreSQL (or, one at a time, the SQLite file)."""
+        settings = self.runtime.settings.model_copy(update={"gpuops_instance_id": instance_id})
+        replica = await serve_bot(
+            settings,
+            _provider_env(self.options),
+            self.slack,
+            instance_id=instance_id,
+            start_background=(
+                self.options.start_background if start_background is None else start_background
+            ),
+        )
+        self.replicas.append(replica)
+        return replica
+
+    async def restart_bot(self, *, instance_id: str | None = None) -> None:
+        """Stop the bot (server and runtime) and start a fresh one on the same database,
+        simulators and FakeSlack, as a process restart would; ``runtime``, ``sender``,
+        ``events_url`` and ``base_url`` then refer to the new one."""
+        await BotReplica(
+            self.runtime, self.sender, self.events_url, self.base_url, self._runner
+        ).stop()
+        settings = self.runtime.settings
+        if instance_id is not None:
+            settings = settings.model_copy(update={"gpuops_instance_id": instance_id})
+        bot = await serve_bot(
+            settings,
+            _provider_env(self.options),
+            self.slack,
+            instance_id=instance_id or settings.gpuops_instance_id or self.options.instance_id,
+            start_background=self.options.start_background,
+        )
+        self.runtime, self.sender, self._runner = bot.runtime, bot.sender, bot._runner
+        self.events_url, self.base_url = bot.events_url, bot.base_url
+
     async def stop(self) -> None:
+        for replica in reversed(self.replicas):
+            await replica.stop()
+        self.replicas.clear()
         await self.sender.aclose()
         await self._runner.cleanup()
         await self.runtime.close()
@@ -194,3 +269,11 @@ class LocalStack:
         await self.together.stop()
         if self._tmp is not None:
             self._tmp.cleanup()
+
+
+def _provider_env(options: StackOptions) -> dict[str, str]:
+    return {
+        "TOGETHER_API_KEY": options.together_key,
+        "E2E_API_KEY": options.e2e_key,
+        "E2E_AUTH_TOKEN": options.e2e_token,
+    }
