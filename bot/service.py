@@ -81,6 +81,35 @@ def parse_metadata(raw: str | None) -> dict[str, str]:
     return {k: str(v) for k, v in data.items() if k in ("project", "cluster_id", "channel")}
 
 
+def shown_values(current: Mapping[str, Any], specs: list[FieldSpec]) -> dict[str, Any]:
+    """The cluster's values a form was prefilled with (kept in its private_metadata): a
+    prefilled input submitted as it was is not a change, even if the cluster changed while
+    the form was open."""
+    shown: dict[str, Any] = {}
+    for spec in specs:
+        value = current.get(spec.name)
+        if isinstance(value, list | tuple):
+            shown[spec.name] = [str(v) for v in value]
+        elif value is not None:
+            shown[spec.name] = str(value)
+    return shown
+
+
+def parse_shown(raw: str | None) -> dict[str, Any]:
+    try:
+        data = json.loads(raw or "{}")
+    except ValueError:
+        return {}
+    shown = data.get("shown") if isinstance(data, dict) else None
+    if not isinstance(shown, dict):
+        return {}
+    return {
+        str(k): v
+        for k, v in shown.items()
+        if isinstance(v, str) or (isinstance(v, list) and all(isinstance(i, str) for i in v))
+    }
+
+
 class GpuOps:
     def __init__(
         self, *, policy: Policy, authorizer: Authorizer, store: Store, workflow: ChangeWorkflow
@@ -284,14 +313,15 @@ class GpuOps:
     ) -> dict[str, Any]:
         adapter = self.workflow.adapter_for(state.summary.project)
         current: dict[str, Any] = {**state.current, **prefill}
+        specs: list[FieldSpec]
         if kind == "update":
-            return render.update_modal(
-                state.summary, adapter.fields_for("update"), current, metadata
-            )
-        specs: list[FieldSpec] = adapter.fields_for(action) if action in adapter.actions() else []
-        return render.action_modal(
-            state.summary, adapter.actions(), action, specs, current, metadata
-        )
+            specs = adapter.fields_for("update")
+        else:
+            specs = adapter.fields_for(action) if action in adapter.actions() else []
+        meta = {**metadata, "shown": shown_values(state.current, specs)}
+        if kind == "update":
+            return render.update_modal(state.summary, specs, current, meta)
+        return render.action_modal(state.summary, adapter.actions(), action, specs, current, meta)
 
     async def rebuild_action_modal(
         self, user: str, metadata_raw: str | None, action: str, values: Mapping[str, str | None]
@@ -358,7 +388,8 @@ class GpuOps:
             if action not in adapter.actions():
                 return SubmissionErrors({"action": f"Unknown action {action}."})
             specs = adapter.fields_for(action)
-            inputs, unchanged = self._changed_inputs(specs, state.current, values)
+            shown = parse_shown(metadata_raw)
+            inputs, unchanged = self._changed_inputs(specs, state.current, values, shown)
             missing = [s.name for s in specs if s.required and s.name not in inputs]
             if missing:
                 return SubmissionErrors(
@@ -393,7 +424,10 @@ class GpuOps:
 
     @staticmethod
     def _changed_inputs(
-        specs: list[FieldSpec], current: Mapping[str, Any], values: Mapping[str, str | None]
+        specs: list[FieldSpec],
+        current: Mapping[str, Any],
+        values: Mapping[str, str | None],
+        shown: Mapping[str, Any] | None = None,
     ) -> tuple[dict[str, str], set[str]]:
         inputs: dict[str, str] = {}
         unchanged: set[str] = set()
@@ -401,7 +435,9 @@ class GpuOps:
             raw = (values.get(spec.name) or "").strip()
             if not raw:
                 continue
-            if _same_value(raw, current.get(spec.name)):
+            if _same_value(raw, current.get(spec.name)) or _same_value(
+                raw, (shown or {}).get(spec.name)
+            ):
                 unchanged.add(spec.name)
                 continue
             inputs[spec.name] = raw
