@@ -40,11 +40,13 @@ async def test_update_without_fields_opens_a_prefilled_gpu_update_modal(
     methods = [c.method for c in stack.slack.calls if c.method.startswith("views.")]
     assert methods == ["views.open", "views.update"]
     assert stack.slack.calls_to("views.update")[0].args["view_id"] == view.id
-    assert json.loads(view.private_metadata) == {
+    metadata = json.loads(view.private_metadata)
+    assert {k: metadata[k] for k in ("project", "cluster_id", "channel")} == {
         "project": "together-prod",
         "cluster_id": "tc-h100-reserved",
         "channel": "C0INCIDENT",
     }
+    assert metadata["shown"]["num_gpus"] == "16"  # what the form was prefilled with
     cluster = stack.together.clusters["tc-h100-reserved"]
     for name in TOGETHER_FIELDS:
         block = input_block(view, name)
@@ -112,7 +114,8 @@ async def test_action_modal_select_then_submit_creates_a_request(sqlite_stack: L
     stack = sqlite_stack
     await stack.sender.command("U04DAVE", "C0INCIDENT", "action e2e-delhi 101")
     view = await opened_modal(stack, "U04DAVE", "gpu_action")
-    assert json.loads(view.private_metadata) == {
+    metadata = json.loads(view.private_metadata)
+    assert {k: metadata[k] for k in ("project", "cluster_id", "channel")} == {
         "project": "e2e-delhi",
         "cluster_id": "101",
         "channel": "C0INCIDENT",
@@ -182,3 +185,25 @@ async def test_a_failed_views_open_is_explained(sqlite_stack: LocalStack) -> Non
     assert "could not open the form" in answer.text and "internal_error" in answer.text
     assert "num_gpus=16" in answer.text  # what to do instead
     assert stack.slack.views == {} and provider_writes(stack) == []
+
+
+async def test_a_prefilled_value_is_not_sent_after_the_cluster_changed_meanwhile(
+    sqlite_stack: LocalStack,
+) -> None:
+    """The form showed num_gpus 16; while it was open someone else scaled the cluster to 8.
+    Leaving the prefilled 16 as it was is not a request to scale back up."""
+    stack = sqlite_stack
+    await stack.sender.command("U04DAVE", "C0INCIDENT", "update together-prod tc-h100-sched")
+    view = await opened_modal(stack, "U04DAVE", "gpu_update")
+    assert input_block(view, "num_gpus")["element"]["initial_value"] == "16"
+    stack.together.clusters["tc-h100-sched"]["num_gpus"] = 8  # changed elsewhere meanwhile
+
+    submitted = await stack.sender.view_submission(
+        "U04DAVE", view.id, {"num_preemptible_gpus": "8"}
+    )
+    assert submitted.status == 200 and submitted.json is None, submitted.json
+    await stack.slack.wait_for(lambda: stack.slack.ephemerals_for("U04DAVE"))
+    await stack.runtime.workflow.drain()
+    [put] = stack.together.calls("update", "PUT")
+    assert put.body == {"num_preemptible_gpus": 8}
+    assert stack.together.clusters["tc-h100-sched"]["num_gpus"] == 8
