@@ -946,7 +946,15 @@ class TogetherAdapter:
         return [to_summary(c, self.project) for c in await self.client.list_clusters()]
 
     async def get_cluster(self, cluster_id: str) -> ClusterState:
-        return cluster_state(await self.client.get_cluster(cluster_id), self.project)
+        cluster = await self.client.get_cluster(cluster_id)
+        wanted = self.client.project_id
+        if wanted and cluster.project_id != wanted:
+            # The key may reach other projects' clusters; the policy project is only the
+            # one its list shows, so another project's cluster cannot be shown or changed.
+            raise ProviderNotFound(
+                f"cluster {cluster_id} not found in project {wanted}", provider=PROVIDER
+            )
+        return cluster_state(cluster, self.project)
 
     def actions(self) -> list[str]:
         return ["update"]
