@@ -261,3 +261,25 @@ async def test_usage_errors_are_ephemeral_and_show_the_usage(sqlite_stack: Local
     answer = await whisper(stack, "U04DAVE", "C0INCIDENT", "scale everything")
     assert "unknown command" in answer.text and "/gpu update" in answer.text
     assert bot_messages(stack, "C0INCIDENT") == [] and provider_writes(stack) == []
+
+
+async def test_a_cluster_of_another_together_project_is_not_this_projects(
+    sqlite_stack: LocalStack,
+) -> None:
+    """together-prod is Together project proj-123; tc-other-proj belongs to proj-999 (the
+    same API key can reach it). It is not listed, so it cannot be shown or changed either."""
+    stack = sqlite_stack
+    assert stack.together.clusters["tc-other-proj"]["project_id"] == "proj-999"
+    listed = await whisper(stack, "U04DAVE", "C0INCIDENT", "list together-prod")
+    assert "tc-other-proj" not in listed.text
+    shown = await whisper(stack, "U04DAVE", "C0INCIDENT", "show together-prod tc-other-proj")
+    assert "tc-other-proj" in shown.text and "not found" in shown.text
+    assert "other-team-h100" not in shown.text  # nothing about it is revealed
+    changed = await whisper(
+        stack, "U01ALICE", "C0INCIDENT", "update together-prod tc-other-proj num_gpus=16"
+    )
+    assert "not found" in changed.text
+    await stack.runtime.workflow.drain()
+    assert provider_writes(stack) == [] and await stack.runtime.store.list_requests() == []
+    assert stack.together.clusters["tc-other-proj"]["num_gpus"] == 8
+    assert bot_messages(stack, "C0INCIDENT") == []
