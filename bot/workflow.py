@@ -623,17 +623,24 @@ class ChangeWorkflow:
             return
         if not await self._lock_cluster(record):
             return
-        running = await self.store.transition(request_id, from_states={S.APPROVED}, to=S.EXECUTING)
+        # Hold the execution lease before the request shows as executing: a replica's
+        # recover_interrupted must never find it executing without a live holder.
+        lease = f"exec:{record.id}"
+        self._executing.add(record.id)
+        running = None
+        if await self.store.acquire_lease(lease, self.instance_id, self.exec_lease_seconds):
+            running = await self.store.transition(
+                request_id, from_states={S.APPROVED}, to=S.EXECUTING
+            )
         if running is None:
+            self._executing.discard(record.id)
+            await self.store.release_lease(lease, self.instance_id)
             current = await self.store.get_request(request_id)
             if current is not None and current.state in TERMINAL:
                 await self.store.unlock_cluster(
                     record.provider, record.project, record.cluster_id, record.id
                 )
             return
-        lease = f"exec:{record.id}"
-        self._executing.add(record.id)
-        await self.store.acquire_lease(lease, self.instance_id, self.exec_lease_seconds)
         heartbeat = self.spawn(self._heartbeat(lease), f"heartbeat-{record.id}")
         try:
             await self.audit(
