@@ -205,6 +205,12 @@ class ChangeWorkflow:
     async def fetch(self, project: str, cluster_id: str) -> ClusterState:
         try:
             return await self.adapter_for(project).get_cluster(cluster_id)
+        except ChangeInputError as exc:  # e.g. an E2E cluster id that is not a number
+            raise Refusal(
+                "; ".join(exc.errors.values()) or f"{cluster_id} is not a valid cluster id",
+                kind="invalid",
+                field="cluster_id",
+            ) from None
         except ProviderError as exc:
             raise Refusal(
                 f"could not fetch {cluster_id}: {exc.user_message}", kind=f"provider_{exc.kind}"
