@@ -283,3 +283,13 @@ async def test_a_cluster_of_another_together_project_is_not_this_projects(
     assert provider_writes(stack) == [] and await stack.runtime.store.list_requests() == []
     assert stack.together.clusters["tc-other-proj"]["num_gpus"] == 8
     assert bot_messages(stack, "C0INCIDENT") == []
+
+
+async def test_a_malformed_e2e_cluster_id_is_answered(sqlite_stack: LocalStack) -> None:
+    stack = sqlite_stack
+    shown = await whisper(stack, "U04DAVE", "C0INCIDENT", "show e2e-delhi abc")
+    assert "abc" in shown.text and "positive whole numbers" in shown.text
+    action = await whisper(stack, "U04DAVE", "C0INCIDENT", "action e2e-delhi abc restart_cluster")
+    assert "positive whole numbers" in action.text
+    assert stack.e2e.requests == [] and await stack.runtime.store.list_requests() == []
+    assert [e.outcome for e in await refusals(stack, "U04DAVE")] == ["invalid", "invalid"]
