@@ -28,11 +28,25 @@ async def handle_gpu(ack: Any, body: dict[str, Any], respond: Any, context: Any)
     if command is None:
         await deliver(respond, Reply(render.error("I could not read that command; try /gpu help.")))
         return
-    outcome = await ops.handle_command(command.user_id, command.channel_id, command.text)
+    try:
+        outcome = await ops.handle_command(command.user_id, command.channel_id, command.text)
+    except Exception as exc:  # a bug must not leave the person with silence
+        log.exception("/gpu failed unexpectedly")
+        await deliver(respond, internal_error(exc))
+        return
     if isinstance(outcome, ModalRequest):
         await open_modal(ops, messenger, respond, command, outcome)
         return
     await deliver(respond, outcome)
+
+
+def internal_error(exc: Exception) -> Reply:
+    return Reply(
+        render.error(
+            f"gpuops hit an internal error ({type(exc).__name__}) and could not finish this; "
+            "it is logged for the gpuops admins. Check the channel before trying again."
+        )
+    )
 
 
 async def deliver(respond: Any, reply: Reply) -> None:

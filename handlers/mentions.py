@@ -9,6 +9,7 @@ from slack_bolt.async_app import AsyncApp
 
 from bot.service import GpuOps
 from bot.slack_io import Messenger, SlackDeliveryError
+from handlers.commands import internal_error
 from handlers.payloads import AppMention, parse
 
 _LEADING_MENTION = re.compile(r"^\s*<@[A-Z0-9]+>\s*")
@@ -26,7 +27,11 @@ async def handle_mention(event: dict[str, Any], context: Any, logger: Any) -> No
         logger.warning("ignored an app_mention that did not fit the expected shape")
         return
     text = _LEADING_MENTION.sub("", mention.text)
-    reply = await ops.handle_mention(mention.user, mention.channel, text)
+    try:
+        reply = await ops.handle_mention(mention.user, mention.channel, text)
+    except Exception as exc:  # a bug must not leave the person with silence
+        logger.exception("a mention failed unexpectedly")
+        reply = internal_error(exc)
     thread_ts = mention.thread_ts or mention.ts
     try:
         if reply.public:
