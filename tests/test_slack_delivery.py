@@ -3,6 +3,8 @@ could not be started is withdrawn before anything is sent to the provider."""
 
 from __future__ import annotations
 
+import pytest
+
 from bot.demo.stack import LocalStack
 from tests.slack_support import bot_messages, opened_modal, provider_writes, roots, whisper
 
@@ -93,3 +95,26 @@ async def test_a_redelivered_command_is_acked_and_runs_once(sqlite_stack: LocalS
     assert len(stack.slack.ephemerals_for("U04DAVE")) == 1
     assert len(await stack.runtime.store.list_requests()) == 1
     assert len(provider_writes(stack)) == 1
+
+
+async def test_an_unexpected_error_is_never_silence(
+    sqlite_stack: LocalStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stack = sqlite_stack
+
+    async def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a bug, with secret detail xoxb-should-not-show")
+
+    monkeypatch.setattr(stack.runtime.ops, "show", broken)
+    answer = await whisper(stack, "U04DAVE", "C0INCIDENT", "show together-prod tc-h100-reserved")
+    assert "internal error" in answer.text and "RuntimeError" in answer.text
+    assert "xoxb" not in answer.text and "Traceback" not in answer.text
+
+    root = await stack.slack.post_user_message("C0INCIDENT", "U04DAVE", "thread")
+    await stack.sender.mention(
+        "U04DAVE", "C0INCIDENT", "show together-prod tc-h100-reserved", thread_ts=root.ts
+    )
+    whispered = await stack.slack.wait_for(
+        lambda: next((e for e in stack.slack.ephemerals_for("U04DAVE") if e.thread_ts), None)
+    )
+    assert whispered.thread_ts == root.ts and "internal error" in whispered.text
