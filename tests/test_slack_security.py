@@ -13,6 +13,7 @@ from bot.localslack.sender import Tamper
 from tests.slack_support import (
     block_text,
     bot_messages,
+    opened_modal,
     provider_writes,
     roots,
     whisper,
@@ -78,6 +79,12 @@ async def test_hostile_cluster_names_and_reasons_are_neutralised(sqlite_stack: L
     )
     echoed = await whisper(stack, "U04DAVE", "C0INCIDENT", f'show "{HOSTILE}" 101')
     assert "&lt;!channel&gt;" in echoed.text  # the bad token is quoted back, as text
+
+    await stack.sender.command("U04DAVE", "C0INCIDENT", "update together-prod tc-h100-reserved")
+    form = await opened_modal(stack, "U04DAVE", "gpu_update")
+    assert "&lt;@U0EVIL&gt;" in block_text(form.blocks)
+    await stack.sender.command("U04DAVE", "C0INCIDENT", "action e2e-delhi 101")
+    await opened_modal(stack, "U04DAVE", "gpu_action")
 
     assert len(everything_sent_to_slack(stack)) > 10
     assert_nothing_raw(stack)
