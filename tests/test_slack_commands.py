@@ -8,6 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bot.demo.stack import DEMO_POLICY, LocalStack
 from bot.localslack.models import Message
+from bot.simulators.base import Fault, FaultKind
 from tests.conftest import StackFactory
 from tests.slack_support import (
     block_text,
@@ -263,3 +264,15 @@ async def test_healthz_and_metrics_count_a_refusal(sqlite_stack: LocalStack) -> 
         _counter(before, "gpuops_commands_total", **labels) + 1
     )
     assert len(await refusals(stack, "U06MALLORY")) == 1
+
+
+async def test_list_shows_the_other_provider_when_one_fails(sqlite_stack: LocalStack) -> None:
+    stack = sqlite_stack
+    stack.together.faults.add(
+        Fault(route="list", kind=FaultKind.SERVER_ERROR, status=503, times=-1)
+    )
+    answer = await whisper(stack, "U04DAVE", "C0INCIDENT", "list")
+    blocks = block_text(answer.blocks)
+    assert "train-h100-a" in blocks  # E2E answered
+    assert "*together-prod*" in blocks and "HTTP 503" in blocks  # Together's failure, named
+    assert "tc-h100-reserved" not in blocks
