@@ -341,11 +341,21 @@ class ChangeWorkflow:
             )
         record = await self.store.update_fields(record.id, root_ts=root_ts) or record
         if needs_approval:
-            APPROVALS_PENDING.inc()
             prompt = render.approval_prompt(
                 view_of(record), expire_minutes=self.policy.approvals.expire_after_minutes
             )
-            await self._post_or_log(channel, prompt, thread_ts=root_ts)
+            try:
+                await self.messenger.post(channel, prompt, thread_ts=root_ts)
+            except SlackDeliveryError as exc:
+                # Without the buttons nobody can approve it: withdraw it rather than let it
+                # wait for an approval that cannot come.
+                await self._abandon(record, f"could not post the approval prompt ({exc.code})")
+                return Reply(
+                    render.error(
+                        f"{exc.user_message} Nothing was changed (request {record.id} withdrawn)."
+                    )
+                )
+            APPROVALS_PENDING.inc()
             await self._mirror(record, "Change requested")
             return Reply(
                 render.notice(
@@ -377,6 +387,7 @@ class ChangeWorkflow:
                 outcome="cancelled",
                 reason=why,
             )
+            await self._edit_root(done)
 
     # -- decisions --------------------------------------------------------------------
     async def decide(
