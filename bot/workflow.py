@@ -365,7 +365,14 @@ class ChangeWorkflow:
             )
         await self._mirror(record, "Change requested (no approval needed)")
         await self.execute(record.id, actor=user)
-        return Reply(render.notice(f"Request {record.id} ran — see the thread for the result."))
+        # Say how it went here too: the thread may be out of the bot's reach by now.
+        final = await self.store.get_request(record.id) or record
+        outcome = render.STATE_WORDS.get(str(final.state), str(final.state))
+        if final.result_message:
+            outcome += f": {final.result_message}"
+        return Reply(
+            render.notice(f"Request {record.id} ran — see the thread for the result ({outcome}).")
+        )
 
     async def _abandon(self, record: ChangeRequestRecord, why: str) -> None:
         done = await self.store.transition(
