@@ -4,6 +4,7 @@ tests and the benchmarks all run on this."""
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -258,6 +259,7 @@ class LocalStack:
         self.events_url, self.base_url = bot.events_url, bot.base_url
 
     async def stop(self) -> None:
+        await handlers_finished()
         for replica in reversed(self.replicas):
             await replica.stop()
         self.replicas.clear()
@@ -277,3 +279,17 @@ def _provider_env(options: StackOptions) -> dict[str, str]:
         "E2E_API_KEY": options.e2e_key,
         "E2E_AUTH_TOKEN": options.e2e_token,
     }
+
+
+async def handlers_finished(within: float = 5.0) -> None:
+    """Wait (at most ``within`` s) for Slack handlers still at work after their ack — Bolt
+    runs each listener in a task of its own — so that stopping the stack does not cut off a
+    change being reported or close the store under it."""
+    running = [
+        task
+        for task in asyncio.all_tasks()
+        if not task.done()
+        and getattr(task.get_coro(), "__name__", "") == "run_ack_function_asynchronously"
+    ]
+    if running:
+        await asyncio.wait(running, timeout=within)
