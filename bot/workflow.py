@@ -413,6 +413,10 @@ class ChangeWorkflow:
                 channel,
                 Refusal(f"there is no change request {request_id}.", kind="unknown_request"),
             )
+        if record.state is S.PENDING and record.expires_at and record.expires_at <= self.clock():
+            # Past its deadline but not yet swept: it expires now, not gets decided.
+            await self.expire_due()
+            record = await self.store.get_request(record.id) or record
         if record.state is not S.PENDING:
             return await self.refuse(
                 user,
