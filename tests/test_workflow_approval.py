@@ -222,6 +222,22 @@ async def test_an_undecided_request_expires_and_cannot_be_approved_after(
     ]
 
 
+async def test_a_click_after_the_deadline_finds_the_request_expired_before_the_sweeper_does(
+    stack: LocalStack,
+) -> None:
+    opened = await request(stack, DAVE, SCALE_101)
+    # 31 minutes later; the sweeper (every GPUOPS_SWEEP_SECONDS) has not run yet
+    stack.runtime.workflow.clock = lambda: datetime.now(UTC) + timedelta(minutes=31)
+    seen = len(stack.slack.ephemerals_for(BOB))
+    await click(stack, opened, BOB)
+    told = await next_ephemeral(stack, BOB, seen)
+    assert f"{opened.id} is already expired" in told.text
+    await wait_root(stack, opened, "expired")
+    await wait_reply(stack, opened, "Expired: nobody approved")
+    assert (await wait_state(stack.runtime.store, opened.id, S.EXPIRED)).decided_by is None
+    assert stack.e2e.calls("action", "PUT") == []
+
+
 async def test_a_cluster_changed_since_the_preview_is_refused_as_stale(
     stack: LocalStack,
 ) -> None:
