@@ -30,6 +30,7 @@ from tests.workflow_kit import (
 
 ROUNDS = 50
 REPLICA_ROUNDS = 20
+RACE_ROUNDS = 20
 E2E_CLUSTERS = ("101", "103", "104", "105", "106")
 TOGETHER_CLUSTER = "tc-h200-ondemand"
 
@@ -126,6 +127,31 @@ async def test_two_approvers_clicking_at_once_execute_once(
     winners: list[str] = []
     await run_rounds(stack, ROUNDS, approver_race(stack, (stack.sender, stack.sender), winners))
     assert len(winners) == ROUNDS
+
+
+async def test_approve_and_cancel_at_once_either_runs_once_or_never(
+    database_url: str, make_stack: StackFactory
+) -> None:
+    stack = await make_stack(database_url=database_url, transition_seconds=0)
+    for round_no in range(RACE_ROUNDS):
+        stack.e2e.requests.clear()
+        stack.together.requests.clear()
+        opened = await fresh_request(stack, round_no)
+        seen = {user: len(stack.slack.ephemerals_for(user)) for user in (BOB, DAVE)}
+        await asyncio.gather(
+            click(stack, opened, BOB), click(stack, opened, DAVE, "cancel_request")
+        )
+        record = await wait_state(stack.runtime.store, opened.id, S.SUCCEEDED, S.CANCELLED)
+        if record.state is S.CANCELLED:
+            told = await next_ephemeral(stack, BOB, seen[BOB])
+            assert f"{opened.id} was already cancelled by" in told.text, told.text
+            await wait_mirror(stack, opened, "Change cancelled")
+            assert provider_writes(stack) == 0, f"round {round_no}: cancelled yet sent"
+        else:
+            told = await next_ephemeral(stack, DAVE, seen[DAVE])
+            assert f"{opened.id} was already approved by" in told.text, told.text
+            await wait_mirror(stack, opened, "Change done")
+            assert provider_writes(stack) == 1, f"round {round_no}: {provider_writes(stack)}"
 
 
 async def test_two_replicas_on_one_postgres_database_execute_once(
