@@ -62,6 +62,30 @@ async def test_a_pending_request_survives_a_restart_and_runs_once(stack: LocalSt
     ]
 
 
+async def test_after_a_restart_with_a_new_policy_the_requesters_grant_is_checked_again(
+    stack: LocalStack,
+) -> None:
+    opened = await request(stack, DAVE, SCALE_101)
+    dave_grant = "  - users: [U04DAVE]\n    projects: [together-prod, e2e-delhi]\n"
+    policy = stack.runtime.settings.gpuops_policy
+    assert dave_grant in policy.read_text()
+    policy.write_text(
+        policy.read_text().replace(
+            dave_grant, "  - users: [U04DAVE]\n    projects: [together-prod]\n"
+        )
+    )
+    await stack.restart_bot()
+    seen = len(stack.slack.ephemerals_for(BOB))
+    await click(stack, opened, BOB)
+    told = await next_ephemeral(stack, BOB, seen)
+    assert "the requester no longer may request this change" in told.text
+    record = await wait_state(stack.runtime.store, opened.id, S.FAILED)
+    assert record.decision_note == "requester_revoked"
+    await wait_reply(stack, opened, "the requester no longer may request this change")
+    await wait_root(stack, opened, "failed")
+    assert e2e_puts(stack) == []
+
+
 async def test_a_bot_killed_while_sending_leaves_the_change_unknown_never_rerun(
     stack: LocalStack,
 ) -> None:
