@@ -656,9 +656,11 @@ def _parse_action_reply(action: str, body: Mapping[str, Any]) -> ActionReply:
     if kind == "reserved_ip":
         if not isinstance(data, dict):
             raise _malformed("the reserved IP is not an object", is_action=True)
-        return ActionReply(
-            action=action, message=message, reserved_ip=E2EReservedIp.model_validate(data)
-        )
+        try:
+            reserved_ip = E2EReservedIp.model_validate(data)
+        except ValidationError:
+            raise _malformed("the reserved IP has an unexpected shape", is_action=True) from None
+        return ActionReply(action=action, message=message, reserved_ip=reserved_ip)
     if kind == "empty":
         if data is not None and not isinstance(data, dict):
             raise _malformed("expected an empty object", is_action=True)
