@@ -167,10 +167,18 @@ async def test_two_replicas_on_one_postgres_database_execute_once(
     race = approver_race(stack, (stack.sender, replica_b.sender), winners)
     await run_rounds(stack, REPLICA_ROUNDS, race)
     assert len(winners) == REPLICA_ROUNDS
+    # one click, delivered at the same moment to replica A and (a retry) to replica B
+    async with twice_at_once_sender(stack, second_url=replica_b.events_url) as (both, wire):
+
+        async def approve(opened: Opened) -> None:
+            await click(stack, opened, BOB, sender=both)
+
+        await run_rounds(stack, REPLICA_ROUNDS, approve)
+    assert wire.statuses == [200] * (2 * REPLICA_ROUNDS)
     executed = [
         e for e in await stack.runtime.store.list_audit(limit=1000) if e.event == "executing"
     ]
-    assert len(executed) == REPLICA_ROUNDS  # one execution per request, never two
+    assert len(executed) == 2 * REPLICA_ROUNDS  # one execution per request, never two
 
 
 async def test_an_event_retried_by_slack_is_answered_once(stack: LocalStack) -> None:

@@ -273,20 +273,24 @@ def events(trail: Iterable[tuple[str, str, str | None]]) -> list[str]:
 
 class TwiceAtOnce(httpx.AsyncBaseTransport):
     """Sends every request twice at the same moment — the same bytes, signature included —
-    as Slack's at-least-once delivery racing with itself; answers with the first answer."""
+    as Slack's at-least-once delivery racing with itself; the second copy goes to
+    ``second_url`` if given (another replica behind the load balancer). Answers with the
+    first answer."""
 
-    def __init__(self) -> None:
+    def __init__(self, second_url: str | None = None) -> None:
         self._inner = httpx.AsyncHTTPTransport()
+        self.second_url = second_url
         self.statuses: list[int] = []
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         body = await request.aread()
 
-        def copy() -> httpx.Request:
-            return httpx.Request(request.method, request.url, headers=request.headers, content=body)
+        def copy(url: httpx.URL | str) -> httpx.Request:
+            return httpx.Request(request.method, url, headers=request.headers, content=body)
 
         first, second = await asyncio.gather(
-            self._inner.handle_async_request(copy()), self._inner.handle_async_request(copy())
+            self._inner.handle_async_request(copy(request.url)),
+            self._inner.handle_async_request(copy(self.second_url or request.url)),
         )
         await second.aread()
         await second.aclose()
@@ -298,12 +302,16 @@ class TwiceAtOnce(httpx.AsyncBaseTransport):
 
 
 @asynccontextmanager
-async def twice_at_once_sender(stack: LocalStack) -> AsyncIterator[tuple[SlackSender, TwiceAtOnce]]:
-    transport = TwiceAtOnce()
+async def twice_at_once_sender(
+    stack: LocalStack, *, second_url: str | None = None
+) -> AsyncIterator[tuple[SlackSender, TwiceAtOnce]]:
+    """A sender whose every request is delivered twice at once (to the stack's bot, and the
+    second copy to ``second_url`` if given)."""
+    transport = TwiceAtOnce(second_url)
     async with httpx.AsyncClient(transport=transport, timeout=10) as http:
         yield (
             SlackSender(stack.events_url, stack.options.signing_secret, stack.slack, http=http),
-            (transport),
+            transport,
         )
 
 
