@@ -62,6 +62,7 @@ from bot.migrations import (
     json_type,
     migrate,
 )
+from bot.sqlite_inline import inline_creator
 
 
 class RequestState(enum.StrEnum):
@@ -314,17 +315,15 @@ def _create_engine(url: URL, *, schema: str | None, echo: bool) -> AsyncEngine:
             connect_args=connect_args,
             **common,
         )
-    # No pre-ping for SQLite: a local file connection does not go stale.
+    # No pre-ping for SQLite: a local file connection does not go stale. sqlite3 calls run
+    # on the loop's thread, not on aiosqlite's worker thread (see bot.sqlite_inline).
+    creator = inline_creator(url, timeout=_SQLITE_BUSY_TIMEOUT_MS / 1000)
     if _is_sqlite_memory(url):
-        engine = create_async_engine(url, poolclass=StaticPool, **common)
+        engine = create_async_engine(url, poolclass=StaticPool, async_creator=creator, **common)
     else:
         # The store queues its own transactions (see Store.__init__): few connections needed.
         engine = create_async_engine(
-            url,
-            pool_size=2,
-            max_overflow=2,
-            connect_args={"timeout": _SQLITE_BUSY_TIMEOUT_MS / 1000},
-            **common,
+            url, pool_size=2, max_overflow=2, async_creator=creator, **common
         )
     _install_sqlite_hooks(engine)
     return engine

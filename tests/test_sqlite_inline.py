@@ -1,0 +1,83 @@
+"""The SQLite store runs sqlite3 on the event loop's thread: a transaction completes within
+one step of the loop (no worker-thread round trips), which keeps the de-duplication write
+before each ack from queueing behind background work."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+from bot.sqlite_inline import InlineConnection
+from bot.store import Store
+
+
+async def test_a_sqlite_transaction_takes_a_few_loop_turns_not_one_per_call(
+    tmp_path: Path,
+) -> None:
+    """aiosqlite needs a worker-thread round trip, hence at least one loop turn, for each
+    of the nine sqlite3 calls of a transaction; inline, only SQLAlchemy's connection
+    release yields."""
+    store = await Store.open(f"sqlite:///{tmp_path / 'gpuops.db'}")
+    loop = asyncio.get_running_loop()
+    turns = 0
+    counting = True
+
+    def tick() -> None:
+        nonlocal turns
+        turns += 1
+        if counting:
+            loop.call_soon(tick)
+
+    try:
+        await store.remember_delivery("warm-up")  # the pool's first connection
+        loop.call_soon(tick)
+        assert await store.remember_delivery("command:T1:1")
+        first = turns
+        assert await store.acquire_lease("exec:CR-2345AB", "bot-1", 30)
+        counting = False
+        assert first <= 4
+        assert turns - first <= 4
+    finally:
+        counting = False
+        await store.close()
+
+
+async def test_the_sqlite_store_starts_no_worker_thread(tmp_path: Path) -> None:
+    before = {t.ident for t in threading.enumerate()}
+    store = await Store.open(f"sqlite:///{tmp_path / 'gpuops.db'}")
+    try:
+        assert await store.remember_delivery("k")
+        assert not await store.remember_delivery("k")
+        assert {t.ident for t in threading.enumerate()} <= before
+    finally:
+        await store.close()
+
+
+async def test_an_in_memory_store_works_inline_too() -> None:
+    store = await Store.open("sqlite:///:memory:")
+    try:
+        assert await store.remember_delivery("k")
+        assert not await store.remember_delivery("k")
+        raw = await store.engine.raw_connection()
+        try:
+            assert isinstance(raw.driver_connection, InlineConnection)
+        finally:
+            raw.close()
+    finally:
+        await store.close()
+
+
+async def test_a_failed_statement_rolls_back_and_the_store_goes_on(tmp_path: Path) -> None:
+    store = await Store.open(f"sqlite:///{tmp_path / 'gpuops.db'}")
+    try:
+        async with store.engine.connect() as conn:
+            try:
+                await conn.exec_driver_sql("INSERT INTO no_such_table VALUES (1)")
+            except Exception as exc:
+                assert "no_such_table" in str(exc)
+            else:
+                raise AssertionError("the insert into a missing table succeeded")
+        assert await store.remember_delivery("after-error")
+    finally:
+        await store.close()
