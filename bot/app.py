@@ -49,6 +49,23 @@ def delivery_key(body: Mapping[str, Any], headers: Mapping[str, Any]) -> str | N
     return None
 
 
+def malformed_interaction(body: Mapping[str, Any]) -> str | None:
+    """What makes an interaction payload unreadable to Bolt's listener matchers (which
+    index ``actions[0]["action_id"]`` and ``view["callback_id"]`` unguarded), or None."""
+    kind = body.get("type")
+    if kind == "block_actions":
+        actions = body.get("actions")
+        if not isinstance(actions, list) or not actions:
+            return "no actions"
+        if not all(isinstance(a, dict) and isinstance(a.get("action_id"), str) for a in actions):
+            return "an action without an action_id"
+    if kind in ("view_submission", "view_closed"):
+        view = body.get("view")
+        if not isinstance(view, dict) or not isinstance(view.get("callback_id"), str):
+            return "no view callback_id"
+    return None
+
+
 @dataclass
 class Runtime:
     settings: Settings
@@ -193,6 +210,17 @@ def build_bolt_app(
         await next()
         return None
 
+    async def drop_malformed(
+        body: dict[str, Any], next: Callable[[], Awaitable[None]]
+    ) -> BoltResponse | None:
+        problem = malformed_interaction(body)
+        if problem is not None:
+            log.warning("ignored a malformed %s payload: %s", str(body.get("type"))[:32], problem)
+            return BoltResponse(status=200, body="")
+        await next()
+        return None
+
+    app.use(drop_malformed)
     app.use(deduplicate)
     app.use(inject)
     for module in (handlers.commands, handlers.actions, handlers.modals, handlers.mentions):
