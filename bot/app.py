@@ -147,6 +147,10 @@ class Runtime:
     async def _slack_events(self, request: web.Request) -> web.Response:
         bolt_request = await to_bolt_request(request)
         bolt_response = await self.bolt.async_dispatch(bolt_request)
+        if bolt_response.status == 404:
+            # Signed, but no listener wants it (an event type or a button of an older
+            # version): acknowledge it, or Slack retries events and shows people an error.
+            bolt_response = BoltResponse(status=200, body="")
         return await to_aiohttp_response(bolt_response)
 
     async def _healthy(self) -> bool:
