@@ -54,6 +54,9 @@ def malformed_interaction(body: Mapping[str, Any]) -> str | None:
     """What makes an interaction payload unreadable to Bolt's listener matchers (which
     index ``actions[0]["action_id"]`` and ``view["callback_id"]`` unguarded), or None."""
     kind = body.get("type")
+    for key in ("view", "event"):  # Bolt's logging and matching call .get on them
+        if key in body and not isinstance(body[key], dict):
+            return f"a {key} that is not an object"
     if kind == "block_actions":
         actions = body.get("actions")
         if not isinstance(actions, list) or not actions:
