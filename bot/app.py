@@ -56,7 +56,7 @@ def malformed_interaction(body: Mapping[str, Any]) -> str | None:
     kind = body.get("type")
     for key in ("view", "event"):  # Bolt's logging and matching call .get on them
         if key in body and not isinstance(body[key], dict):
-            return f"a {key} that is not an object"
+            return f"its {key} is not an object"
     if kind == "block_actions":
         actions = body.get("actions")
         if not isinstance(actions, list) or not actions:
@@ -149,15 +149,20 @@ class Runtime:
         return app
 
     async def _slack_events(self, request: web.Request) -> web.Response:
+        # Bolt (its built-in middleware too) indexes some payload fields unguarded
+        # (view.type, event.type …): such a payload gets an answer, not a 500 — after the
+        # signature check Bolt did not get to.
         try:
             bolt_request = await to_bolt_request(request)
-            bolt_response = await self.bolt.async_dispatch(bolt_request)
+            problem = malformed_interaction(bolt_request.body)
+            if problem is None:
+                bolt_response = await self.bolt.async_dispatch(bolt_request)
         except Exception as exc:
-            # Bolt indexes some payload fields unguarded (view.type, event.type …): such a
-            # payload gets an answer, not a 500 — after the signature check Bolt skipped.
+            problem = type(exc).__name__
+        if problem is not None:
             if not self._signed(await request.text(), request.headers):
                 return web.Response(status=401)
-            log.warning("ignored a Slack request Bolt could not read (%s)", type(exc).__name__)
+            log.warning("ignored a Slack request Bolt could not read (%s)", problem)
             return web.Response(status=200)
         if bolt_response.status == 404:
             # Signed, but no listener wants it (an event type or a button of an older
