@@ -89,8 +89,11 @@ async def _socket(host: str, port: int) -> None:
     await web.TCPSite(runner, host, port).start()
     handler = AsyncSocketModeHandler(runtime.bolt, settings.slack_app_token.get_secret_value())
     try:
-        await handler.start_async()  # type: ignore[no-untyped-call]
+        await handler.connect_async()  # type: ignore[no-untyped-call]
+        logging.getLogger("gpuops").info("connected in Socket Mode; health on :%d", port)
+        await _stop_signal().wait()
     finally:
+        await handler.close_async()  # type: ignore[no-untyped-call]
         await runner.cleanup()
         await runtime.close()
 

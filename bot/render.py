@@ -119,6 +119,10 @@ def error(text: str) -> SlackMessage:
 # -- cluster summary ----------------------------------------------------------------------
 
 
+def _nodes(value: int | None) -> str:
+    return f"{_count(value)} node" + ("" if value == 1 else "s")
+
+
 def _count(value: int | None) -> str:
     return "—" if value is None else str(value)
 
@@ -148,7 +152,7 @@ def summary_pairs(s: ClusterSummary) -> list[tuple[str, str]]:
         pairs += [
             (
                 "Nodes / GPUs",
-                f"{_count(s.nodes)} nodes · {_count(s.gpus)} x {escape(s.gpu_type or 'GPU')}",
+                f"{_nodes(s.nodes)} · {_count(s.gpus)} x {escape(s.gpu_type or 'GPU')}",
             ),
             ("CPUs / memory", f"{_count(s.cpus)} CPUs · {escape(s.memory or '—')}"),
             ("Image", escape(s.image or "—")),
@@ -193,7 +197,7 @@ def cluster_summary(
     text = (
         f"{escape(title)} — {escape(s.status)} · {escape(s.provider)}/{escape(s.project)}"
         + (f" · {s.num_gpus} GPUs" if s.num_gpus is not None else "")
-        + (f" · {s.nodes} nodes" if s.nodes is not None else "")
+        + (f" · {_nodes(s.nodes)}" if s.nodes is not None else "")
     )
     return SlackMessage(text=text, blocks=blocks)
 
@@ -223,7 +227,7 @@ def cluster_list(groups: Mapping[str, Sequence[ClusterSummary] | str]) -> SlackM
 
 
 def _list_row(s: ClusterSummary) -> str:
-    size = f"{s.num_gpus} GPUs" if s.num_gpus is not None else f"{_count(s.nodes)} nodes"
+    size = f"{s.num_gpus} GPUs" if s.num_gpus is not None else _nodes(s.nodes)
     return (
         f"• `{escape(s.cluster_id)}` {escape(s.name)} — {escape(s.status)} · {size}"
         f" · {escape(s.gpu_type or '—')}"
@@ -407,13 +411,16 @@ def _input_block(spec: FieldSpec, current: Any, *, required: bool) -> Block:
     return block
 
 
-def _reason_block() -> Block:
+def _reason_block(initial: object = None) -> Block:
+    element: Block = {"type": "plain_text_input", "action_id": "reason", "max_length": 500}
+    if isinstance(initial, str) and initial:
+        element["initial_value"] = initial[:500]
     return {
         "type": "input",
         "block_id": "reason",
         "optional": True,
         "label": {"type": "plain_text", "text": "Reason (recorded in the thread and audit)"},
-        "element": {"type": "plain_text_input", "action_id": "reason", "max_length": 500},
+        "element": element,
     }
 
 
@@ -453,7 +460,7 @@ def update_modal(
         )
     ]
     blocks += [_input_block(s, current.get(s.name), required=False) for s in specs]
-    blocks.append(_reason_block())
+    blocks.append(_reason_block(current.get("reason")))
     return {
         "type": "modal",
         "callback_id": "gpu_update",
@@ -496,7 +503,7 @@ def action_modal(
     ]
     prefill = {k: v for k, v in current.items() if k in {s.name for s in specs}}
     blocks += [_input_block(s, prefill.get(s.name), required=s.required) for s in specs]
-    blocks.append(_reason_block())
+    blocks.append(_reason_block(current.get("reason")))
     return {
         "type": "modal",
         "callback_id": "gpu_action",

@@ -255,7 +255,8 @@ class GpuOps:
         if provider != expected:
             verb = "update" if provider == "together" else "action"
             raise Refusal(
-                f"{command.project} is a {provider} project: use `/gpu {verb}`.", kind="usage"
+                f"{command.project} is an {_provider_label(provider)} project: use `/gpu {verb}`.",
+                kind="usage",
             )
         kind: ModalKind = "update" if isinstance(command, UpdateCommand) else "action"
         action = "update" if isinstance(command, UpdateCommand) else command.action
@@ -301,7 +302,8 @@ class GpuOps:
             state = await self.cluster(user, request.channel, request.project, request.cluster_id)
         except Refusal as refusal:
             return render.message_modal(callback, "gpuops", refusal.message, request.metadata())
-        return self._modal(request.kind, state, request.action, request.prefill, request.metadata())
+        prefill = {**request.prefill, **({"reason": request.reason} if request.reason else {})}
+        return self._modal(request.kind, state, request.action, prefill, request.metadata())
 
     def _modal(
         self,
@@ -478,8 +480,8 @@ class GpuOps:
             COMMANDS.labels("mention", "ok").inc()
             return reply
         COMMANDS.labels("mention", "ok").inc()
-        if command.name == "help":
-            return Reply(await self.help(user, channel), public=True)
+        if command.name == "help":  # it lists the person's projects and roles: only for them
+            return Reply(await self.help(user, channel))
         return Reply(
             render.notice(
                 "In a thread I answer `@gpuops show <project> <cluster_id>` and `@gpuops help`. "
@@ -504,3 +506,7 @@ def _same_value(raw: str, current: Any) -> bool:
         shown = ",".join(str(v) for v in current)
         return raw.replace(" ", "") == shown
     return raw == str(current)
+
+
+def _provider_label(provider: str) -> str:
+    return {"together": "Together", "e2e": "E2E"}.get(provider, provider)

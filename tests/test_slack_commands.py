@@ -206,7 +206,11 @@ async def test_e2e_add_security_group_end_to_end(sqlite_stack: LocalStack) -> No
     replies = stack.slack.replies("C0INCIDENT", root.ts)
     assert any("Security groups added successfully" in m.text for m in replies)
     summary = _summary_in(replies, "train-a100-small (103)")
-    assert "1 nodes" in summary.text and "A100" in block_text(summary.blocks)
+    assert (
+        "· 1 node" in summary.text
+        and "1 nodes" not in summary.text
+        and "A100" in block_text(summary.blocks)
+    )
     assert root.text.startswith("[done]")
 
 

@@ -38,14 +38,27 @@ async def test_show_in_a_thread_is_answered_in_that_thread(sqlite_stack: LocalSt
     assert e2e.thread_ts == root.ts and "train-h100-a (101)" in e2e.text
 
 
-async def test_help_in_a_thread_is_answered_there_for_that_user(sqlite_stack: LocalStack) -> None:
+async def test_help_in_a_thread_is_answered_there_only_for_that_user(
+    sqlite_stack: LocalStack,
+) -> None:
+    """Help lists the person's projects and roles, so it is whispered in the thread."""
     stack = sqlite_stack
     root = await stack.slack.post_user_message("C0INCIDENT", "U04DAVE", "deploy thread")
-    operator = await mention_in_thread(stack, "U04DAVE", "C0INCIDENT", "help", root.ts)
-    assert operator.thread_ts == root.ts
-    assert "/gpu update" in operator.text and "/gpu audit" not in operator.text
-    viewer = await mention_in_thread(stack, "U05ERIN", "C0INCIDENT", "help", root.ts)
-    assert "/gpu show" in viewer.text and "/gpu update" not in viewer.text
+
+    async def help_for(user: str) -> str:
+        result = await stack.sender.mention(user, "C0INCIDENT", "help", thread_ts=root.ts)
+        assert result.status == 200 and result.acked_in_time
+        whisper = await stack.slack.wait_for(
+            lambda: next(iter(stack.slack.ephemerals_for(user, "C0INCIDENT")), None)
+        )
+        assert whisper.thread_ts == root.ts
+        return whisper.text
+
+    operator = await help_for("U04DAVE")
+    assert "/gpu update" in operator and "/gpu audit" not in operator
+    viewer = await help_for("U05ERIN")
+    assert "/gpu show" in viewer and "/gpu update" not in viewer
+    assert bot_replies(stack, "C0INCIDENT", root.ts) == []  # nothing public in the thread
 
 
 async def test_another_command_gets_guidance_and_changes_nothing(sqlite_stack: LocalStack) -> None:

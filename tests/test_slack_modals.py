@@ -207,3 +207,22 @@ async def test_a_prefilled_value_is_not_sent_after_the_cluster_changed_meanwhile
     [put] = stack.together.calls("update", "PUT")
     assert put.body == {"num_preemptible_gpus": 8}
     assert stack.together.clusters["tc-h100-sched"]["num_gpus"] == 8
+
+
+async def test_a_reason_on_the_command_line_is_carried_into_the_form(
+    sqlite_stack: LocalStack,
+) -> None:
+    stack = sqlite_stack
+    await stack.sender.command(
+        "U04DAVE", "C0INCIDENT", 'action e2e-delhi 101 scale_cluster reason="eval capacity"'
+    )
+    view = await opened_modal(stack, "U04DAVE", "gpu_action")
+    assert input_block(view, "reason")["element"]["initial_value"] == "eval capacity"
+    done = await stack.sender.view_submission("U04DAVE", view.id, {"additional_nodes": "1"})
+    assert done.ok and done.json is None
+    confirmation = await stack.slack.wait_for(
+        lambda: next(iter(stack.slack.ephemerals_for("U04DAVE")), None)
+    )
+    assert "waiting for approval" in confirmation.text
+    [request] = await stack.runtime.store.list_requests()
+    assert request.reason == "eval capacity"
