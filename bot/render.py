@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -105,14 +106,23 @@ def header(text: str) -> Block:
     }
 
 
+# A bare channel link ``<#C…>`` cannot ping anyone, carry a URL or a spoofed label, so the
+# composed notices below let it through after escaping; everything else stays inert.
+_ESCAPED_CHANNEL = re.compile(r"&lt;#([CG][A-Z0-9]{2,20})&gt;")
+
+
+def composed_text(text: str) -> str:
+    return _ESCAPED_CHANNEL.sub(r"<#\1>", escape(text))
+
+
 def notice(text: str) -> SlackMessage:
     """A message from plain text we composed, possibly embedding user text: all escaped."""
-    safe = escape(text)
+    safe = composed_text(text)
     return SlackMessage(text=safe, blocks=[section(safe)])
 
 
 def error(text: str) -> SlackMessage:
-    safe = escape(text)
+    safe = composed_text(text)
     return SlackMessage(text=safe, blocks=[section(f":x: {safe}")])
 
 

@@ -180,3 +180,11 @@ def test_cluster_list_reports_a_failed_project_without_hiding_others() -> None:
     message = render.cluster_list({"a": [_together()], "b": "together: timeout"})
     blob = json.dumps(message.blocks)
     assert "tc-1" in blob and "together: timeout" in blob
+
+
+def test_composed_notices_link_bare_channels_but_nothing_else() -> None:
+    message = render.error(f"your grant holds only in <#C0INCIDENT> — ask there. {HOSTILE}")
+    assert "<#C0INCIDENT>" in message.text
+    _assert_inert(_all_text(message))
+    spoof = render.error("<#C0INCIDENT|click-me> <#C0X><@U0EVIL>")
+    assert "<#C0INCIDENT|" not in spoof.text and "<@U0EVIL>" not in spoof.text

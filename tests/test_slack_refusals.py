@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bot.demo.stack import DEMO_POLICY, LocalStack
-from bot.render import escape
+from bot.render import composed_text
 from tests.conftest import StackFactory
 from tests.slack_support import bot_messages, opened_modal, provider_writes, refusals, whisper
 
@@ -24,7 +24,7 @@ async def assert_refused(
     assert len(entries) == before + 1
     entry = entries[0]
     assert entry.outcome == kind
-    assert escape(entry.detail["reason"]) == answer.text  # the audit has what they were told
+    assert composed_text(entry.detail["reason"]) == answer.text  # the audit has what they were told
     assert entry.detail["channel"] == channel
     assert await stack.runtime.store.list_requests() == []
 
