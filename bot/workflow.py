@@ -919,8 +919,9 @@ class ChangeWorkflow:
         return expired
 
     async def recover_interrupted(self) -> int:
-        """Mark ``executing`` requests whose executor is gone as ``unknown`` (never re-run)."""
-        recovered = 0
+        """Mark ``executing`` requests whose executor is gone as ``unknown`` (never re-run),
+        and fail ``approved`` ones whose bot died before sending them."""
+        recovered = await self._fail_orphaned_approvals()
         for record in await self.store.list_requests(states={S.EXECUTING}):
             if record.id in self._executing:
                 continue
@@ -957,6 +958,48 @@ class ChangeWorkflow:
                 done.channel, render.thread_note(why, icon=":warning:"), thread_ts=done.root_ts
             )
         return recovered
+
+    async def _fail_orphaned_approvals(self) -> int:
+        """An ``approved`` request that no replica went on to send (its bot died between
+        the approval and the provider call) was never sent: fail it and free its cluster,
+        which it may hold. Only when older than a lease period and its lease is free."""
+        before = self.clock() - timedelta(seconds=self.exec_lease_seconds)
+        closed = 0
+        for record in await self.store.list_requests(states={S.APPROVED}):
+            if record.id in self._executing or record.updated_at > before:
+                continue
+            lease = f"exec:{record.id}"
+            if not await self.store.acquire_lease(lease, self.instance_id, self.exec_lease_seconds):
+                continue  # a live replica is about to send it
+            why = (
+                "gpuops restarted after this change was approved and before sending it; "
+                "nothing was sent. Request it again if it is still needed."
+            )
+            done = await self.store.transition(
+                record.id, from_states={S.APPROVED}, to=S.FAILED, result_message=why
+            )
+            await self.store.release_lease(lease, self.instance_id)
+            if done is None:
+                continue
+            closed += 1
+            CHANGE_REQUESTS.labels(record.provider, "failed").inc()
+            await self.store.unlock_cluster(
+                record.provider, record.project, record.cluster_id, record.id
+            )
+            await self.audit(
+                "gpuops",
+                "result",
+                project=record.project,
+                cluster_id=record.cluster_id,
+                request_id=record.id,
+                outcome="failed",
+                reason=why,
+            )
+            await self._edit_root(done)
+            await self._post_or_log(
+                done.channel, render.thread_note(why, icon=":warning:"), thread_ts=done.root_ts
+            )
+        return closed
 
     async def refresh_pending_gauge(self) -> None:
         pending = await self.store.list_requests(states={S.PENDING}, limit=10_000)
