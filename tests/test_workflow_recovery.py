@@ -5,6 +5,7 @@ execution end in the right state; one running change per cluster."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -123,6 +124,34 @@ async def test_a_bot_killed_while_sending_leaves_the_change_unknown_never_rerun(
     await click(stack, nxt, CAROL)
     await wait_state(store, nxt.id, S.SUCCEEDED)
     assert len(e2e_puts(stack)) == 2
+
+
+async def test_a_change_approved_by_a_bot_that_died_before_sending_it_is_closed(
+    stack: LocalStack,
+) -> None:
+    """A bot killed between the approval and the provider call leaves the request approved
+    and, maybe, its cluster locked: nothing was sent, so recovery fails it and frees the
+    cluster (else every later change on it is refused as "another change is running")."""
+    store = stack.runtime.store
+    orphan = await request(stack, DAVE, SCALE_101)
+    following = await request(stack, DAVE, "action e2e-delhi 101 restart_workers")
+    assert await store.transition(orphan.id, from_states={S.PENDING}, to=S.APPROVED, decided_by=BOB)
+    assert await store.lock_cluster("e2e", "e2e-delhi", "101", orphan.id)
+    assert await stack.runtime.workflow.recover_interrupted() == 0  # just approved: in hand
+
+    later = await stack.start_replica("demo-2", start_background=False)
+    later.runtime.workflow.clock = lambda: datetime.now(UTC) + timedelta(minutes=1)
+    assert await later.runtime.workflow.recover_interrupted() == 1
+    record = await wait_state(store, orphan.id, S.FAILED)
+    assert record.result_message is not None and "nothing was sent" in record.result_message
+    await wait_reply(stack, orphan, "nothing was sent")
+    await wait_root(stack, orphan, "failed")
+    assert await store.cluster_holder("e2e", "e2e-delhi", "101") is None
+    assert (await audit_trail(store, orphan.id))[-1] == ("gpuops", "result", "failed")
+
+    await click(stack, following, CAROL)
+    await wait_state(store, following.id, S.SUCCEEDED)
+    assert e2e_puts(stack) == [{"action": "restart_workers"}]
 
 
 async def test_a_replica_leaves_alone_a_change_another_live_replica_is_sending(
