@@ -45,7 +45,18 @@ FUZZ_POLICY = DEMO_POLICY.replace(
     f"    auth_token_env: E2E_AUTH_TOKEN\n    notify_channel: C0GPUAUDIT\n"
     f"    require_approval: {ALL_E2E}\n",
 )
-INJECTED = ["<!channel>", "<!here>", "<!everyone>", "<@U0INJECT>", "<#C0INJECT>", "<https://evil"]
+# Slack control sequences typed by people; none may reach Slack unescaped. (A bare channel
+# link ``<#C…>`` may: it cannot ping, carry a URL or a label, and refusals show it readably.)
+INJECTED = [
+    "<!channel>",
+    "<!here>",
+    "<!everyone>",
+    "<@U0INJECT>",
+    "<https://evil",
+    "<#C0INJECT|spoofed>",
+    "<#C0INJECT>",
+]
+FORBIDDEN = [raw for raw in INJECTED if raw != "<#C0INJECT>"]
 
 FUZZ = settings(
     max_examples=150,
@@ -158,7 +169,7 @@ def check_properties(fz: FuzzStack, before: Marks, result: SenderResult) -> None
     ]
     bodies.append(result.body)
     for body in bodies:
-        for raw in INJECTED:
+        for raw in FORBIDDEN:
             assert raw not in body, (raw, body[:500])
     puts = stack.together.calls(None, "PUT") + stack.e2e.calls(None, "PUT")
     assert puts == [], puts
