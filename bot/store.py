@@ -386,8 +386,17 @@ class Store:
             async with self._engine.begin() as conn:
                 yield conn
         else:
-            async with self._serial_lock, self._engine.begin() as conn:
-                yield conn
+            async with self._serial_lock:
+                # SQLite runs inline (bot.sqlite_inline), so connecting, committing and
+                # closing complete without yielding to the event loop: the transaction is
+                # one step of the loop. (AsyncEngine.begin()'s exit closes the connection
+                # in a task of its own: loop turns during which the lock stays held.)
+                conn = await self._engine.connect()
+                try:
+                    async with conn.begin():
+                        yield conn
+                finally:
+                    await conn.close()
 
     def _insert(self, table: Table) -> postgresql.Insert | sqlite.Insert:
         """A dialect INSERT, for ON CONFLICT clauses (same API on both backends)."""
