@@ -28,7 +28,7 @@ from bot.policy import Authorizer, Policy, SlackUserGroupResolver, load_policy
 from bot.providers.registry import AdapterRegistry
 from bot.redact import install_log_redaction, register_secret
 from bot.service import GpuOps
-from bot.slack_io import Messenger, build_web_client
+from bot.slack_io import Messenger, build_web_client, slack_http_session
 from bot.store import Store
 from bot.workflow import ChangeWorkflow
 
@@ -113,7 +113,7 @@ class Runtime:
             register_secret(environment.get(name))
         store = await Store.open(settings.gpuops_database_url)
         token = settings.slack_bot_token.get_secret_value() if settings.slack_bot_token else ""
-        web_client = build_web_client(token, settings.slack_api_url)
+        web_client = build_web_client(token, settings.slack_api_url, slack_http_session())
         messenger = Messenger(web_client)
         authorizer = Authorizer(
             policy,
@@ -190,6 +190,8 @@ class Runtime:
         await self.workflow.close()
         await self.registry.aclose()
         await self.store.close()
+        if self.web_client.session is not None:
+            await self.web_client.session.close()
 
 
 def add_ops_routes(app: web.Application, healthy: Callable[[], Awaitable[bool]]) -> None:

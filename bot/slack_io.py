@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
@@ -44,8 +45,22 @@ class SlackDeliveryError(Exception):
         super().__init__(f"{method} failed: {code}")
 
 
-def build_web_client(token: str, base_url: str) -> AsyncWebClient:
-    client = AsyncWebClient(token=token, base_url=base_url, timeout=10)
+SLACK_TIMEOUT_SECONDS = 10
+
+
+def slack_http_session() -> aiohttp.ClientSession:
+    """One HTTP session (kept-alive connections) for every Web API call of the process;
+    without one, slack_sdk opens and closes a session and a TCP connection per call.
+    Create it inside the running event loop and close it on shutdown."""
+    return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=SLACK_TIMEOUT_SECONDS))
+
+
+def build_web_client(
+    token: str, base_url: str, session: aiohttp.ClientSession | None = None
+) -> AsyncWebClient:
+    client = AsyncWebClient(
+        token=token, base_url=base_url, timeout=SLACK_TIMEOUT_SECONDS, session=session
+    )
     client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=2))
     return client
 
