@@ -404,3 +404,25 @@ async def test_slack_faults_on_both_stores(
     step = next(s for s in STEPS if f"{s.flow}-{s.name}" == step_name)
     error = next(e for e in ERRORS if e.name == error_name)
     await check_step(fast_stack, step, error)
+
+
+@pytest.mark.parametrize(
+    "error", [e for e in ERRORS if e.error != "ratelimited"], ids=lambda e: e.name
+)
+async def test_a_break_glass_form_that_cannot_open_is_explained_and_approves_nothing(
+    make_stack: StackFactory, error: SlackError
+) -> None:
+    # An admin approving their own request is asked for a reason in a form; if the form
+    # cannot open, they are told so and the request stays pending, unsent.
+    stack = await make_stack(**FAST)
+    await command(stack, E2E_SCALE, user="U01ALICE")
+    record = await newest_request(stack)
+    assert record is not None
+    error.arm(stack, "views.open")
+    before = len(stack.slack.response_posts)
+    await click(stack, record.id, user="U01ALICE")
+    await settle(stack)
+    answers = [p.text for p in stack.slack.response_posts[before:]]
+    assert any("could not open the break-glass form" in t for t in answers), answers
+    assert (await stack.runtime.store.get_request(record.id)) == record
+    assert provider_puts(stack, "e2e") == 0
