@@ -183,7 +183,17 @@ class Runtime:
             return False
         return True
 
-    async def close(self) -> None:
+    async def close(self, *, grace: float = 0.0) -> None:
+        """Stop; with ``grace``, first let changes being sent finish (a deploy must not turn
+        them into ``unknown``). Stop accepting Slack requests before calling this."""
+        if grace > 0:
+            unfinished = await self.workflow.wait_for_executions(grace)
+            if unfinished:
+                log.warning(
+                    "stopping with %d change(s) still being sent: %s",
+                    len(unfinished),
+                    ", ".join(sorted(unfinished)),
+                )
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)

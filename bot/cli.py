@@ -46,6 +46,11 @@ def _stop_signal() -> asyncio.Event:
     return stop
 
 
+def _shutdown_grace(settings: object) -> float:
+    """How long a stopping bot lets a change being sent finish: one provider call's budget."""
+    return float(getattr(settings, "gpuops_total_timeout", 30.0)) + 5.0
+
+
 async def _serve(host: str, port: int) -> None:
     from aiohttp import web
 
@@ -66,7 +71,7 @@ async def _serve(host: str, port: int) -> None:
         logging.getLogger("gpuops").info("stopping")
     finally:
         await runner.cleanup()
-        await runtime.close()
+        await runtime.close(grace=_shutdown_grace(settings))
 
 
 async def _socket(host: str, port: int) -> None:
@@ -95,7 +100,7 @@ async def _socket(host: str, port: int) -> None:
     finally:
         await handler.close_async()  # type: ignore[no-untyped-call]
         await runner.cleanup()
-        await runtime.close()
+        await runtime.close(grace=_shutdown_grace(settings))
 
 
 async def _simulate(host: str, port: int, transition_seconds: float) -> None:

@@ -111,8 +111,14 @@ def header(text: str) -> Block:
 _ESCAPED_CHANNEL = re.compile(r"&lt;#([CG][A-Z0-9]{2,20})&gt;")
 
 
-def composed_text(text: str) -> str:
-    return _ESCAPED_CHANNEL.sub(r"<#\1>", escape(text))
+def composed_text(text: str, mentions: Iterable[str] = ()) -> str:
+    """Escape a composed text, then let through bare channel links and the mentions of the
+    given Slack user ids (ids the bot knows, never free text)."""
+    safe = _ESCAPED_CHANNEL.sub(r"<#\1>", escape(text))
+    for user_id in set(mentions):
+        if user_id.isalnum() and user_id[:1] in ("U", "W"):
+            safe = safe.replace(f"&lt;@{user_id}&gt;", f"<@{user_id}>")
+    return safe
 
 
 def notice(text: str) -> SlackMessage:
@@ -121,8 +127,8 @@ def notice(text: str) -> SlackMessage:
     return SlackMessage(text=safe, blocks=[section(safe)])
 
 
-def error(text: str) -> SlackMessage:
-    safe = composed_text(text)
+def error(text: str, *, mentions: Iterable[str] = ()) -> SlackMessage:
+    safe = composed_text(text, mentions)
     return SlackMessage(text=safe, blocks=[section(f":x: {safe}")])
 
 

@@ -56,11 +56,22 @@ class NeedsBreakGlass:
 class Refusal(Exception):
     """A request refused before anything changed; the text is shown and audited."""
 
-    def __init__(self, message: str, *, kind: str = "refused", field: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: str = "refused",
+        field: str | None = None,
+        mentions: tuple[str, ...] = (),
+    ) -> None:
         self.message = message
         self.kind = kind
         self.field = field
+        self.mentions = mentions  # Slack user ids in the text shown as real mentions
         super().__init__(message)
+
+    def reply(self) -> Reply:
+        return Reply(render.error(self.message, mentions=self.mentions))
 
 
 AdapterLookup = Callable[[str], ProviderAdapter]
@@ -116,6 +127,8 @@ class ChangeWorkflow:
         self.clock = clock
         self._tasks: set[asyncio.Task[Any]] = set()
         self._executing: set[str] = set()  # request ids this process is sending now
+        self._idle = asyncio.Event()  # set while nothing is being sent
+        self._idle.set()
 
     # -- helpers ----------------------------------------------------------------------
     def spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task[Any]:
@@ -185,7 +198,7 @@ class ChangeWorkflow:
             channel=channel,
             command=command,
         )
-        return Reply(render.error(refusal.message))
+        return refusal.reply()
 
     async def require(
         self, user: str, project: str, channel: str, needed: Role, *, doing: str = "this"
@@ -421,7 +434,7 @@ class ChangeWorkflow:
             return await self.refuse(
                 user,
                 channel,
-                Refusal(self._already(record), kind="already_decided"),
+                self._already(record),
                 project=record.project,
                 request_id=record.id,
             )
@@ -446,17 +459,20 @@ class ChangeWorkflow:
             return await self._close(record, user, S.DENIED, "denied", None)
         return await self._approve(record, user, channel, bg, break_glass_reason)
 
-    def _already(self, record: ChangeRequestRecord) -> str:
+    def _already(self, record: ChangeRequestRecord) -> Refusal:
         words = render.STATE_WORDS.get(str(record.state), str(record.state))
+        who = record.decided_by or ""
         if (
             record.state in (S.APPROVED, S.EXECUTING, S.SUCCEEDED, S.FAILED, S.UNKNOWN)
             and record.needs_approval
-            and record.decided_by
+            and who
         ):
-            return f"{record.id} was already approved by <@{record.decided_by}> ({words})."
-        if record.decided_by and record.state in (S.DENIED, S.CANCELLED):
-            return f"{record.id} was already {words} by <@{record.decided_by}>."
-        return f"{record.id} is already {words}."
+            text = f"{record.id} was already approved by <@{who}> ({words})."
+        elif who and record.state in (S.DENIED, S.CANCELLED):
+            text = f"{record.id} was already {words} by <@{who}>."
+        else:
+            text = f"{record.id} is already {words}."
+        return Refusal(text, kind="already_decided", mentions=(who,) if who else ())
 
     async def _may_cancel(self, user: str, channel: str, record: ChangeRequestRecord) -> None:
         if user == record.requester:
@@ -467,6 +483,7 @@ class ChangeWorkflow:
                 f"only the requester (<@{record.requester}>) or an admin of {record.project} "
                 f"can cancel {record.id}.",
                 kind="not_authorized",
+                mentions=(record.requester,),
             )
 
     async def _may_decide(
@@ -505,7 +522,7 @@ class ChangeWorkflow:
         )
         if closed is None:
             fresh = await self.store.get_request(record.id) or record
-            return Reply(render.error(self._already(fresh)))
+            return self._already(fresh).reply()
         APPROVALS_PENDING.dec()
         APPROVAL_DECISIONS.labels(event).inc()
         CHANGE_REQUESTS.labels(record.provider, event).inc()
@@ -571,7 +588,7 @@ class ChangeWorkflow:
         if approved is None:
             current = await self.store.get_request(record.id) or record
             APPROVAL_DECISIONS.labels("refused").inc()
-            return Reply(render.error(self._already(current)))
+            return self._already(current).reply()
         APPROVALS_PENDING.dec()
         APPROVAL_DECISIONS.labels("approved").inc()
         await self.audit(
@@ -625,7 +642,7 @@ class ChangeWorkflow:
         )
         if closed is None:
             current = await self.store.get_request(record.id) or record
-            return Reply(render.error(self._already(current)))
+            return self._already(current).reply()
         APPROVALS_PENDING.dec()
         APPROVAL_DECISIONS.labels("refused").inc()
         CHANGE_REQUESTS.labels(record.provider, "failed").inc()
@@ -655,13 +672,14 @@ class ChangeWorkflow:
         # recover_interrupted must never find it executing without a live holder.
         lease = f"exec:{record.id}"
         self._executing.add(record.id)
+        self._idle.clear()
         running = None
         if await self.store.acquire_lease(lease, self.instance_id, self.exec_lease_seconds):
             running = await self.store.transition(
                 request_id, from_states={S.APPROVED}, to=S.EXECUTING
             )
         if running is None:
-            self._executing.discard(record.id)
+            self._done_executing(record.id)
             await self.store.release_lease(lease, self.instance_id)
             current = await self.store.get_request(request_id)
             if current is not None and current.state in TERMINAL:
@@ -682,7 +700,7 @@ class ChangeWorkflow:
             await self._run(running)
         finally:
             heartbeat.cancel()
-            self._executing.discard(record.id)
+            self._done_executing(record.id)
             await self.store.unlock_cluster(
                 record.provider, record.project, record.cluster_id, record.id
             )
@@ -1005,17 +1023,35 @@ class ChangeWorkflow:
         pending = await self.store.list_requests(states={S.PENDING}, limit=10_000)
         APPROVALS_PENDING.set(len(pending))
 
+    async def sweep_once(self) -> None:
+        await self.expire_due()
+        await self.recover_interrupted()
+        await self.refresh_pending_gauge()
+        # Slack redelivers within minutes; a day of delivery keys is plenty.
+        await self.store.prune_deliveries(self.clock() - DELIVERY_MEMORY)
+
     async def sweep_forever(self, every: float) -> None:
         while True:
             try:
-                await self.expire_due()
-                await self.recover_interrupted()
-                await self.refresh_pending_gauge()
+                await self.sweep_once()
             except Exception:
                 log.exception("sweeper round failed")
             await asyncio.sleep(every)
 
+    def _done_executing(self, request_id: str) -> None:
+        self._executing.discard(request_id)
+        if not self._executing:
+            self._idle.set()
 
+    async def wait_for_executions(self, grace: float) -> set[str]:
+        """Let changes this process is sending finish (on shutdown); the ids still running."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(grace):
+                await self._idle.wait()
+        return set(self._executing)
+
+
+DELIVERY_MEMORY = timedelta(days=1)
 _DECISION_ICONS = {"denied": ":no_entry_sign:", "cancelled": ":heavy_multiplication_x:"}
 
 

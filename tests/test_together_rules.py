@@ -339,8 +339,7 @@ def test_plan_builds_body_preview_kinds_and_fingerprint() -> None:
         "num_preemptible_gpus": 0,
         "num_capacity_pool_gpus": 16,
         "reservation_end_time": end_before,
-        "status": "Ready",
-    }
+    }  # the settable fields only: finishing provisioning does not make a preview stale
 
 
 def test_plan_shows_a_missing_before_value() -> None:

@@ -1015,6 +1015,6 @@ class TogetherAdapter:
 
     @staticmethod
     def _fingerprint(state: ClusterState) -> dict[str, Any]:
-        fingerprint = {name: state.current.get(name) for name in UPDATE_FIELDS}
-        fingerprint["status"] = state.summary.status
-        return fingerprint
+        # The settable fields only: a cluster that merely finished provisioning since the
+        # preview (status moved on) still matches what the approver saw.
+        return {name: state.current.get(name) for name in UPDATE_FIELDS}
