@@ -186,8 +186,14 @@ def _v1_initial_tables(conn: Connection) -> None:
     metadata.create_all(conn)
 
 
+def _v2_approval_prompt_ts(conn: Connection) -> None:
+    # The approval prompt's message ts, so a decision can replace its buttons.
+    conn.execute(text("ALTER TABLE gpuops_change_requests ADD COLUMN prompt_ts TEXT"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "change requests, audit, deliveries, cluster locks, leases", _v1_initial_tables),
+    Migration(2, "change requests: approval prompt ts", _v2_approval_prompt_ts),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

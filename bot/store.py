@@ -111,6 +111,7 @@ class ChangeRequestRecord(BaseModel):
     reason: str | None
     root_ts: str | None
     summary_ts: str | None
+    prompt_ts: str | None = None  # the approval prompt (its buttons go once decided)
     decided_by: str | None
     decision_note: str | None
     break_glass: bool
@@ -146,6 +147,7 @@ class _MutableFields(BaseModel):
     result_message: str | None = None
     summary_ts: str | None = None
     root_ts: str | None = None
+    prompt_ts: str | None = None
 
 
 # Current schema, as the migrations in bot.migrations leave it (tests check they agree).
@@ -171,6 +173,7 @@ change_requests = Table(
     Column("reason", Text()),
     Column("root_ts", Text()),
     Column("summary_ts", Text()),
+    Column("prompt_ts", Text()),
     Column("decided_by", Text()),
     Column("decision_note", Text()),
     Column("break_glass", Boolean(), nullable=False),

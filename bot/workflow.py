@@ -258,6 +258,16 @@ class ChangeWorkflow:
                 record.channel, record.root_ts, render.request_root(view_of(record))
             )
 
+    async def _left_pending(self, record: ChangeRequestRecord) -> None:
+        """A request left ``pending``: count it, and replace the prompt's buttons with the
+        outcome so nobody clicks a decided request."""
+        APPROVALS_PENDING.dec()
+        if record.prompt_ts:
+            with contextlib.suppress(SlackDeliveryError):
+                await self.messenger.update(
+                    record.channel, record.prompt_ts, render.approval_closed(view_of(record))
+                )
+
     async def _mirror(self, record: ChangeRequestRecord, note: str) -> None:
         project = self.policy.projects.get(record.project)
         notify = getattr(project, "notify_channel", None)
@@ -358,7 +368,7 @@ class ChangeWorkflow:
                 view_of(record), expire_minutes=self.policy.approvals.expire_after_minutes
             )
             try:
-                await self.messenger.post(channel, prompt, thread_ts=root_ts)
+                prompt_ts = await self.messenger.post(channel, prompt, thread_ts=root_ts)
             except SlackDeliveryError as exc:
                 # Without the buttons nobody can approve it: withdraw it rather than let it
                 # wait for an approval that cannot come.
@@ -368,6 +378,7 @@ class ChangeWorkflow:
                         f"{exc.user_message} Nothing was changed (request {record.id} withdrawn)."
                     )
                 )
+            record = await self.store.update_fields(record.id, prompt_ts=prompt_ts) or record
             APPROVALS_PENDING.inc()
             await self._mirror(record, "Change requested")
             return Reply(
@@ -523,7 +534,7 @@ class ChangeWorkflow:
         if closed is None:
             fresh = await self.store.get_request(record.id) or record
             return self._already(fresh).reply()
-        APPROVALS_PENDING.dec()
+        await self._left_pending(closed)
         APPROVAL_DECISIONS.labels(event).inc()
         CHANGE_REQUESTS.labels(record.provider, event).inc()
         await self.audit(
@@ -589,7 +600,7 @@ class ChangeWorkflow:
             current = await self.store.get_request(record.id) or record
             APPROVAL_DECISIONS.labels("refused").inc()
             return self._already(current).reply()
-        APPROVALS_PENDING.dec()
+        await self._left_pending(approved)
         APPROVAL_DECISIONS.labels("approved").inc()
         await self.audit(
             user,
@@ -643,7 +654,7 @@ class ChangeWorkflow:
         if closed is None:
             current = await self.store.get_request(record.id) or record
             return self._already(current).reply()
-        APPROVALS_PENDING.dec()
+        await self._left_pending(closed)
         APPROVAL_DECISIONS.labels("refused").inc()
         CHANGE_REQUESTS.labels(record.provider, "failed").inc()
         await self.audit(
@@ -911,7 +922,7 @@ class ChangeWorkflow:
             if done is None:
                 continue
             expired += 1
-            APPROVALS_PENDING.dec()
+            await self._left_pending(done)
             APPROVAL_DECISIONS.labels("expired").inc()
             CHANGE_REQUESTS.labels(record.provider, "expired").inc()
             minutes = self.policy.approvals.expire_after_minutes

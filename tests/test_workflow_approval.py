@@ -78,7 +78,13 @@ async def test_approved_scale_cluster_runs_once_with_the_whole_story_in_the_thre
     who = block_text(summary)
     assert "requested by <@U04DAVE>" in who and "approved by <@U02BOB>" in who
     texts = thread_texts(stack, opened)
-    assert texts[0].startswith(f"Approval needed for {opened.id}")
+    assert opened.prompt_ts is not None
+    prompt = stack.slack.message(opened.channel, opened.prompt_ts)
+    assert prompt is not None and prompt.versions[0].text.startswith(
+        f"Approval needed for {opened.id}"
+    )
+    # once decided, the prompt shows the decision instead of buttons
+    assert texts[0] == f"Approval for {opened.id}: approved" and buttons(prompt) == {}
     assert any("Approved by <@U02BOB>" in t for t in texts)
     assert any("Adding 2 node(s)" in t for t in texts)  # the provider's own result message
     trail = await audit_trail(stack.runtime.store, opened.id)
