@@ -23,6 +23,7 @@ from bot.commands import (
     parse_command,
 )
 from bot.metrics import COMMANDS
+from bot.pacing import Pacer
 from bot.policy import Authorizer, Policy, Role
 from bot.providers.base import ClusterState, ClusterSummary, FieldSpec
 from bot.providers.errors import ProviderError
@@ -119,6 +120,8 @@ class GpuOps:
         self.store = store
         self.workflow = workflow
         self._states: dict[tuple[str, str], ClusterState] = {}
+        # Commands' work after the ack, a few at a time (see bot.pacing).
+        self.pacer = Pacer()
 
     # -- commands ---------------------------------------------------------------------
     async def handle_command(self, user: str, channel: str, text: str) -> CommandOutcome:

@@ -29,7 +29,8 @@ async def handle_gpu(ack: Any, body: dict[str, Any], respond: Any, context: Any)
         await deliver(respond, Reply(render.error("I could not read that command; try /gpu help.")))
         return
     try:
-        outcome = await ops.handle_command(command.user_id, command.channel_id, command.text)
+        async with ops.pacer.turn():  # queue here, behind the acks, not inside them
+            outcome = await ops.handle_command(command.user_id, command.channel_id, command.text)
     except Exception as exc:  # a bug must not leave the person with silence
         log.exception("/gpu failed unexpectedly")
         await deliver(respond, internal_error(exc))
