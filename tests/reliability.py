@@ -137,6 +137,14 @@ async def newest_request(stack: LocalStack) -> ChangeRequestRecord | None:
     return requests[-1] if requests else None
 
 
+async def wait_request(stack: LocalStack, within: float = 10.0) -> ChangeRequestRecord:
+    """The newest request, once there is one (a form's submission creates it after the ack)."""
+    async with asyncio.timeout(within):
+        while (record := await newest_request(stack)) is None:
+            await asyncio.sleep(0.02)
+    return record
+
+
 async def wait_state(
     stack: LocalStack, request_id: str, states: set[RequestState], within: float = 10.0
 ) -> ChangeRequestRecord:

@@ -32,6 +32,7 @@ from tests.reliability import (
     newest_request,
     settle,
     thread_texts,
+    wait_request,
     wait_terminal,
 )
 
@@ -356,9 +357,7 @@ async def test_a_form_outcome_that_cannot_be_whispered_is_sent_as_a_dm(
     error.arm(stack, "chat.postEphemeral")
     result = await stack.sender.view_submission(OPERATOR, view.id, {"num_gpus": "16"})
     assert result.status == 200 and result.acked_in_time
-    record = await newest_request(stack)
-    assert record is not None
-    record = await wait_terminal(stack, record.id)
+    record = await wait_terminal(stack, (await wait_request(stack)).id)
     await settle(stack)
     assert record.state is S.SUCCEEDED and provider_puts(stack, "together") == 1
     dm = stack.slack.messages.get(stack.slack.dm_channel(OPERATOR), [])
