@@ -952,40 +952,10 @@ class ChangeWorkflow:
         and fail ``approved`` ones whose bot died before sending them."""
         recovered = await self._fail_orphaned_approvals()
         for record in await self.store.list_requests(states={S.EXECUTING}):
-            if record.id in self._executing:
-                continue
-            lease = f"exec:{record.id}"
-            if not await self.store.acquire_lease(lease, self.instance_id, self.exec_lease_seconds):
-                continue  # another live replica is executing it
-            why = (
-                "gpuops restarted while this change was being sent; its outcome is "
-                "unknown. Check the cluster before requesting it again — it will not "
-                "be re-run."
-            )
-            done = await self.store.transition(
-                record.id, from_states={S.EXECUTING}, to=S.UNKNOWN, result_message=why
-            )
-            await self.store.release_lease(lease, self.instance_id)
-            if done is None:
-                continue
-            recovered += 1
-            CHANGE_REQUESTS.labels(record.provider, "unknown").inc()
-            await self.store.unlock_cluster(
-                record.provider, record.project, record.cluster_id, record.id
-            )
-            await self.audit(
-                "gpuops",
-                "result",
-                project=record.project,
-                cluster_id=record.cluster_id,
-                request_id=record.id,
-                outcome="unknown",
-                reason=why,
-            )
-            await self._edit_root(done)
-            await self._post_or_log(
-                done.channel, render.thread_note(why, icon=":warning:"), thread_ts=done.root_ts
-            )
+            if record.id not in self._executing and await self._close_abandoned(
+                record, S.EXECUTING, S.UNKNOWN, _RESTARTED_WHILE_SENDING
+            ):
+                recovered += 1
         return recovered
 
     async def _fail_orphaned_approvals(self) -> int:
@@ -997,38 +967,42 @@ class ChangeWorkflow:
         for record in await self.store.list_requests(states={S.APPROVED}):
             if record.id in self._executing or record.updated_at > before:
                 continue
-            lease = f"exec:{record.id}"
-            if not await self.store.acquire_lease(lease, self.instance_id, self.exec_lease_seconds):
-                continue  # a live replica is about to send it
-            why = (
-                "gpuops restarted after this change was approved and before sending it; "
-                "nothing was sent. Request it again if it is still needed."
-            )
-            done = await self.store.transition(
-                record.id, from_states={S.APPROVED}, to=S.FAILED, result_message=why
-            )
-            await self.store.release_lease(lease, self.instance_id)
-            if done is None:
-                continue
-            closed += 1
-            CHANGE_REQUESTS.labels(record.provider, "failed").inc()
-            await self.store.unlock_cluster(
-                record.provider, record.project, record.cluster_id, record.id
-            )
-            await self.audit(
-                "gpuops",
-                "result",
-                project=record.project,
-                cluster_id=record.cluster_id,
-                request_id=record.id,
-                outcome="failed",
-                reason=why,
-            )
-            await self._edit_root(done)
-            await self._post_or_log(
-                done.channel, render.thread_note(why, icon=":warning:"), thread_ts=done.root_ts
-            )
+            if await self._close_abandoned(record, S.APPROVED, S.FAILED, _RESTARTED_BEFORE_SENDING):
+                closed += 1
         return closed
+
+    async def _close_abandoned(
+        self, record: ChangeRequestRecord, state: RequestState, to: RequestState, why: str
+    ) -> bool:
+        """End a request whose executor is gone (its lease is free), free its cluster and
+        say so in its thread. False when a live replica holds it or it moved meanwhile."""
+        lease = f"exec:{record.id}"
+        if not await self.store.acquire_lease(lease, self.instance_id, self.exec_lease_seconds):
+            return False  # a live replica is sending it, or about to
+        done = await self.store.transition(
+            record.id, from_states={state}, to=to, result_message=why
+        )
+        await self.store.release_lease(lease, self.instance_id)
+        if done is None:
+            return False
+        CHANGE_REQUESTS.labels(record.provider, str(to)).inc()
+        await self.store.unlock_cluster(
+            record.provider, record.project, record.cluster_id, record.id
+        )
+        await self.audit(
+            "gpuops",
+            "result",
+            project=record.project,
+            cluster_id=record.cluster_id,
+            request_id=record.id,
+            outcome=str(to),
+            reason=why,
+        )
+        await self._edit_root(done)
+        await self._post_or_log(
+            done.channel, render.thread_note(why, icon=":warning:"), thread_ts=done.root_ts
+        )
+        return True
 
     async def refresh_pending_gauge(self) -> None:
         pending = await self.store.list_requests(states={S.PENDING}, limit=10_000)
@@ -1063,6 +1037,14 @@ class ChangeWorkflow:
 
 
 DELIVERY_MEMORY = timedelta(days=1)
+_RESTARTED_WHILE_SENDING = (
+    "gpuops restarted while this change was being sent; its outcome is unknown. Check the "
+    "cluster before requesting it again — it will not be re-run."
+)
+_RESTARTED_BEFORE_SENDING = (
+    "gpuops restarted after this change was approved and before sending it; nothing was "
+    "sent. Request it again if it is still needed."
+)
 _DECISION_ICONS = {"denied": ":no_entry_sign:", "cancelled": ":heavy_multiplication_x:"}
 
 
