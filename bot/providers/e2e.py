@@ -38,14 +38,10 @@ from bot.providers.base import (
     ProviderName,
 )
 from bot.providers.errors import (
-    ProviderAuthError,
     ProviderError,
     ProviderMalformedReply,
-    ProviderNotFound,
-    ProviderRateLimited,
-    ProviderRequestError,
-    ProviderServerError,
     RuleViolation,
+    error_for_status,
 )
 from bot.providers.http import ClientSettings, ProviderTransport, RetryMode, parse_retry_after
 
@@ -458,22 +454,14 @@ def _failure_of(response: httpx.Response, body: Any) -> _Failure | None:
 
 
 def _error_from(failure: _Failure, response: httpx.Response, *, is_action: bool) -> ProviderError:
-    status, message = failure.status, failure.message
-    if status in (401, 403):
-        return ProviderAuthError(message, provider=PROVIDER, status=status)
-    if status == 404:
-        return ProviderNotFound(message, provider=PROVIDER, status=status)
-    if status == 429:
-        # Reported to the caller as a hint; the transport applies its own, smaller cap.
-        retry_after = parse_retry_after(response.headers.get("Retry-After"), 3600.0)
-        return ProviderRateLimited(
-            message, provider=PROVIDER, status=status, retry_after=retry_after
-        )
-    if status is not None and status >= 500:
-        return ProviderServerError(
-            message, provider=PROVIDER, status=status, may_have_applied=is_action
-        )
-    return ProviderRequestError(message, provider=PROVIDER, status=status)
+    # Retry-After is reported to the caller as a hint; the transport applies its own cap.
+    return error_for_status(
+        PROVIDER,
+        failure.status,
+        failure.message,
+        retry_after=parse_retry_after(response.headers.get("Retry-After"), 3600.0),
+        may_have_applied=is_action,
+    )
 
 
 def _malformed(what: str, *, is_action: bool) -> ProviderMalformedReply:

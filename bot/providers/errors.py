@@ -108,3 +108,28 @@ class RuleViolation(ValueError):
         self.field = field
         self.message = message
         super().__init__(message)
+
+
+def error_for_status(
+    provider: str,
+    status: int | None,
+    message: str,
+    *,
+    retry_after: float | None = None,
+    may_have_applied: bool = False,
+) -> ProviderError:
+    """The error for a failed reply's status. ``may_have_applied`` only counts for a 5xx:
+    every other failure status says the request was refused."""
+    if status in (401, 403):
+        return ProviderAuthError(message, provider=provider, status=status)
+    if status == 404:
+        return ProviderNotFound(message, provider=provider, status=status)
+    if status == 429:
+        return ProviderRateLimited(
+            message, provider=provider, status=status, retry_after=retry_after
+        )
+    if status is not None and status >= 500:
+        return ProviderServerError(
+            message, provider=provider, status=status, may_have_applied=may_have_applied
+        )
+    return ProviderRequestError(message, provider=provider, status=status)

@@ -46,14 +46,12 @@ from bot.providers.base import (
     ProviderName,
 )
 from bot.providers.errors import (
-    ProviderAuthError,
     ProviderError,
     ProviderMalformedReply,
     ProviderNotFound,
-    ProviderRateLimited,
     ProviderRequestError,
-    ProviderServerError,
     RuleViolation,
+    error_for_status,
 )
 from bot.providers.http import ClientSettings, ProviderTransport, RetryMode, parse_retry_after
 
@@ -555,22 +553,14 @@ class TogetherClient:
             ) from None
 
     def _status_error(self, response: httpx.Response, *, may_have_applied: bool) -> ProviderError:
-        status = response.status_code
-        message = error_message(response)
-        if status in (401, 403):
-            return ProviderAuthError(message, provider=PROVIDER, status=status)
-        if status == 404:
-            return ProviderNotFound(message, provider=PROVIDER, status=status)
-        if status == 429:
-            retry_after = parse_retry_after(response.headers.get("Retry-After"), math.inf)
-            return ProviderRateLimited(
-                message, provider=PROVIDER, status=status, retry_after=retry_after
-            )
-        if status >= 500:
-            return ProviderServerError(
-                message, provider=PROVIDER, status=status, may_have_applied=may_have_applied
-            )
-        return ProviderRequestError(message, provider=PROVIDER, status=status)
+        retry_after = parse_retry_after(response.headers.get("Retry-After"), math.inf)
+        return error_for_status(
+            PROVIDER,
+            response.status_code,
+            error_message(response),
+            retry_after=retry_after,
+            may_have_applied=may_have_applied,
+        )
 
     def _cluster(self, body: Any, operation: str, *, may_have_applied: bool) -> TogetherCluster:
         try:
