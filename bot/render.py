@@ -462,6 +462,18 @@ def message_modal(callback_id: str, title: str, text: str, metadata: Mapping[str
     }
 
 
+def _form(callback_id: str, title: str, blocks: list[Block], metadata: Mapping[str, Any]) -> Block:
+    return {
+        "type": "modal",
+        "callback_id": callback_id,
+        "title": {"type": "plain_text", "text": title},
+        "submit": {"type": "plain_text", "text": "Preview & request"},
+        "close": {"type": "plain_text", "text": "Cancel"},
+        "private_metadata": json.dumps(dict(metadata)),
+        "blocks": blocks,
+    }
+
+
 def update_modal(
     summary: ClusterSummary,
     specs: Sequence[FieldSpec],
@@ -477,15 +489,7 @@ def update_modal(
     ]
     blocks += [_input_block(s, current.get(s.name), required=False) for s in specs]
     blocks.append(_reason_block(current.get("reason")))
-    return {
-        "type": "modal",
-        "callback_id": "gpu_update",
-        "title": {"type": "plain_text", "text": "Update cluster"},
-        "submit": {"type": "plain_text", "text": "Preview & request"},
-        "close": {"type": "plain_text", "text": "Cancel"},
-        "private_metadata": json.dumps(dict(metadata)),
-        "blocks": blocks,
-    }
+    return _form("gpu_update", "Update cluster", blocks, metadata)
 
 
 def action_modal(
@@ -520,15 +524,7 @@ def action_modal(
     prefill = {k: v for k, v in current.items() if k in {s.name for s in specs}}
     blocks += [_input_block(s, prefill.get(s.name), required=s.required) for s in specs]
     blocks.append(_reason_block(current.get("reason")))
-    return {
-        "type": "modal",
-        "callback_id": "gpu_action",
-        "title": {"type": "plain_text", "text": "Cluster action"},
-        "submit": {"type": "plain_text", "text": "Preview & request"},
-        "close": {"type": "plain_text", "text": "Cancel"},
-        "private_metadata": json.dumps(dict(metadata)),
-        "blocks": blocks,
-    }
+    return _form("gpu_action", "Cluster action", blocks, metadata)
 
 
 def plan_lines(plan: ChangePlan) -> list[str]:
