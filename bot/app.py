@@ -239,9 +239,19 @@ def build_bolt_app(
         await next()
 
     async def deduplicate(
-        body: dict[str, Any], req: Any, resp: BoltResponse, next: Callable[[], Awaitable[None]]
+        body: dict[str, Any],
+        req: Any,
+        resp: BoltResponse,
+        context: Any,
+        next: Callable[[], Awaitable[None]],
     ) -> BoltResponse | None:
         key = delivery_key(body, req.headers)
+        if key is not None and body.get("command"):
+            # A slash command's ack carries nothing, so its handler acks first and checks
+            # the key right after (handlers.commands): the write stays off the ack path.
+            context["delivery_key"] = key
+            await next()
+            return None
         if key is not None and not await store.remember_delivery(key):
             log.info("ignored a repeated delivery of %s", key.split(":", 1)[0])
             # A new response: the ``resp`` an earlier middleware passed on may be None.

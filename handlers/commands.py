@@ -23,6 +23,10 @@ def register(app: AsyncApp) -> None:
 async def handle_gpu(ack: Any, body: dict[str, Any], respond: Any, context: Any) -> None:
     await ack()
     ops: GpuOps = context["gpuops"]
+    key = context.get("delivery_key")  # set by bot.app's de-duplication middleware
+    if key is not None and not await ops.store.remember_delivery(key):
+        log.info("ignored a repeated delivery of a slash command")
+        return
     messenger: Messenger = context["messenger"]
     command = parse(SlashCommand, body)
     if command is None:
