@@ -23,22 +23,25 @@ def register(app: AsyncApp) -> None:
 async def handle_gpu(ack: Any, body: dict[str, Any], respond: Any, context: Any) -> None:
     await ack()
     ops: GpuOps = context["gpuops"]
-    key = context.get("delivery_key")  # set by bot.app's de-duplication middleware
-    if key is not None and not await ops.store.remember_delivery(key):
-        log.info("ignored a repeated delivery of a slash command")
-        return
     messenger: Messenger = context["messenger"]
-    command = parse(SlashCommand, body)
-    if command is None:
-        await deliver(respond, Reply(render.error("I could not read that command; try /gpu help.")))
-        return
-    try:
-        async with ops.pacer.turn():  # queue here, behind the acks, not inside them
+    # Everything after the ack queues here, behind other requests' acks, not inside them.
+    async with ops.pacer.turn():
+        key = context.get("delivery_key")  # set by bot.app's de-duplication middleware
+        if key is not None and not await ops.store.remember_delivery(key):
+            log.info("ignored a repeated delivery of a slash command")
+            return
+        command = parse(SlashCommand, body)
+        if command is None:
+            await deliver(
+                respond, Reply(render.error("I could not read that command; try /gpu help."))
+            )
+            return
+        try:
             outcome = await ops.handle_command(command.user_id, command.channel_id, command.text)
-    except Exception as exc:  # a bug must not leave the person with silence
-        log.exception("/gpu failed unexpectedly")
-        await deliver(respond, internal_error(exc))
-        return
+        except Exception as exc:  # a bug must not leave the person with silence
+            log.exception("/gpu failed unexpectedly")
+            await deliver(respond, internal_error(exc))
+            return
     if isinstance(outcome, ModalRequest):
         await open_modal(ops, messenger, respond, command, outcome)
         return
