@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import sys
@@ -51,6 +52,14 @@ def _shutdown_grace(settings: object) -> float:
     return float(getattr(settings, "gpuops_total_timeout", 30.0)) + 5.0
 
 
+def _freeze_startup_heap() -> None:
+    """Exempt what start-up built (modules, schemas, policy, clients) from garbage
+    collection: a full collection walked all of it, pausing the event loop 30-45 ms under
+    load (bench/, ack p99 at 50 commands in flight: 64 -> 25 ms)."""
+    gc.collect()
+    gc.freeze()
+
+
 async def _serve(host: str, port: int) -> None:
     from aiohttp import web
 
@@ -62,6 +71,7 @@ async def _serve(host: str, port: int) -> None:
     settings.require_for("serve")
     runtime = await Runtime.create(settings)
     await runtime.start_background()
+    _freeze_startup_heap()
     runner = web.AppRunner(runtime.web_app(), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
@@ -87,6 +97,7 @@ async def _socket(host: str, port: int) -> None:
     assert settings.slack_app_token is not None
     runtime = await Runtime.create(settings)
     await runtime.start_background()
+    _freeze_startup_heap()
     ops_app = web.Application()
     add_ops_routes(ops_app, runtime._healthy)
     runner = web.AppRunner(ops_app, access_log=None)
