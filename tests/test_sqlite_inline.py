@@ -1,12 +1,15 @@
 """The SQLite store runs sqlite3 on the event loop's thread: a transaction completes within
-one step of the loop (no worker-thread round trips), so the de-duplication write before
-each ack never queues behind background transactions."""
+one step of the loop (no worker-thread round trips), so store writes never queue behind
+each other's round trips, and the loop gets a turn between transactions."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event
 
 from bot.sqlite_inline import InlineConnection
 from bot.store import Store
@@ -14,11 +17,14 @@ from bot.store import Store
 
 async def test_a_sqlite_transaction_is_one_step_of_the_event_loop(tmp_path: Path) -> None:
     """aiosqlite needs a worker-thread round trip, hence loop turns, for each of the nine
-    sqlite3 calls of a transaction; inline, nothing else runs until it has committed."""
+    sqlite3 calls of a transaction; inline, nothing else runs until it has committed, and
+    the store then yields once so that what is ready (an ack) runs before the caller goes
+    on."""
     store = await Store.open(f"sqlite:///{tmp_path / 'gpuops.db'}")
     loop = asyncio.get_running_loop()
     turns = 0
     counting = True
+    seen_by_statements: list[int] = []
 
     def tick() -> None:
         nonlocal turns
@@ -26,15 +32,20 @@ async def test_a_sqlite_transaction_is_one_step_of_the_event_loop(tmp_path: Path
         if counting:
             loop.call_soon(tick)
 
+    def on_statement(*_: Any) -> None:
+        seen_by_statements.append(turns)
+
     try:
         await store.remember_delivery("warm-up")  # the pool's first connection
+        event.listen(store.engine.sync_engine, "after_cursor_execute", on_statement)
         loop.call_soon(tick)
         assert await store.remember_delivery("command:T1:1")
-        first = turns
+        after_first = turns
         assert await store.acquire_lease("exec:CR-2345AB", "bot-1", 30)
         counting = False
-        assert first == 0
-        assert turns == 0
+        assert seen_by_statements[0] == 0  # BEGIN … COMMIT ran before anything else
+        assert after_first == 1  # then one turn of the loop
+        assert seen_by_statements[-1] == 1 and turns == 2
     finally:
         counting = False
         await store.close()
