@@ -16,6 +16,7 @@ from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetry
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.metrics import SLACK_API_ERRORS
+from bot.pacing import waiting_elsewhere
 from bot.redact import redact
 from bot.render import SlackMessage, channel_ref
 
@@ -71,7 +72,8 @@ class Messenger:
 
     async def _call(self, method: str, where: str | None, **kwargs: Any) -> dict[str, Any]:
         try:
-            response = await self.client.api_call(method, json=kwargs)
+            async with waiting_elsewhere():  # a paced command's slot is free meanwhile
+                response = await self.client.api_call(method, json=kwargs)
         except SlackApiError as exc:
             code = str(exc.response.get("error") or f"http_{exc.response.status_code}")
             SLACK_API_ERRORS.labels(method, code).inc()

@@ -1,5 +1,6 @@
-"""bot.pacing.Pacer: commands' post-ack work takes turns (first come, first served), each
-for max_hold seconds at most; and /gpu acks at once while its work waits for a turn."""
+"""bot.pacing: commands' post-ack work computes in turns (first come, first served), gives
+its slot up while it waits on a provider or on Slack, and holds it for max_hold seconds at a
+stretch at most; /gpu acks at once while its work waits for a turn."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import asyncio
 
 import pytest
 
-from bot.pacing import Pacer
+from bot.pacing import Pacer, waiting_elsewhere
+from bot.simulators.base import Fault, FaultKind
 from tests.conftest import StackFactory
 
 
@@ -94,3 +96,63 @@ async def test_gpu_acks_at_once_while_its_work_waits_for_a_turn(make_stack: Stac
         )
     )
     assert "16 GPUs" in shown.text
+
+
+async def test_a_turn_waiting_on_another_service_lets_the_next_compute() -> None:
+    pacer = Pacer(slots=1, max_hold=30)
+    log: list[str] = []
+    answer = asyncio.Event()
+
+    async def calls_a_provider() -> None:
+        async with pacer.turn():
+            log.append("a computes")
+            async with waiting_elsewhere():
+                log.append("a waits")
+                await answer.wait()
+            log.append("a computes again")
+
+    async def quick(name: str) -> None:
+        async with pacer.turn():
+            log.append(f"{name} computes")
+            answer.set()
+            await asyncio.sleep(0.01)
+            log.append(f"{name} done")
+
+    await asyncio.wait_for(asyncio.gather(calls_a_provider(), quick("b")), 2)
+    # b ran while a waited; a queued again and went on only when b's turn ended
+    assert log == ["a computes", "a waits", "b computes", "b done", "a computes again"]
+
+
+async def test_waiting_elsewhere_outside_a_turn_or_in_a_spawned_task_changes_nothing() -> None:
+    pacer = Pacer(slots=1, max_hold=30)
+    async with waiting_elsewhere():  # no turn at all
+        pass
+    async with pacer.turn():
+
+        async def spawned() -> None:  # inherits the context, not the turn
+            async with waiting_elsewhere():
+                await asyncio.sleep(0)
+
+        await asyncio.create_task(spawned())
+        other = asyncio.create_task(_work(pacer, "other", [], 0))
+        await asyncio.sleep(0.01)
+        assert not other.done()  # the slot is still ours
+    await asyncio.wait_for(other, 1)
+
+
+async def test_a_slow_provider_does_not_hold_up_other_commands(make_stack: StackFactory) -> None:
+    stack = await make_stack()
+    stack.runtime.ops.pacer = Pacer(slots=1, max_hold=30)  # only waiting_elsewhere frees it
+    stack.together.faults.add(Fault(route="get", kind=FaultKind.LATENCY, seconds=1.0))
+    loop = asyncio.get_running_loop()
+    sent = loop.time()
+    await stack.sender.command("U04DAVE", "C0INCIDENT", "show together-prod tc-h100-reserved")
+    await stack.sender.command("U04DAVE", "C0INCIDENT", "show e2e-delhi 101")
+
+    def answered(name: str) -> bool:
+        return any(name in m.text for m in stack.slack.messages.get("C0INCIDENT", []))
+
+    await stack.slack.wait_for(lambda: answered("(101)"), within=3)
+    assert loop.time() - sent < 0.8  # not after the slow Together call
+    assert not answered("tc-h100-reserved")
+    await stack.slack.wait_for(lambda: answered("tc-h100-reserved"), within=3)

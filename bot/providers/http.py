@@ -22,6 +22,7 @@ import httpx
 import stamina
 
 from bot.metrics import PROVIDER_LATENCY, PROVIDER_RETRIES
+from bot.pacing import waiting_elsewhere
 from bot.providers.errors import (
     ProviderConnectionError,
     ProviderError,
@@ -128,6 +129,21 @@ class ProviderTransport:
         mode: RetryMode,
         params: Mapping[str, Any] | None = None,
         json: Any = None,
+    ) -> httpx.Response:
+        async with waiting_elsewhere():  # a paced command's slot is free meanwhile
+            return await self._request(
+                method, path, operation=operation, mode=mode, params=params, json=json
+            )
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        operation: str,
+        mode: RetryMode,
+        params: Mapping[str, Any] | None,
+        json: Any,
     ) -> httpx.Response:
         query = {**self.auth_params, **(params or {})}
         s = self.settings
