@@ -1,0 +1,64 @@
+"""``make bench``: the load benchmark of gpuops serve against a bare Bolt app.
+
+    .venv/bin/python -m bench.run [--levels 1,10,50,200] [--ops 200=1250,...] [--out DIR]
+
+Prints the table, writes ``results.md``, ``results.json`` and ``latency.png`` under
+``bench/results/`` and exits 1 if a target was missed (each one is named).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from bench.driver import BenchConfig, run_benchmark
+from bench.report import Targets, write
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "results"
+
+
+def _ops(text: str) -> dict[int, int]:
+    pairs = (item.split("=", 1) for item in text.split(",") if item.strip())
+    return {int(level): int(count) for level, count in pairs}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
+    parser.add_argument("--levels", default="1,10,50,200", help="concurrency levels")
+    parser.add_argument("--ops", default="", help="commands per level, e.g. 200=1250,50=625")
+    parser.add_argument("--show-every", type=int, default=5, help="every n-th command a show")
+    parser.add_argument(
+        "--provider-latency", type=float, default=0.0, help="seconds added to each provider call"
+    )
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--no-plot", action="store_true")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    config = BenchConfig(
+        levels=tuple(int(x) for x in args.levels.split(",") if x.strip()),
+        show_every=args.show_every,
+        targets=Targets(provider_latency=args.provider_latency),
+    )
+    config.ops.update(_ops(args.ops))
+    report = asyncio.run(run_benchmark(config))
+    print()
+    print(write(report, args.out, with_plot=not args.no_plot))
+    written = "results.md, results.json" + ("" if args.no_plot else ", latency.png")
+    print(f"written to {args.out}: {written}")
+    missed = [c for c in report["checks"] if not c["ok"]]
+    if missed:
+        print(f"\n{len(missed)} target(s) missed:", file=sys.stderr)
+        for check in missed:
+            print(f"  MISSED {check['target']}: {check['detail']}", file=sys.stderr)
+        return 1
+    print("\nall targets met")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,46 @@
+"""The load benchmark (``make bench``) end to end at concurrency 2 for 10 commands, so that
+its code cannot rot: gpuops serve and the bare Bolt app as subprocesses, signed commands,
+results read at the FakeSlack, PUTs counted at the simulator, the report and the plot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.driver import BenchConfig, run_benchmark
+from bench.report import write
+
+
+async def test_the_benchmark_runs_end_to_end_at_concurrency_2(tmp_path: Path) -> None:
+    config = BenchConfig(
+        levels=(2,),
+        ops={2: 10},
+        warmup_ops=1,
+        settle_seconds=0.1,
+        op_deadline=10.0,
+        wall_deadline=30.0,
+    )
+    report = await run_benchmark(config, log=lambda *_: None)
+
+    [level] = report["levels"]
+    gpuops, bare = level["gpuops"], level["bare"]
+    assert (gpuops["commands"], gpuops["updates"], gpuops["shows"]) == (10, 8, 2)
+    assert gpuops["ack"]["n"] == 10 and gpuops["ack_errors"] == 0
+    assert gpuops["summary"]["n"] == 8 and gpuops["summary"]["p50"] > 0
+    assert gpuops["show_answer"]["n"] == 2
+    assert gpuops["lost"] == 0 and gpuops["duplicated"] == 0
+    assert gpuops["puts"] == 8 and gpuops["unmatched_puts"] == 0  # one PUT per update
+    assert bare["commands"] == 10 and bare["ack"]["n"] == 10 and bare["ack_errors"] == 0
+    assert level["ack_p99_ratio"] > 0
+    assert 0 < report["ready_seconds"] < 20 and report["peak_rss_mb"] > 20
+    checks = {c["target"]: c for c in report["checks"]}
+    assert checks["0 lost / 0 duplicated @2"]["ok"]
+    assert {"ready", "peak RSS", "ack p99 ratio @2", "1000 updates @2"} <= set(checks)
+    assert not checks["1000 updates @2"]["ok"]  # 8 updates: the run reports it as missed
+
+    text = write(report, tmp_path)
+    assert "| 2 | 10 |" in text and "MISSED" in text
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["levels"][0]["gpuops"]["updates"] == 8
+    assert (tmp_path / "results.md").read_text() == text
+    assert (tmp_path / "latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
