@@ -58,6 +58,9 @@ class BenchConfig:
     wall_deadline: float = 240.0  # per level: stop sending new commands after this
     warmup_ops: int = 5
     settle_seconds: float = 0.5  # after a level, for late duplicates to show
+    # A level during which other processes used more than targets.busy_cores is run again
+    # (up to this many attempts in all); the report keeps the quietest attempt.
+    max_attempts: int = 3
     targets: Targets = field(default_factory=Targets)  # its provider_latency: per call
 
     @property
@@ -243,19 +246,33 @@ async def run_benchmark(
                 await bench.level(app, f"w{app[0]}", 1, config.warmup_ops, senders[app], apps[app])
             pairs: list[tuple[LevelOutcome, LevelOutcome]] = []
             for concurrency in config.levels:
-                outcomes: dict[str, LevelOutcome] = {}
-                for app in app_names:
-                    outcome = await bench.level(
-                        app,
-                        f"c{concurrency}{app[0]}",
-                        concurrency,
-                        config.ops_for(concurrency),
-                        senders[app],
-                        apps[app],
+                kept: dict[str, LevelOutcome] | None = None
+                for attempt in range(1, max(1, config.max_attempts) + 1):
+                    outcomes: dict[str, LevelOutcome] = {}
+                    for app in app_names:
+                        outcome = await bench.level(
+                            app,
+                            f"c{concurrency}{app[0]}",
+                            concurrency,
+                            config.ops_for(concurrency),
+                            senders[app],
+                            apps[app],
+                        )
+                        outcome.attempts = attempt
+                        outcomes[app] = outcome
+                        log(_progress(app, outcome))
+                    if kept is None or _noise(outcomes) < _noise(kept):
+                        kept = outcomes
+                    if _noise(outcomes) <= config.targets.busy_cores:
+                        break
+                    log(
+                        f"  other processes used {_noise(outcomes):.2f} cores during "
+                        f"c={concurrency} (attempt {attempt})"
                     )
-                    outcomes[app] = outcome
-                    log(_progress(app, outcome))
-                pairs.append((outcomes["gpuops"], outcomes["bare"]))
+                assert kept is not None
+                for outcome in kept.values():
+                    outcome.attempts = attempt
+                pairs.append((kept["gpuops"], kept["bare"]))
             for sender in senders.values():
                 await sender.aclose()
         finally:
@@ -271,6 +288,14 @@ async def run_benchmark(
             config={k: v for k, v in asdict(config).items() if k != "targets"},
             targets=config.targets,
         )
+
+
+def _noise(outcomes: dict[str, LevelOutcome]) -> float:
+    """The most CPU other processes used, in cores, during either app's run of a level."""
+    return max(
+        o.cpu_seconds.get("others", 0.0) / o.wall_seconds if o.wall_seconds else 0.0
+        for o in outcomes.values()
+    )
 
 
 def _progress(app: str, outcome: LevelOutcome) -> str:

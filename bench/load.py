@@ -238,6 +238,7 @@ class LevelOutcome:
     puts: Counter[tuple[str, int]] = field(default_factory=Counter)
     unmatched_puts: int = 0
     not_sent: int = 0
+    attempts: int = 1  # runs of this level (others' CPU load makes the bench run it again)
 
     @property
     def acks(self) -> list[float]:

@@ -97,6 +97,7 @@ def level_entry(gpuops: LevelOutcome, bare: LevelOutcome) -> dict[str, Any]:
             "driver_lag": summarize(bare.driver_lag),
         },
         "ack_p99_ratio": ratio,
+        "attempts": gpuops.attempts,
     }
 
 
@@ -255,6 +256,15 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(
             f"| {check['target']} | {'ok' if check['ok'] else '**MISSED**'} | {check['detail']} |"
         )
+    retried = [f"@{lv['concurrency']}: {lv['attempts']}" for lv in report["levels"]]
+    if any(lv["attempts"] > 1 for lv in report["levels"]):
+        lines += [
+            "",
+            "Runs per level (a level is run again when other processes used more than "
+            f"{report['targets']['busy_cores']:g} cores meanwhile; the quietest run is shown): "
+            + ", ".join(retried)
+            + ".",
+        ]
     busy = busy_levels(report)
     if busy:
         lines += [
