@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -165,7 +166,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
         _configure_logging(args.log_level or "WARNING")
         raise SystemExit(asyncio.run(run_demo(script=args.script, tour=not args.no_tour)))
-    _configure_logging(args.log_level or "INFO")
+    # --log-level wins; else GPUOPS_LOG_LEVEL (SPEC-style env configuration); else INFO.
+    _configure_logging(args.log_level or os.environ.get("GPUOPS_LOG_LEVEL") or "INFO")
     try:
         if args.command == "serve":
             asyncio.run(_serve(args.host, args.port))

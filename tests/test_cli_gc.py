@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gc
 
+import pytest
+
 from bot.cli import _freeze_startup_heap
 
 
@@ -17,3 +19,20 @@ def test_the_startup_heap_is_frozen_out_of_garbage_collection() -> None:
         assert gc.isenabled()  # young objects are still collected
     finally:
         gc.unfreeze()
+
+
+def test_gpuops_log_level_sets_the_log_level(monkeypatch: pytest.MonkeyPatch) -> None:
+    import bot.cli
+
+    seen: list[str] = []
+    monkeypatch.setenv("GPUOPS_LOG_LEVEL", "DEBUG")
+    monkeypatch.setattr(bot.cli, "_configure_logging", seen.append)
+    monkeypatch.setattr(bot.cli, "_simulate", _no_simulator)
+    bot.cli.main(["simulate"])
+    assert seen == ["DEBUG"]
+    bot.cli.main(["--log-level", "WARNING", "simulate"])  # the flag wins over the env
+    assert seen == ["DEBUG", "WARNING"]
+
+
+async def _no_simulator(host: str, port: int, transition_seconds: float) -> None:
+    return None
