@@ -910,7 +910,7 @@ class ChangeWorkflow:
                 await self.messenger.update(fresh.channel, fresh.summary_ts, message)
                 return
             except SlackDeliveryError:
-                pass
+                pass  # the summary is gone or not editable: post the status as a new reply
         await self._post_or_log(fresh.channel, message, thread_ts=fresh.root_ts)
 
     # -- housekeeping -----------------------------------------------------------------
@@ -1049,7 +1049,7 @@ _DECISION_ICONS = {"denied": ":no_entry_sign:", "cancelled": ":heavy_multiplicat
 
 
 class _AskBreakGlass(Exception):
-    pass
+    """An admin approving their own request must first give a break-glass reason."""
 
 
 TERMINAL = frozenset({S.SUCCEEDED, S.FAILED, S.UNKNOWN, S.DENIED, S.EXPIRED, S.CANCELLED})
