@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -90,8 +91,6 @@ async def handle_break_glass(ack: Any, body: dict[str, Any], context: Any) -> No
 
 
 def _metadata(raw: str) -> dict[str, str]:
-    import json
-
     try:
         data = json.loads(raw or "{}")
     except ValueError:
