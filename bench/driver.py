@@ -28,7 +28,7 @@ from bench.load import (
 )
 from bench.procs import Child, clean_env, free_port, gpuops_command
 from bench.report import Targets, build_report
-from bot.demo.stack import (
+from bot.local.demo.stack import (
     CHANNELS,
     DEMO_BOT_TOKEN,
     DEMO_E2E_KEY,
@@ -39,10 +39,10 @@ from bot.demo.stack import (
     USERGROUPS,
     USERS,
 )
-from bot.localslack.server import FakeSlack
-from bot.simulators.base import Fault, FaultKind
-from bot.simulators.e2e import E2ESimulator
-from bot.simulators.together import TogetherSimulator
+from bot.local.simulators.base import Fault, FaultKind
+from bot.local.simulators.e2e import E2ESimulator
+from bot.local.simulators.together import TogetherSimulator
+from bot.local.slack.server import FakeSlack
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -27,12 +27,12 @@ from typing import Any, Literal
 
 import aiohttp
 
-from bot.localslack.models import FakeEvent
-from bot.localslack.sender import SenderResult, SlackSender, Tamper
-from bot.localslack.server import FakeSlack
-from bot.simulators.together import TogetherSimulator
+from bot.local.simulators.together import TogetherSimulator
+from bot.local.slack.models import FakeEvent
+from bot.local.slack.sender import SenderResult, SlackSender, Tamper
+from bot.local.slack.server import FakeSlack
 
-USER = "U04DAVE"  # operator on together-prod in every channel (bot.demo.stack.DEMO_POLICY)
+USER = "U04DAVE"  # operator on together-prod in every channel (bot.local.demo.stack.DEMO_POLICY)
 PROJECT = "together-prod"
 TEMPLATE_CLUSTER = "tc-h200-ondemand"  # ON_DEMAND, 8 GPUs: a scale-up needs no approval
 OPS_PER_CLUSTER = 10  # a worker moves to a fresh cluster after this many commands

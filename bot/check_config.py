@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from bot.config import ConfigError, Settings
-from bot.policy import (
+from bot.core.policy import (
     E2EProject,
     Policy,
     PolicyError,

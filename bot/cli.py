@@ -64,8 +64,8 @@ def _freeze_startup_heap() -> None:
 async def _serve(host: str, port: int) -> None:
     from aiohttp import web
 
-    from bot.app import Runtime
     from bot.config import Settings
+    from bot.slack.app import Runtime
 
     settings = _settings()
     assert isinstance(settings, Settings)
@@ -89,8 +89,8 @@ async def _socket(host: str, port: int) -> None:
     from aiohttp import web
     from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
-    from bot.app import Runtime, add_ops_routes
     from bot.config import Settings
+    from bot.slack.app import Runtime, add_ops_routes
 
     settings = _settings()
     assert isinstance(settings, Settings)
@@ -116,8 +116,8 @@ async def _socket(host: str, port: int) -> None:
 
 
 async def _simulate(host: str, port: int, transition_seconds: float) -> None:
-    from bot.simulators.e2e import E2ESimulator
-    from bot.simulators.together import TogetherSimulator
+    from bot.local.simulators.e2e import E2ESimulator
+    from bot.local.simulators.together import TogetherSimulator
 
     together = TogetherSimulator(transition_seconds=transition_seconds)
     e2e = E2ESimulator(transition_seconds=transition_seconds)
@@ -162,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         assert isinstance(settings, Settings)
         raise SystemExit(run_check_config(settings, sys.stdout))
     if args.command == "demo":
-        from bot.demo.console import run_demo
+        from bot.local.demo.console import run_demo
 
         _configure_logging(args.log_level or "WARNING")
         raise SystemExit(asyncio.run(run_demo(script=args.script, tour=not args.no_tour)))

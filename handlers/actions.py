@@ -9,10 +9,10 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 
-from bot import render
-from bot.service import GpuOps
-from bot.slack_io import Messenger, SlackDeliveryError
-from bot.workflow import NeedsBreakGlass, Reply
+from bot.core.requests.workflow import NeedsBreakGlass, Reply
+from bot.core.service import GpuOps
+from bot.slack import blocks as render
+from bot.slack.messenger import Messenger, SlackDeliveryError
 from handlers.payloads import BlockAction, parse, state_values
 
 log = logging.getLogger(__name__)

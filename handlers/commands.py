@@ -7,10 +7,10 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 
-from bot import render
-from bot.service import GpuOps, ModalRequest
-from bot.slack_io import Messenger, SlackDeliveryError
-from bot.workflow import Reply
+from bot.core.requests.workflow import Reply
+from bot.core.service import GpuOps, ModalRequest
+from bot.slack import blocks as render
+from bot.slack.messenger import Messenger, SlackDeliveryError
 from handlers.payloads import SlashCommand, parse
 
 log = logging.getLogger(__name__)
@@ -26,7 +26,7 @@ async def handle_gpu(ack: Any, body: dict[str, Any], respond: Any, context: Any)
     messenger: Messenger = context["messenger"]
     # Everything after the ack queues here, behind other requests' acks, not inside them.
     async with ops.pacer.turn():
-        key = context.get("delivery_key")  # set by bot.app's de-duplication middleware
+        key = context.get("delivery_key")  # set by bot.slack.app's de-duplication middleware
         if key is not None and not await ops.store.remember_delivery(key):
             log.info("ignored a repeated delivery of a slash command")
             return

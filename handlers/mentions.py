@@ -7,8 +7,8 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 
-from bot.service import GpuOps
-from bot.slack_io import Messenger, SlackDeliveryError
+from bot.core.service import GpuOps
+from bot.slack.messenger import Messenger, SlackDeliveryError
 from handlers.commands import internal_error
 from handlers.payloads import AppMention, parse
 

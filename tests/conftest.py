@@ -12,7 +12,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from bot.demo.stack import LocalStack, StackOptions
+from bot.local.demo.stack import LocalStack, StackOptions
 
 PG_ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 PG_URL_TEMPLATE = "postgresql://postgres@127.0.0.1:5432/{name}"

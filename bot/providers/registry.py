@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import httpx
 
-from bot.policy import E2EProject, Policy, TogetherProject
+from bot.core.policy import E2EProject, Policy, TogetherProject
 from bot.providers.base import ProviderAdapter
 from bot.providers.e2e import E2EAdapter, E2EClient, build_e2e_transport
 from bot.providers.http import ClientSettings, ProviderTransport

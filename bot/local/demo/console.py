@@ -1,0 +1,498 @@
+"""``gpuops demo``: a terminal Slack over the real app.
+
+Everything runs in this process on 127.0.0.1 — both provider simulators, a stand-in for
+Slack's Web API, and the bot in HTTP mode. What you type is sent to the bot as correctly
+signed Slack requests, exactly as Slack would send them; what the bot posts to "Slack" is
+drawn here as text. Like Errbot's text backend or Hubot's shell adapter, but through the
+real handlers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from bot.local.demo.render_text import ButtonBoard, TextRenderer, initial_values
+from bot.local.demo.stack import CHANNELS, ROLES, USERS, LocalStack, StackOptions
+from bot.local.slack.models import (
+    EphemeralPosted,
+    MessageEdited,
+    MessagePosted,
+    View,
+    ViewClosed,
+    ViewOpened,
+    ViewUpdated,
+)
+from bot.local.slack.sender import SenderInputError, SenderResult
+
+TOUR = """\
+gpuops demo — a local Slack workspace with the gpuops bot, over simulated Together AI and
+E2E Networks clusters. Nothing leaves this machine; no accounts are needed.
+
+You are dave (operator) in #incident. A short tour:
+  1. /gpu show together-prod tc-h100-reserved        a cluster summary, posted in the channel
+  2. /gpu update together-prod tc-h200-ondemand num_gpus=16
+                                                     a scale-up: needs no approval, runs at once
+  3. /gpu action e2e-delhi 101 restart_workers       a restart: waits for a second person
+  4. as bob                                          become bob, an approver
+  5. press the number shown on the Approve button    the change runs; the result lands in the thread
+Also try: /gpu update together-prod tc-h100-reserved (a form), /gpu list, /gpu help,
+as erin (a viewer), as alice then /gpu audit.  Type `help` for the console's commands.
+"""
+
+HELP = """\
+Console commands:
+  /gpu …                 a slash command, as the current user in the current channel
+  @gpuops …              mention the bot in the channel;  thread <n> @gpuops …  in msg n's thread
+  <n>  or  press <n>     press button number n
+  submit [field=value …] fill the open form (unset fields keep their values) and submit it
+  cancel                 close the open form
+  as <user>              switch user: alice (admin), bob, carol (approvers), dave (operator),
+                         erin (viewer in #incident), mallory (no access)
+  in <channel>           switch channel: incident, gpu-audit, random
+  users                  who is who;  wait <seconds>  let background work run
+  expect <text> / expect-not <text>   (scripts) check what the last step showed
+  help, quit
+"""
+
+_QUIET_SECONDS = 0.35
+_SETTLE_LIMIT = 10.0
+
+
+class DemoConsole:
+    def __init__(self, stack: LocalStack, console: Console, *, interactive: bool) -> None:
+        self.stack = stack
+        self.console = console
+        self.interactive = interactive
+        self.user = "U04DAVE"
+        self.channel = "C0INCIDENT"
+        self.board = ButtonBoard()
+        self.text = TextRenderer(USERS, CHANNELS)
+        self.roots: dict[tuple[str, str], int] = {}
+        self.transcript: list[str] = []
+        self.mark = 0
+        self.failures: list[str] = []
+        self.steps = 0
+        self._last_event = 0.0
+        self._handled_views: set[tuple[str, str]] = set()
+        self._shown: dict[tuple[str, str], list[str]] = {}
+        stack.slack.subscribe(self.on_event)
+
+    # -- output -------------------------------------------------------------------------
+    def emit(self, line: str, style: str | None = None) -> None:
+        self.transcript.append(line)
+        self.console.print(Text(line, style=style or ""), soft_wrap=True)
+
+    def _where(self, channel: str, ts: str, thread_ts: str | None) -> str:
+        name = "#" + CHANNELS.get(channel, channel)
+        if thread_ts and thread_ts != ts:
+            root = self.roots.get((channel, thread_ts))
+            return f"{name} ↳ thread of msg {root}" if root else f"{name} ↳ thread"
+        number = self.roots.setdefault((channel, ts), len(self.roots) + 1)
+        return f"{name} · msg {number}"
+
+    def on_event(self, event: Any) -> None:
+        self._last_event = asyncio.get_running_loop().time()
+        if isinstance(event, MessagePosted | MessageEdited):
+            message = event.message
+            if message.source == "user":
+                return
+            where = self._where(message.channel, message.ts, message.thread_ts)
+            edited = isinstance(event, MessageEdited)
+            self._show(
+                f"[{where}] gpuops {'updated' if edited else 'says'}:",
+                message.blocks,
+                message.text,
+                channel=message.channel,
+                ts=message.ts,
+                thread_ts=message.thread_ts,
+                style="dim" if edited else "bold",
+                only_changes=edited,
+            )
+        elif isinstance(event, EphemeralPosted):
+            eph = event.ephemeral
+            if eph.user != self.user:
+                return
+            where = "#" + CHANNELS.get(eph.channel, eph.channel)
+            self._show(
+                f"[{where} · only visible to you] gpuops:",
+                eph.blocks,
+                eph.text,
+                channel=eph.channel,
+                ts=eph.ts,
+                thread_ts=eph.thread_ts,
+                style="yellow",
+            )
+        elif isinstance(event, ViewOpened | ViewUpdated) and event.view.user == self.user:
+            self._show_view(event.view)
+        elif isinstance(event, ViewClosed) and event.view.user == self.user:
+            self.emit(f"(form closed: {event.view.closed_reason or 'done'})", "dim")
+
+    def _show(
+        self,
+        head: str,
+        blocks: list[dict[str, Any]] | None,
+        text: str,
+        *,
+        channel: str,
+        ts: str,
+        thread_ts: str | None,
+        style: str,
+        only_changes: bool = False,
+    ) -> None:
+        lines = self.text.blocks(
+            blocks, text, self.board, channel=channel, ts=ts, thread_ts=thread_ts or ts
+        )
+        before = self._shown.get((channel, ts), [])
+        self._shown[(channel, ts)] = lines
+        if only_changes and before:
+            lines = [line for line in lines if line not in before]
+            if not lines:
+                return
+        self.emit(head, style)
+        for line in lines:
+            self.emit(f"    {line}")
+
+    def _show_view(self, view: View) -> None:
+        values = {**initial_values(view.view), **_entered_text(view)}
+        for line in self.text.view(view.view, view.errors, values):
+            self.emit(f"    {line}", "cyan")
+        has_inputs = any(b.get("type") == "input" for b in view.blocks)
+        if view.errors:
+            self.emit("    (fix the marked fields: submit field=value …, or cancel)", "red")
+        elif has_inputs and not self.interactive:
+            self.emit("    (fill it with: submit field=value …   or: cancel)", "dim")
+
+    # -- steps --------------------------------------------------------------------------
+    async def settle(self) -> None:
+        """Wait until the bot has been quiet for a moment (it works after acking)."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        self._last_event = max(self._last_event, started)
+        while loop.time() - started < _SETTLE_LIMIT:
+            await asyncio.sleep(0.05)
+            if loop.time() - self._last_event >= _QUIET_SECONDS:
+                return
+
+    def fail(self, why: str) -> None:
+        self.failures.append(why)
+        self.emit(f"✗ {why}", "red")
+
+    def _check(self, result: SenderResult | None, what: str) -> None:
+        if result is not None and not result.ok:
+            self.fail(f"{what}: the bot answered HTTP {result.status}")
+
+    async def run_line(self, line: str) -> bool:
+        """Run one console line; False when the console should stop."""
+        line = line.strip()
+        if not line or line.startswith("#"):
+            return True
+        word, _, rest = line.partition(" ")
+        word = word.lower()
+        if word in ("quit", "exit"):
+            return False
+        if word in ("expect", "expect-not"):
+            self._expect(rest.strip(), present=word == "expect")
+            return True
+        self.steps += 1
+        self.mark = len(self.transcript)
+        try:
+            await self._dispatch(word, rest.strip(), line)
+        except SenderInputError as exc:
+            self.fail(f"Slack would not allow that: {exc}")
+        await self.settle()
+        if self.interactive:
+            await self._maybe_fill_form()
+        return True
+
+    async def _dispatch(self, word: str, rest: str, line: str) -> None:
+        if line.startswith("/"):
+            command, _, text = line.partition(" ")
+            result = await self.stack.sender.command(self.user, self.channel, text, command=command)
+            self._check(result, command)
+        elif word == "@gpuops":
+            await self._mention(rest, None)
+        elif word == "thread":
+            number, _, text = rest.partition(" ")
+            await self._mention(text.removeprefix("@gpuops").strip(), number)
+        elif word.isdigit() or word == "press":
+            await self.press(rest if word == "press" else word)
+        elif word == "submit":
+            await self.submit(_assignments(rest))
+        elif word == "cancel":
+            await self.cancel_form()
+        elif word == "as":
+            self.switch_user(rest)
+        elif word == "in":
+            self.switch_channel(rest)
+        elif word == "users":
+            self._users()
+        elif word == "wait":
+            await self._wait(rest)
+        elif word == "help":
+            self.console.print(HELP, markup=False, highlight=False)
+        else:
+            self.fail(f"unknown console command {word!r} (type help)")
+
+    async def _mention(self, text: str, thread_number: str | None) -> None:
+        thread_ts = None
+        if thread_number is not None:
+            wanted = {n: key for key, n in self.roots.items()}
+            key = wanted.get(int(thread_number)) if thread_number.isdigit() else None
+            if key is None:
+                self.fail(f"there is no msg {thread_number}")
+                return
+            thread_ts = key[1]
+        await self.stack.slack.post_user_message(
+            self.channel, self.user, f"<@UBOT> {text}", thread_ts=thread_ts
+        )
+        result = await self.stack.sender.mention(
+            self.user, self.channel, f"<@UBOT> {text}", thread_ts=thread_ts
+        )
+        self._check(result, "mention")
+
+    async def press(self, which: str) -> None:
+        button = self.board.buttons.get(int(which)) if which.strip().isdigit() else None
+        if button is None:
+            self.fail(f"there is no button {which!r}")
+            return
+        self.emit(f"({USERS[self.user]} presses {button.label})", "dim")
+        result = await self.stack.sender.block_action(
+            self.user,
+            button.channel,
+            action_id=button.action_id,
+            value=button.value,
+            message_ts=button.message_ts,
+            thread_ts=button.thread_ts,
+        )
+        self._check(result, f"button {button.label}")
+
+    def _open_view(self) -> View | None:
+        return self.stack.slack.last_view_for(self.user, open_only=True)
+
+    async def submit(self, values: dict[str, str]) -> None:
+        view = self._open_view()
+        if view is None:
+            self.fail("no form is open")
+            return
+        action = values.pop("action", None)
+        if action is not None and _has_dispatch_select(view, "action"):
+            result = await self.stack.sender.view_block_action(
+                self.user, view.id, action_id="action", block_id="action", selected_value=action
+            )
+            self._check(result, "choosing the action")
+            await self.settle()
+            view = self._open_view()
+            if view is None:
+                self.fail("the form closed")
+                return
+        self._handled_views.add((view.id, view.hash))
+        submitted: dict[str, Any] = {k: (v or None) for k, v in values.items()}
+        result = await self.stack.sender.view_submission(self.user, view.id, submitted)
+        self._check(result, "submitting the form")
+
+    async def cancel_form(self) -> None:
+        view = self._open_view()
+        if view is None:
+            self.fail("no form is open")
+            return
+        await self.stack.sender.view_closed(self.user, view.id)
+
+    def switch_user(self, who: str) -> None:
+        key = who.strip().lstrip("@").lower()
+        for user_id, name in USERS.items():
+            if key in (name, user_id.lower()):
+                self.user = user_id
+                self.emit(f"(you are now {name}: {ROLES[user_id]})", "dim")
+                return
+        self.fail(f"no such user {who!r}; try: {', '.join(USERS.values())}")
+
+    def switch_channel(self, where: str) -> None:
+        key = where.strip().lstrip("#").lower()
+        for channel_id, name in CHANNELS.items():
+            if key in (name, channel_id.lower()):
+                self.channel = channel_id
+                self.emit(f"(you are now in #{name})", "dim")
+                return
+        self.fail(f"no such channel {where!r}; try: {', '.join(CHANNELS.values())}")
+
+    def _users(self) -> None:
+        for user_id, name in USERS.items():
+            marker = "→" if user_id == self.user else " "
+            self.emit(f" {marker} {name:<8} {user_id:<11} {ROLES[user_id]}")
+
+    async def _wait(self, rest: str) -> None:
+        try:
+            seconds = min(max(float(rest or "1"), 0.0), 30.0)
+        except ValueError:
+            self.fail(f"wait takes seconds, not {rest!r}")
+            return
+        await asyncio.sleep(seconds)
+
+    def _expect(self, needle: str, *, present: bool) -> None:
+        needle = needle.strip().strip('"')
+        shown = "\n".join(self.transcript[self.mark :])
+        if (needle in shown) != present:
+            self.fail(f"expected {'' if present else 'no '}{needle!r} in the last step's output")
+
+    # -- interactive forms ----------------------------------------------------------------
+    async def _maybe_fill_form(self) -> None:
+        view = self._open_view()
+        while view is not None and (view.id, view.hash) not in self._handled_views:
+            self._handled_views.add((view.id, view.hash))
+            values = await self._ask_fields(view)
+            if values is None:
+                await self.cancel_form()
+            else:
+                await self.submit(values)
+            await self.settle()
+            view = self._open_view()
+
+    async def _ask_fields(self, view: View) -> dict[str, str] | None:
+        self.emit("    Fill the form: Enter keeps a value, '-' clears it, 'cancel' closes.", "dim")
+        current = {**initial_values(view.view), **_entered_text(view)}
+        values: dict[str, str] = {}
+        for block in view.blocks:
+            if block.get("type") != "input":
+                continue
+            block_id = str(block.get("block_id"))
+            answer = (await ask(f"  {block_id} [{current.get(block_id, '')}]: ")).strip()
+            if answer == "cancel":
+                return None
+            if block.get("dispatch_action") and answer and answer != current.get(block_id):
+                return await self._dispatch_and_ask(view, block_id, answer)
+            if answer == "-":
+                values[block_id] = ""
+            elif answer:
+                values[block_id] = answer
+        if (await ask("  submit? [Y/n] ")).strip().lower() in ("n", "no"):
+            return None
+        return values
+
+    async def _dispatch_and_ask(
+        self, view: View, block_id: str, answer: str
+    ) -> dict[str, str] | None:
+        """A select that changes the form (the action): tell the app, then ask again."""
+        result = await self.stack.sender.view_block_action(
+            self.user, view.id, action_id=block_id, block_id=block_id, selected_value=answer
+        )
+        self._check(result, f"choosing {answer}")
+        await self.settle()
+        updated = self._open_view()
+        if updated is None:
+            return None
+        self._handled_views.add((updated.id, updated.hash))
+        return await self._ask_fields(updated)
+
+
+def _entered_text(view: View) -> dict[str, str]:
+    entered: dict[str, str] = {}
+    for block_id, actions in view.entered.items():
+        for entry in actions.values():
+            value = entry.get("value")
+            option = entry.get("selected_option")
+            if isinstance(value, str):
+                entered[block_id] = value
+            elif isinstance(option, dict):
+                entered[block_id] = str(option.get("value", ""))
+    return entered
+
+
+def _has_dispatch_select(view: View, block_id: str) -> bool:
+    return any(b.get("block_id") == block_id and b.get("dispatch_action") for b in view.blocks)
+
+
+def _assignments(rest: str) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for word in shlex.split(rest):
+        name, sep, value = word.partition("=")
+        if sep:
+            values[name] = value
+    return values
+
+
+_session: Any = None
+
+
+async def ask(prompt: str) -> str:
+    """One line from the person: prompt_toolkit (editing, history) on a terminal, plain
+    stdin otherwise. EOF reads as 'quit'."""
+    global _session
+    if sys.stdin.isatty():
+        from prompt_toolkit import PromptSession
+        from prompt_toolkit.history import InMemoryHistory
+        from prompt_toolkit.patch_stdout import patch_stdout
+
+        if _session is None:
+            _session = PromptSession(history=InMemoryHistory())
+        try:
+            with patch_stdout(raw=True):
+                return str(await _session.prompt_async(prompt))
+        except (EOFError, KeyboardInterrupt):
+            return "quit"
+    print(prompt, end="", flush=True)
+    line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    return line if line else "quit"
+
+
+def read_script(path: str) -> list[str]:
+    return Path(path).read_text(encoding="utf-8").splitlines()
+
+
+async def run_demo(*, script: str | None = None, tour: bool = True) -> int:
+    """Start the local stack and run the console; the exit code of ``gpuops demo``."""
+    interactive = script is None
+    console = (
+        Console(highlight=False, soft_wrap=True)
+        if interactive
+        else Console(color_system=None, highlight=False, soft_wrap=True, width=200)
+    )
+    lines: list[str] = []
+    if script is not None:
+        try:
+            lines = read_script(script)
+        except OSError as exc:
+            console.print(f"gpuops demo: cannot read {script}: {exc.strerror}", markup=False)
+            return 2
+    stack = await LocalStack.start(StackOptions(poll_seconds=1.0, transition_seconds=4.0))
+    demo = DemoConsole(stack, console, interactive=interactive)
+    try:
+        if tour:
+            console.print(TOUR, markup=False, highlight=False)
+        if interactive:
+            await _interactive(demo)
+        else:
+            await _scripted(demo, lines)
+    finally:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(15):
+                await stack.runtime.workflow.drain()
+        await stack.stop()
+    if not interactive:
+        verdict = "all passed" if not demo.failures else f"{len(demo.failures)} failed"
+        console.print(f"script: {demo.steps} steps, {verdict}", markup=False)
+    return 1 if demo.failures else 0
+
+
+async def _interactive(demo: DemoConsole) -> None:
+    while True:
+        name = USERS[demo.user]
+        line = await ask(f"{name} in #{CHANNELS[demo.channel]}> ")
+        if not await demo.run_line(line):
+            return
+
+
+async def _scripted(demo: DemoConsole, lines: list[str]) -> None:
+    for line in lines:
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#") and not stripped.startswith("expect"):
+            demo.emit(f"{USERS[demo.user]} in #{CHANNELS[demo.channel]}> {stripped}", "green")
+        if not await demo.run_line(line):
+            return

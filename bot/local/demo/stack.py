@@ -1,0 +1,295 @@
+"""One process, everything local: both provider simulators, the Slack stand-in, and the bot
+in HTTP mode against them — over real HTTP on 127.0.0.1. The demo console, the integration
+tests and the benchmarks all run on this."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from bot.config import Settings
+from bot.local.simulators.e2e import E2ESimulator
+from bot.local.simulators.together import TogetherSimulator
+from bot.local.slack.sender import SlackSender
+from bot.local.slack.server import FakeSlack
+from bot.slack.app import Runtime
+
+# Values that only exist here; distinctive so that leak scans can look for them.
+DEMO_BOT_TOKEN = "xoxb-demo-0000-bot-token-gpuops"  # noqa: S105
+DEMO_SIGNING_SECRET = "demo-signing-secret-5f2b9c"  # noqa: S105
+DEMO_TOGETHER_KEY = "demo-together-key-8d41e7"
+DEMO_E2E_KEY = "demo-e2e-apikey-3a9c50"
+DEMO_E2E_TOKEN = "demo-e2e-token-7b1f22"  # noqa: S105
+
+USERS = {
+    "U01ALICE": "alice",  # admin
+    "U02BOB": "bob",  # approver
+    "U03CAROL": "carol",  # approver (through the platform user group)
+    "U04DAVE": "dave",  # operator
+    "U05ERIN": "erin",  # viewer
+    "U06MALLORY": "mallory",  # no grant at all
+}
+ROLES = {
+    "U01ALICE": "admin",
+    "U02BOB": "approver",
+    "U03CAROL": "approver (via group S0PLATFORM)",
+    "U04DAVE": "operator",
+    "U05ERIN": "viewer",
+    "U06MALLORY": "no access",
+}
+CHANNELS = {"C0INCIDENT": "incident", "C0GPUAUDIT": "gpu-audit", "C0RANDOM": "random"}
+USERGROUPS = {"S0PLATFORM": ["U03CAROL"]}
+
+DEMO_POLICY = """\
+projects:
+  together-prod:
+    provider: together
+    api_key_env: TOGETHER_API_KEY
+    project_id: proj-123
+    notify_channel: C0GPUAUDIT
+  e2e-delhi:
+    provider: e2e
+    project_id: 12345
+    location: Delhi
+    api_key_env: E2E_API_KEY
+    auth_token_env: E2E_AUTH_TOKEN
+    notify_channel: C0GPUAUDIT
+grants:
+  - users: [U01ALICE]
+    projects: ["*"]
+    role: admin
+  - users: [U02BOB]
+    projects: ["*"]
+    role: approver
+  - usergroups: [S0PLATFORM]
+    projects: ["*"]
+    role: approver
+  - users: [U04DAVE]
+    projects: [together-prod, e2e-delhi]
+    role: operator
+  - users: [U05ERIN]
+    projects: ["*"]
+    role: viewer
+    channels: [C0INCIDENT]
+approvals:
+  expire_after_minutes: 30
+  break_glass: true
+"""
+
+
+@dataclass
+class StackOptions:
+    policy_yaml: str = DEMO_POLICY
+    database_url: str | None = None  # default: a SQLite file in the work directory
+    poll_seconds: float = 1.0
+    followup_minutes: float = 30.0
+    transition_seconds: float = 3.0
+    sweep_seconds: float = 30.0
+    total_timeout: float = 30.0
+    provider_attempts: int = 4
+    instance_id: str = "demo-1"
+    bot_token: str = DEMO_BOT_TOKEN
+    signing_secret: str = DEMO_SIGNING_SECRET
+    together_key: str = DEMO_TOGETHER_KEY
+    e2e_key: str = DEMO_E2E_KEY
+    e2e_token: str = DEMO_E2E_TOKEN
+    start_background: bool = True
+    extra_settings: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class BotReplica:
+    """One running bot — its Runtime, its HTTP server on 127.0.0.1 and a sender signed for
+    it — as a separate ``gpuops serve`` process would be."""
+
+    runtime: Runtime
+    sender: SlackSender
+    events_url: str
+    base_url: str
+    _runner: web.AppRunner
+
+    async def stop(self) -> None:
+        await self.sender.aclose()
+        await self._runner.cleanup()
+        await self.runtime.close()
+
+
+async def serve_bot(
+    settings: Settings,
+    env: dict[str, str],
+    slack: FakeSlack,
+    *,
+    instance_id: str,
+    start_background: bool = True,
+) -> BotReplica:
+    """Build a Runtime from ``settings`` and serve its ``/slack/events`` on 127.0.0.1."""
+    runtime = await Runtime.create(settings, env=env, instance_id=instance_id)
+    if start_background:
+        await runtime.start_background()
+    runner = web.AppRunner(runtime.web_app(), access_log=None, shutdown_timeout=0.5)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    base_url = f"http://127.0.0.1:{port}"
+    events_url = f"{base_url}/slack/events"
+    signing = settings.slack_signing_secret
+    sender = SlackSender(events_url, signing.get_secret_value() if signing else "", slack)
+    return BotReplica(runtime, sender, events_url, base_url, runner)
+
+
+@dataclass
+class LocalStack:
+    options: StackOptions
+    workdir: Path
+    together: TogetherSimulator
+    e2e: E2ESimulator
+    slack: FakeSlack
+    runtime: Runtime
+    sender: SlackSender
+    events_url: str
+    base_url: str
+    _runner: web.AppRunner
+    _tmp: tempfile.TemporaryDirectory[str] | None = None
+    replicas: list[BotReplica] = field(default_factory=list)
+
+    @classmethod
+    async def start(
+        cls, options: StackOptions | None = None, workdir: Path | None = None
+    ) -> LocalStack:
+        options = options or StackOptions()
+        tmp = None
+        if workdir is None:
+            tmp = tempfile.TemporaryDirectory(prefix="gpuops-")
+            workdir = Path(tmp.name)
+        together = TogetherSimulator(
+            api_key=options.together_key, transition_seconds=options.transition_seconds
+        )
+        e2e = E2ESimulator(
+            api_key=options.e2e_key,
+            auth_token=options.e2e_token,
+            transition_seconds=options.transition_seconds,
+        )
+        slack = FakeSlack(options.bot_token, channels=CHANNELS, users=USERS, usergroups=USERGROUPS)
+        await together.start()
+        await e2e.start()
+        api_url = await slack.start()
+        policy_path = workdir / "policy.yml"
+        policy_path.write_text(options.policy_yaml)
+        settings = Settings(
+            _env_file=None,
+            slack_bot_token=options.bot_token,
+            slack_signing_secret=options.signing_secret,
+            slack_api_url=api_url,
+            gpuops_policy=policy_path,
+            gpuops_database_url=options.database_url or f"sqlite:///{workdir / 'gpuops.db'}",
+            together_base_url=together.base_url,
+            e2e_base_url=e2e.base_url,
+            gpuops_poll_seconds=options.poll_seconds,
+            gpuops_followup_minutes=options.followup_minutes,
+            gpuops_sweep_seconds=options.sweep_seconds,
+            gpuops_total_timeout=options.total_timeout,
+            gpuops_provider_attempts=options.provider_attempts,
+            gpuops_instance_id=options.instance_id,
+            **options.extra_settings,
+        )
+        bot = await serve_bot(
+            settings,
+            _provider_env(options),
+            slack,
+            instance_id=options.instance_id,
+            start_background=options.start_background,
+        )
+        return cls(
+            options,
+            workdir,
+            together,
+            e2e,
+            slack,
+            bot.runtime,
+            bot.sender,
+            bot.events_url,
+            bot.base_url,
+            bot._runner,
+            tmp,
+        )
+
+    async def start_replica(
+        self, instance_id: str, *, start_background: bool | None = None
+    ) -> BotReplica:
+        """Another bot replica on the same database, simulators and FakeSlack (as a second
+        ``gpuops serve`` would be); stopped with the stack. Several replicas need a database
+        that several processes share: PostgreSQL (or, one at a time, the SQLite file)."""
+        settings = self.runtime.settings.model_copy(update={"gpuops_instance_id": instance_id})
+        replica = await serve_bot(
+            settings,
+            _provider_env(self.options),
+            self.slack,
+            instance_id=instance_id,
+            start_background=(
+                self.options.start_background if start_background is None else start_background
+            ),
+        )
+        self.replicas.append(replica)
+        return replica
+
+    async def restart_bot(self, *, instance_id: str | None = None) -> None:
+        """Stop the bot (server and runtime) and start a fresh one on the same database,
+        simulators and FakeSlack, as a process restart would; ``runtime``, ``sender``,
+        ``events_url`` and ``base_url`` then refer to the new one."""
+        await BotReplica(
+            self.runtime, self.sender, self.events_url, self.base_url, self._runner
+        ).stop()
+        settings = self.runtime.settings
+        if instance_id is not None:
+            settings = settings.model_copy(update={"gpuops_instance_id": instance_id})
+        bot = await serve_bot(
+            settings,
+            _provider_env(self.options),
+            self.slack,
+            instance_id=instance_id or settings.gpuops_instance_id or self.options.instance_id,
+            start_background=self.options.start_background,
+        )
+        self.runtime, self.sender, self._runner = bot.runtime, bot.sender, bot._runner
+        self.events_url, self.base_url = bot.events_url, bot.base_url
+
+    async def stop(self) -> None:
+        await handlers_finished()
+        for replica in reversed(self.replicas):
+            await replica.stop()
+        self.replicas.clear()
+        await self.sender.aclose()
+        await self._runner.cleanup()
+        await self.runtime.close()
+        await self.slack.stop()
+        await self.e2e.stop()
+        await self.together.stop()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+
+def _provider_env(options: StackOptions) -> dict[str, str]:
+    return {
+        "TOGETHER_API_KEY": options.together_key,
+        "E2E_API_KEY": options.e2e_key,
+        "E2E_AUTH_TOKEN": options.e2e_token,
+    }
+
+
+async def handlers_finished(within: float = 5.0) -> None:
+    """Wait (at most ``within`` s) for Slack handlers still at work after their ack — Bolt
+    runs each listener in a task of its own — so that stopping the stack does not cut off a
+    change being reported or close the store under it."""
+    running = [
+        task
+        for task in asyncio.all_tasks()
+        if not task.done()
+        and getattr(task.get_coro(), "__name__", "") == "run_ack_function_asynchronously"
+    ]
+    if running:
+        await asyncio.wait(running, timeout=within)

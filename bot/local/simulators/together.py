@@ -1,0 +1,621 @@
+"""A Together AI Instant Clusters simulator: ``GET /v1/compute/clusters``,
+``GET /v1/compute/clusters/{cluster_id}`` and ``PUT /v1/compute/clusters/{cluster_id}``
+with Bearer auth, Together's error shape, the update rules of SPEC §1.1, and clusters that
+move through provisioning statuses after a change.
+
+Status progress is computed from the elapsed time whenever a cluster is read, so there is
+no background task to manage. Route names for faults: ``list``, ``get``, ``update``.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import math
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from aiohttp import web
+
+from bot.local.simulators.base import (
+    SimulatorServer,
+    fault_after,
+    fault_before,
+    json_response,
+)
+
+GPUS_PER_NODE = 8
+UPDATE_FIELDS = (
+    "cluster_type",
+    "num_gpus",
+    "num_reserved_gpus",
+    "num_preemptible_gpus",
+    "num_capacity_pool_gpus",
+    "reservation_end_time",
+)
+_COUNT_FIELDS = UPDATE_FIELDS[1:5]
+CLUSTER_TYPES = ("KUBERNETES", "SLURM")
+PREPAID = ("RESERVED", "SCHEDULED_CAPACITY")
+
+# (status, cluster phase) a changed cluster passes through, evenly over transition_seconds.
+_PROGRESS: tuple[tuple[str, str], ...] = (
+    ("WaitingForDataPlaneNodes", "CLUSTER_PHASE_WAITING_FOR_DATA_PLANE_NODES"),
+    ("InstallingDrivers", "CLUSTER_PHASE_INSTALLING_DRIVERS"),
+    ("Ready", "CLUSTER_PHASE_READY"),
+)
+
+_NODE_SHAPES: dict[str, tuple[int, float]] = {  # gpu type → (cpu cores, memory GiB) per node
+    "H100_SXM": (208, 1800.0),
+    "H200_SXM": (208, 2000.0),
+    "B200_SXM": (224, 2900.0),
+}
+
+
+def _ts(value: datetime) -> str:
+    return value.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def error_body(status: int, message: str, code: str | None = None) -> dict[str, Any]:
+    """Together's error shape."""
+    if status == 429:
+        kind = "rate_limit_error"
+    elif status >= 500:
+        kind = "server_error"
+    else:
+        kind = "invalid_request_error"
+    error: dict[str, Any] = {"message": message, "type": kind}
+    if code is not None:
+        error["code"] = code
+    return {"error": error}
+
+
+def _error(status: int, message: str, code: str | None = None) -> web.Response:
+    return json_response(status, error_body(status, message, code))
+
+
+class UpdateRejected(Exception):
+    def __init__(self, message: str, code: str = "invalid_parameter") -> None:
+        self.message = message
+        self.code = code
+        super().__init__(message)
+
+
+@dataclass
+class _Transition:
+    started: float  # monotonic
+    started_at: datetime
+    reached: int = -1  # index into _PROGRESS already recorded
+
+
+# -- seed data -----------------------------------------------------------------------------
+def _kube_config(cluster_id: str) -> str:
+    text = (
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters:\n- name: {cluster_id}\n  cluster:\n"
+        "    server: https://kubernetes.default.svc:6443\n"
+        f"contexts:\n- name: {cluster_id}\n  context: {{cluster: {cluster_id}, user: admin}}\n"
+        f"current-context: {cluster_id}\n"
+        "users:\n- name: admin\n  user: {token: sim-kube-token}\n"
+    )
+    return base64.b64encode(text.encode()).decode()
+
+
+def _node_phases(at: datetime, *, running: bool) -> list[dict[str, Any]]:
+    phases = [
+        {"phase": "NODE_PHASE_PENDING", "transition_time": _ts(at)},
+        {"phase": "NODE_PHASE_BOOTING", "transition_time": _ts(at + timedelta(minutes=2))},
+    ]
+    if running:
+        phases.append(
+            {"phase": "NODE_PHASE_RUNNING", "transition_time": _ts(at + timedelta(minutes=9))}
+        )
+    return phases
+
+
+def _worker_node(
+    cluster_id: str, index: int, gpu_type: str, at: datetime, *, running: bool
+) -> dict[str, Any]:
+    cores, memory = _NODE_SHAPES.get(gpu_type, (96, 1000.0))
+    name = f"{cluster_id}-gpu-{index}"
+    return {
+        "host_name": name,
+        "node_name": name,
+        "memory_gib": memory,
+        "networks": [f"10.{20 + index}.0.{10 + index}"],
+        "node_id": f"node-{cluster_id}-{index}",
+        "instance_id": f"i-{cluster_id}-{index}",
+        "num_cpu_cores": cores,
+        "num_gpus": GPUS_PER_NODE,
+        "phase_transitions": _node_phases(at, running=running),
+        "status": "Ready" if running else "NotReady",
+        "auto_remediation_enabled": True,
+        "ephemeral_storage": "28Ti",
+        "ib_hca_count": 8,
+        "ib_hca_type": "ConnectX-7",
+        "nvswitch_count": 4,
+        "nvswitch_type": "NVSwitch-3",
+        "marked_for_deletion": False,
+    }
+
+
+def _control_plane(cluster_id: str, count: int, at: datetime) -> list[dict[str, Any]]:
+    nodes = []
+    for index in range(count):
+        name = f"{cluster_id}-cp-{index}"
+        nodes.append(
+            {
+                "host_name": name,
+                "node_name": name,
+                "memory_gib": 32.0,
+                "network": f"10.10.0.{10 + index}",
+                "node_id": f"cp-{cluster_id}-{index}",
+                "num_cpu_cores": 8,
+                "phase_transitions": _node_phases(at, running=True),
+                "status": "Ready",
+            }
+        )
+    return nodes
+
+
+def _cluster_phases(at: datetime, until: str) -> list[dict[str, Any]]:
+    order = (
+        "CLUSTER_PHASE_QUEUED",
+        "CLUSTER_PHASE_WAITING_FOR_CONTROL_PLANE_NODES",
+        "CLUSTER_PHASE_WAITING_FOR_DATA_PLANE_NODES",
+        "CLUSTER_PHASE_INSTALLING_DRIVERS",
+        "CLUSTER_PHASE_RUNNING_ACCEPTANCE_TESTS",
+        "CLUSTER_PHASE_READY",
+    )
+    phases = []
+    for step, phase in enumerate(order[: order.index(until) + 1]):
+        phases.append({"phase": phase, "transition_time": _ts(at + timedelta(minutes=4 * step))})
+    return phases
+
+
+def _seed_cluster(
+    cluster_id: str,
+    *,
+    name: str,
+    billing: str,
+    cluster_type: str,
+    gpu_type: str,
+    num_gpus: int,
+    project_id: str,
+    now: datetime,
+    region: str = "us-central-8",
+    num_reserved_gpus: int = 0,
+    age: timedelta = timedelta(days=10),
+    booting: bool = False,
+    **extra: Any,
+) -> dict[str, Any]:
+    created = now - age
+    nodes = [
+        _worker_node(cluster_id, i, gpu_type, created, running=not booting)
+        for i in range(math.ceil(num_gpus / GPUS_PER_NODE))
+    ]
+    cluster: dict[str, Any] = {
+        "cluster_id": cluster_id,
+        "cluster_name": name,
+        "billing_type": billing,
+        "cluster_type": cluster_type,
+        "gpu_type": gpu_type,
+        "region": region,
+        "project_id": project_id,
+        "ums_project_id": project_id,
+        "ums_org_id": "org-gpuops-sim",
+        "status": "WaitingForDataPlaneNodes" if booting else "Ready",
+        "num_gpus": num_gpus,
+        "num_reserved_gpus": num_reserved_gpus,
+        "num_capacity_pool_gpus": 0,
+        "desired_preemptible_gpus": 0,
+        "allocated_preemptible_gpus": 0,
+        "num_cpu_workers": 0,
+        "cuda_version": "12.6",
+        "nvidia_driver_version": "560",
+        "nvidia_driver_version_id": f"{region}-cuda-12.6-560",
+        "os_image": "ubuntu-22.04-cuda-12.6",
+        "kube_config": _kube_config(cluster_id),
+        "control_plane_ready": True,
+        "control_plane_nodes": _control_plane(
+            cluster_id, 3 if cluster_type == "KUBERNETES" else 1, created
+        ),
+        "gpu_worker_nodes": nodes,
+        "deleted_gpu_worker_nodes": [],
+        "phase_transitions": _cluster_phases(
+            created,
+            "CLUSTER_PHASE_WAITING_FOR_DATA_PLANE_NODES" if booting else "CLUSTER_PHASE_READY",
+        ),
+        "node_lifecycle_events": [],
+        "volumes": [
+            {
+                "size_tib": 10,
+                "status": "bound",
+                "volume_id": f"vol-{cluster_id}",
+                "volume_name": f"{name}-shared",
+            }
+        ],
+        "add_ons": [],
+        "cluster_config": {
+            "load_balancer": "NONE",
+            "jumphost_enabled": cluster_type == "SLURM",
+            "kubernetes_dashboard_enabled": cluster_type == "KUBERNETES",
+            "observability": {"enabled": True},
+            "ssh_ca_enabled": False,
+        },
+        "install_traefik": False,
+        "is_in_substrate": False,
+        "machine_cluster_id": f"mc-{cluster_id}",
+        "created_at": _ts(created),
+    }
+    if not booting:
+        cluster["first_ready_at"] = _ts(created + timedelta(minutes=20))
+    if cluster_type == "KUBERNETES":
+        cluster["add_ons"] = [
+            {
+                "add_on_type": "dashboard",
+                "name": "kubernetes-dashboard",
+                "config": {"dashboard": {"enabled": True}},
+                "state": {"dashboard": {}},
+            }
+        ]
+    else:
+        cluster["slurm_shm_size_gib"] = 64
+    cluster.update(extra)
+    return cluster
+
+
+def seed_clusters(now: datetime) -> dict[str, dict[str, Any]]:
+    """The clusters every simulator starts with (and returns to on reset)."""
+    clusters = [
+        _seed_cluster(
+            "tc-h100-reserved",
+            name="train-h100-reserved",
+            billing="RESERVED",
+            cluster_type="KUBERNETES",
+            gpu_type="H100_SXM",
+            num_gpus=16,
+            num_reserved_gpus=16,
+            project_id="proj-123",
+            now=now,
+            reservation_start_time=_ts(now - timedelta(days=10)),
+            reservation_end_time=_ts(now + timedelta(days=20)),
+            duration_hours=30 * 24,
+            oidc_config={
+                "client_id": "gpuops-sim",
+                "group_claim": "groups",
+                "group_prefix": "oidc:",
+                "issuer_url": "https://idp.cluster.local",
+                "username_claim": "email",
+                "username_prefix": "oidc:",
+            },
+        ),
+        _seed_cluster(
+            "tc-h200-ondemand",
+            name="infer-h200",
+            billing="ON_DEMAND",
+            cluster_type="SLURM",
+            gpu_type="H200_SXM",
+            num_gpus=8,
+            project_id="proj-123",
+            now=now,
+            region="us-west-2",
+        ),
+        _seed_cluster(
+            "tc-b200-pool",
+            name="train-b200-pool",
+            billing="RESERVED",
+            cluster_type="KUBERNETES",
+            gpu_type="B200_SXM",
+            num_gpus=32,
+            num_reserved_gpus=16,
+            project_id="proj-123",
+            now=now,
+            capacity_pool_id="pool-b200-1",
+            num_capacity_pool_gpus=16,
+            reservation_start_time=_ts(now - timedelta(days=5)),
+            reservation_end_time=_ts(now + timedelta(days=25)),
+        ),
+        _seed_cluster(
+            "tc-h100-sched",
+            name="eval-h100-window",
+            billing="SCHEDULED_CAPACITY",
+            cluster_type="KUBERNETES",
+            gpu_type="H100_SXM",
+            num_gpus=16,
+            project_id="proj-123",
+            now=now,
+            age=timedelta(days=2),
+            reservation_start_time=_ts(now - timedelta(days=2)),
+            reservation_end_time=_ts(now + timedelta(days=5)),
+        ),
+        _seed_cluster(
+            "tc-booting",
+            name="new-h100",
+            billing="ON_DEMAND",
+            cluster_type="KUBERNETES",
+            gpu_type="H100_SXM",
+            num_gpus=8,
+            project_id="proj-123",
+            now=now,
+            age=timedelta(minutes=10),
+            booting=True,
+        ),
+        _seed_cluster(
+            "tc-other-proj",
+            name="other-team-h100",
+            billing="ON_DEMAND",
+            cluster_type="KUBERNETES",
+            gpu_type="H100_SXM",
+            num_gpus=8,
+            project_id="proj-999",
+            now=now,
+        ),
+    ]
+    return {c["cluster_id"]: c for c in clusters}
+
+
+# -- validation of an update body ----------------------------------------------------------
+def _int_field(body: dict[str, Any], name: str) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UpdateRejected(f"{name} must be an integer")
+    if value < 0:
+        raise UpdateRejected(f"{name} must be a non-negative integer")
+    return value
+
+
+def _end_time(body: dict[str, Any]) -> datetime | None:
+    value = body.get("reservation_end_time")
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise UpdateRejected("reservation_end_time must be an RFC 3339 date-time string")
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise UpdateRejected(
+            f"reservation_end_time {value!r} is not an RFC 3339 date-time"
+        ) from None
+    if parsed.tzinfo is None:
+        raise UpdateRejected("reservation_end_time must include a time zone offset")
+    return parsed
+
+
+def validate_update(cluster: dict[str, Any], body: Any, now: datetime) -> dict[str, Any]:
+    """Check an update body as Together does; the normalised changes, or UpdateRejected."""
+    if not isinstance(body, dict):
+        raise UpdateRejected("request body must be a JSON object", code="invalid_request_body")
+    unknown = sorted(set(body) - set(UPDATE_FIELDS))
+    if unknown:
+        raise UpdateRejected(f"unknown field(s) in update: {', '.join(unknown)}")
+    changes = {k: v for k, v in body.items() if v is not None}
+    if not changes:
+        raise UpdateRejected("update must set at least one field")
+    if "cluster_type" in changes and changes["cluster_type"] not in CLUSTER_TYPES:
+        raise UpdateRejected(f"cluster_type must be one of {', '.join(CLUSTER_TYPES)}")
+    counts = {name: _int_field(body, name) for name in _COUNT_FIELDS}
+    end = _end_time(body)
+    for name in ("num_preemptible_gpus", "num_capacity_pool_gpus"):
+        value = counts[name]
+        if value is not None and value % GPUS_PER_NODE:
+            raise UpdateRejected(f"{name} must be a multiple of 8")
+    _check_capacity_pool(cluster, counts)
+    if counts["num_reserved_gpus"] is not None and cluster["billing_type"] != "RESERVED":
+        raise UpdateRejected("num_reserved_gpus is only applicable to RESERVED clusters")
+    if end is not None:
+        if cluster["billing_type"] not in PREPAID:
+            raise UpdateRejected("reservation_end_time is only accepted for prepaid clusters")
+        if end <= now:
+            raise UpdateRejected("reservation_end_time must be in the future")
+        changes["reservation_end_time"] = _ts(end)
+    return changes
+
+
+def _check_capacity_pool(cluster: dict[str, Any], counts: dict[str, int | None]) -> None:
+    pool = counts["num_capacity_pool_gpus"]
+    num_gpus = counts["num_gpus"] if counts["num_gpus"] is not None else cluster["num_gpus"]
+    if pool is not None and not cluster.get("capacity_pool_id"):
+        raise UpdateRejected(
+            "num_capacity_pool_gpus is only applicable to clusters created with capacity_pool_id"
+        )
+    resulting_pool = pool if pool is not None else cluster.get("num_capacity_pool_gpus", 0)
+    if cluster.get("capacity_pool_id") and resulting_pool > num_gpus:
+        raise UpdateRejected("num_capacity_pool_gpus must be less than or equal to num_gpus")
+
+
+def _shape(cluster: dict[str, Any]) -> tuple[Any, ...]:
+    """What provisioning has to catch up with after a change."""
+    return tuple(
+        cluster.get(name)
+        for name in (
+            "cluster_type",
+            "num_gpus",
+            "num_reserved_gpus",
+            "desired_preemptible_gpus",
+            "num_capacity_pool_gpus",
+        )
+    )
+
+
+# -- the server ----------------------------------------------------------------------------
+class TogetherSimulator(SimulatorServer):
+    name = "together"
+
+    def __init__(self, api_key: str = "sim-together-key", transition_seconds: float = 3.0) -> None:
+        self.api_key = api_key
+        self.transition_seconds = transition_seconds
+        self.clusters: dict[str, dict[str, Any]] = {}
+        self._transitions: dict[str, _Transition] = {}
+        super().__init__()
+        self._seed()
+
+    @property
+    def base_url(self) -> str:
+        if self.port is None:
+            raise RuntimeError("the Together simulator is not started")
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def add_routes(self, app: web.Application) -> None:
+        app.router.add_get("/v1/compute/clusters", self._list)
+        app.router.add_get("/v1/compute/clusters/{cluster_id}", self._get)
+        app.router.add_put("/v1/compute/clusters/{cluster_id}", self._update)
+
+    def reset(self) -> None:
+        super().reset()
+        self._seed()
+
+    def _seed(self) -> None:
+        self.clusters = seed_clusters(datetime.now(UTC))
+        self._transitions = {}
+
+    # -- handlers -------------------------------------------------------------------------
+    async def _list(self, request: web.Request) -> web.StreamResponse:
+        await self.record("list", request)
+        refused = await self._refuse("list", request)
+        if refused is not None:
+            return refused
+        project = request.query.get("projectId")
+        clusters = [
+            self.view(cluster_id)
+            for cluster_id, cluster in self.clusters.items()
+            if project is None or cluster.get("project_id") == project
+        ]
+        return json_response(200, {"clusters": clusters})
+
+    async def _get(self, request: web.Request) -> web.StreamResponse:
+        await self.record("get", request)
+        refused = await self._refuse("get", request)
+        if refused is not None:
+            return refused
+        cluster_id = request.match_info["cluster_id"]
+        if cluster_id not in self.clusters:
+            return self._not_found(cluster_id)
+        return json_response(200, self.view(cluster_id))
+
+    async def _update(self, request: web.Request) -> web.StreamResponse:
+        body = await self.record("update", request)
+        if not self._authorized(request):
+            return self._unauthorized()
+        fault = self.faults.take("update")
+        early = await fault_before(fault, error_body)
+        if early is not None:
+            return early
+        cluster_id = request.match_info["cluster_id"]
+        if cluster_id not in self.clusters:
+            return self._not_found(cluster_id)
+        self.view(cluster_id)  # bring the status up to date before changing it
+        try:
+            changes = validate_update(self.clusters[cluster_id], body, datetime.now(UTC))
+        except UpdateRejected as rejected:
+            return _error(400, rejected.message, rejected.code)
+        self._apply(cluster_id, changes)
+        late = fault_after(fault, error_body)
+        if late is not None:
+            return late
+        return json_response(200, self.view(cluster_id))
+
+    async def _refuse(self, route: str, request: web.Request) -> web.StreamResponse | None:
+        if not self._authorized(request):
+            return self._unauthorized()
+        fault = self.faults.take(route)
+        early = await fault_before(fault, error_body)
+        # A read has nothing to apply: "apply then fail" is its failure alone.
+        return early if early is not None else fault_after(fault, error_body)
+
+    def _authorized(self, request: web.Request) -> bool:
+        return request.headers.get("Authorization") == f"Bearer {self.api_key}"
+
+    @staticmethod
+    def _unauthorized() -> web.Response:
+        return _error(401, "Invalid API key provided", "invalid_api_key")
+
+    @staticmethod
+    def _not_found(cluster_id: str) -> web.Response:
+        return _error(404, f"cluster {cluster_id} not found", "cluster_not_found")
+
+    # -- state ----------------------------------------------------------------------------
+    def view(self, cluster_id: str) -> dict[str, Any]:
+        """The cluster as a read sees it now (advancing any transition in progress)."""
+        self._advance(cluster_id)
+        return copy.deepcopy(self.clusters[cluster_id])
+
+    def _apply(self, cluster_id: str, changes: dict[str, Any]) -> None:
+        cluster = self.clusters[cluster_id]
+        before = _shape(cluster)
+        if "num_preemptible_gpus" in changes:
+            changes["desired_preemptible_gpus"] = changes.pop("num_preemptible_gpus")
+        cluster.update(changes)
+        if "num_gpus" in changes:
+            self._resize_nodes(cluster, changes["num_gpus"])
+        if _shape(cluster) != before:  # a new decommission time alone needs no provisioning
+            self._transitions[cluster_id] = _Transition(time.monotonic(), datetime.now(UTC))
+
+    def _resize_nodes(self, cluster: dict[str, Any], num_gpus: int) -> None:
+        nodes: list[dict[str, Any]] = cluster["gpu_worker_nodes"]
+        wanted = math.ceil(num_gpus / GPUS_PER_NODE)
+        now = datetime.now(UTC)
+        events: list[dict[str, Any]] = cluster.setdefault("node_lifecycle_events", [])
+        while len(nodes) > wanted:
+            node = nodes.pop()
+            node.update(deleted_at=_ts(now), marked_for_deletion=True, status="Deleted")
+            cluster.setdefault("deleted_gpu_worker_nodes", []).append(node)
+            events.append(
+                self._event(node, "TogetherScaledDown", "node removed by scale-down", now)
+            )
+        used = {n["node_id"] for n in nodes} | {
+            n["node_id"] for n in cluster.get("deleted_gpu_worker_nodes", [])
+        }
+        index = 0
+        while len(nodes) < wanted:
+            node = _worker_node(
+                cluster["cluster_id"], index, cluster["gpu_type"], now, running=False
+            )
+            index += 1
+            if node["node_id"] in used:
+                continue
+            nodes.append(node)
+            events.append(self._event(node, "TogetherScaledUp", "node added by scale-up", now))
+
+    @staticmethod
+    def _event(node: dict[str, Any], reason: str, message: str, now: datetime) -> dict[str, Any]:
+        return {
+            "message": message,
+            "node_id": node["node_id"],
+            "reason": reason,
+            "timestamp": _ts(now),
+        }
+
+    def _advance(self, cluster_id: str) -> None:
+        transition = self._transitions.get(cluster_id)
+        if transition is None:
+            return
+        cluster = self.clusters[cluster_id]
+        step = self.transition_seconds / (len(_PROGRESS) - 1)
+        elapsed = time.monotonic() - transition.started
+        index = len(_PROGRESS) - 1 if step <= 0 else min(int(elapsed / step), len(_PROGRESS) - 1)
+        for reached in range(transition.reached + 1, index + 1):
+            status, phase = _PROGRESS[reached]
+            at = transition.started_at + timedelta(seconds=step * reached)
+            cluster["status"] = status
+            cluster.setdefault("phase_transitions", []).append(
+                {"phase": phase, "transition_time": _ts(at)}
+            )
+        transition.reached = max(transition.reached, index)
+        if index == len(_PROGRESS) - 1:
+            self._settle(cluster)
+            del self._transitions[cluster_id]
+
+    @staticmethod
+    def _settle(cluster: dict[str, Any]) -> None:
+        cluster["allocated_preemptible_gpus"] = cluster.get("desired_preemptible_gpus", 0)
+        now = _ts(datetime.now(UTC))
+        for node in cluster.get("gpu_worker_nodes", []):
+            if node.get("status") != "Ready":
+                node["status"] = "Ready"
+                node["phase_transitions"].append(
+                    {"phase": "NODE_PHASE_RUNNING", "transition_time": now}
+                )

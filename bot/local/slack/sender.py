@@ -1,0 +1,565 @@
+"""``SlackSender``: posts to a Bolt app's ``/slack/events`` what Slack would post when a
+person uses the app — slash commands, button clicks, modal input and submission, @mentions —
+signed with the v0 scheme (``X-Slack-Signature`` = ``v0=`` HMAC-SHA256 of
+``v0:{timestamp}:{body}``).
+
+It works with a ``FakeSlack``: trigger_ids and response_urls come from it, clicked messages
+and modals are read from it, and what the app answers to a modal submission is applied to it
+(errors shown, view updated, pushed or closed), as Slack's client would.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import Any
+from urllib.parse import urlencode
+
+import httpx
+from slack_sdk.signature import SignatureVerifier
+
+from bot.local.slack.models import (
+    STATEFUL_ELEMENTS,
+    BlockInputError,
+    InputValue,
+    JsonDict,
+    Message,
+    View,
+    block_elements,
+    entry_from_input,
+    find_block,
+    missing_required,
+    random_id,
+    state_values,
+)
+from bot.local.slack.server import FakeSlack
+
+FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"
+JSON_CONTENT_TYPE = "application/json"
+ACK_DEADLINE_SECONDS = 3.0  # Slack gives up on an answer after 3 seconds
+STALE_SECONDS = 10 * 60  # Bolt refuses timestamps older than 5 minutes
+# Slack still sends its deprecated per-app verification token in every payload; apps must
+# not rely on it (they verify the signature), so any value does.
+VERIFICATION_TOKEN_PLACEHOLDER = "localslack-not-a-secret"  # noqa: S105
+
+
+class Tamper(enum.StrEnum):
+    """Ways to send a request Slack would never send, to test the app's verification."""
+
+    STALE_TIMESTAMP = "stale_timestamp"  # correctly signed, but 10 minutes old
+    WRONG_SIGNATURE = "wrong_signature"  # signed with another secret
+
+
+class SenderInputError(ValueError):
+    """An interaction Slack's client would not let a person make (submitting a closed modal,
+    an option that is not on the list, a required input left empty, …)."""
+
+
+@dataclass(frozen=True)
+class SenderResult:
+    status: int
+    body: str
+    json: Any
+    """The answer parsed as JSON, or None when it is empty or not JSON."""
+    elapsed: float
+    request_body: str = field(repr=False)
+    content_type: str = field(repr=False)
+    problems: tuple[str, ...] = ()
+    """For modal submissions: what Slack would refuse in the app's answer."""
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+    @property
+    def acked_in_time(self) -> bool:
+        return self.elapsed <= ACK_DEADLINE_SECONDS
+
+
+def _action_ts() -> str:
+    return f"{time.time():.6f}"
+
+
+def _text_of(text: Any) -> str:
+    return str(text.get("text", "")) if isinstance(text, dict) else str(text or "")
+
+
+def _find_button(
+    message: Message | None, action_id: str, value: str
+) -> tuple[str, JsonDict] | None:
+    if message is None or not message.blocks:
+        return None
+    candidates = [
+        (str(block.get("block_id", "")), element)
+        for block in message.blocks
+        for element in block_elements(block)
+        if element.get("action_id") == action_id
+    ]
+    exact = [c for c in candidates if str(c[1].get("value")) == value]
+    matches = exact or candidates
+    return matches[0] if matches else None
+
+
+def _input_label(view: View, block_id: str) -> str:
+    block = find_block(view.blocks, block_id) or {}
+    return _text_of(block.get("label")) or block_id
+
+
+class SlackSender:
+    """Sends Slack's requests to ``events_url`` on behalf of the fake workspace's users."""
+
+    def __init__(
+        self,
+        events_url: str,
+        signing_secret: str,
+        fake: FakeSlack,
+        *,
+        team_id: str | None = None,
+        api_app_id: str = "A0GPUOPS",
+        http: httpx.AsyncClient | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        self.events_url = events_url
+        self.fake = fake
+        self.team_id = team_id or fake.team_id
+        self.api_app_id = api_app_id
+        self.verification_token = VERIFICATION_TOKEN_PLACEHOLDER
+        self._verifier = SignatureVerifier(signing_secret)
+        self._wrong_verifier = SignatureVerifier(signing_secret + "-but-wrong")
+        self._http = http or httpx.AsyncClient(timeout=timeout)
+        self._owns_http = http is None
+        self._sent_events: dict[str, str] = {}
+
+    def __repr__(self) -> str:
+        return f"SlackSender(events_url={self.events_url!r})"
+
+    async def aclose(self) -> None:
+        if self._owns_http:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> SlackSender:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # -- the low level ----------------------------------------------------------------------
+
+    def signed_headers(
+        self,
+        body: str,
+        content_type: str,
+        *,
+        retry_num: int | None = None,
+        retry_reason: str | None = None,
+        tamper: Tamper | None = None,
+    ) -> dict[str, str]:
+        timestamp = int(time.time()) - (STALE_SECONDS if tamper is Tamper.STALE_TIMESTAMP else 0)
+        verifier = self._wrong_verifier if tamper is Tamper.WRONG_SIGNATURE else self._verifier
+        signature = verifier.generate_signature(timestamp=str(timestamp), body=body)
+        headers = {
+            "Content-Type": content_type,
+            "User-Agent": "Slackbot 1.0 (localslack)",
+            "X-Slack-Request-Timestamp": str(timestamp),
+            "X-Slack-Signature": str(signature),
+        }
+        if retry_num is not None:
+            headers["X-Slack-Retry-Num"] = str(retry_num)
+            headers["X-Slack-Retry-Reason"] = retry_reason or "http_timeout"
+        return headers
+
+    async def post(
+        self,
+        body: str,
+        content_type: str,
+        *,
+        retry_num: int | None = None,
+        retry_reason: str | None = None,
+        tamper: Tamper | None = None,
+    ) -> SenderResult:
+        """POST one signed request body to the app and read its answer."""
+        headers = self.signed_headers(
+            body, content_type, retry_num=retry_num, retry_reason=retry_reason, tamper=tamper
+        )
+        started = time.perf_counter()
+        response = await self._http.post(self.events_url, content=body.encode(), headers=headers)
+        elapsed = time.perf_counter() - started
+        try:
+            parsed = response.json() if response.content.strip() else None
+        except ValueError:
+            parsed = None
+        return SenderResult(
+            status=response.status_code,
+            body=response.text,
+            json=parsed,
+            elapsed=elapsed,
+            request_body=body,
+            content_type=content_type,
+        )
+
+    async def redeliver(
+        self, result: SenderResult, *, retry_num: int = 1, retry_reason: str = "http_timeout"
+    ) -> SenderResult:
+        """Send the same request again as a Slack retry (same body, fresh signature)."""
+        return await self.post(
+            result.request_body,
+            result.content_type,
+            retry_num=retry_num,
+            retry_reason=retry_reason,
+        )
+
+    async def _post_payload(
+        self,
+        payload: JsonDict,
+        *,
+        retry_num: int | None = None,
+        retry_reason: str | None = None,
+        tamper: Tamper | None = None,
+    ) -> SenderResult:
+        body = urlencode({"payload": json.dumps(payload, separators=(",", ":"))})
+        return await self.post(
+            body, FORM_CONTENT_TYPE, retry_num=retry_num, retry_reason=retry_reason, tamper=tamper
+        )
+
+    def _user(self, user: str) -> JsonDict:
+        handle = self.fake.user_name(user).lower().replace(" ", ".")
+        return {"id": user, "username": handle, "name": handle, "team_id": self.team_id}
+
+    def _team(self) -> JsonDict:
+        return {"id": self.team_id, "domain": self.fake.team_domain}
+
+    def _interaction(self, kind: str, user: str) -> JsonDict:
+        return {
+            "type": kind,
+            "user": self._user(user),
+            "api_app_id": self.api_app_id,
+            "token": self.verification_token,
+            "trigger_id": self.fake.issue_trigger_id(user),
+            "team": self._team(),
+            "enterprise": None,
+            "is_enterprise_install": False,
+        }
+
+    # -- slash commands -----------------------------------------------------------------
+
+    async def command(
+        self,
+        user: str,
+        channel: str,
+        text: str,
+        *,
+        command: str = "/gpu",
+        retry_num: int | None = None,
+        retry_reason: str | None = None,
+        tamper: Tamper | None = None,
+    ) -> SenderResult:
+        """``user`` types ``{command} {text}`` in ``channel``."""
+        fields = {
+            "token": self.verification_token,
+            "team_id": self.team_id,
+            "team_domain": self.fake.team_domain,
+            "channel_id": channel,
+            "channel_name": self.fake.channel_name(channel),
+            "user_id": user,
+            "user_name": self._user(user)["name"],
+            "command": command,
+            "text": text,
+            "api_app_id": self.api_app_id,
+            "is_enterprise_install": "false",
+            "response_url": self.fake.new_response_url(channel, user),
+            "trigger_id": self.fake.issue_trigger_id(user),
+        }
+        await self.fake.note_user_action(user, channel, f"{command} {text}".rstrip())
+        return await self.post(
+            urlencode(fields),
+            FORM_CONTENT_TYPE,
+            retry_num=retry_num,
+            retry_reason=retry_reason,
+            tamper=tamper,
+        )
+
+    # -- buttons on messages ------------------------------------------------------------
+
+    async def block_action(
+        self,
+        user: str,
+        channel: str,
+        *,
+        action_id: str,
+        value: str,
+        message_ts: str,
+        block_id: str | None = None,
+        thread_ts: str | None = None,
+        retry_num: int | None = None,
+        retry_reason: str | None = None,
+        tamper: Tamper | None = None,
+    ) -> SenderResult:
+        """``user`` clicks the button ``action_id`` (with ``value``) on the message
+        ``message_ts``. The message is read from the fake; a button no longer shown (e.g.
+        removed by an edit a moment ago) can still be clicked, as by a person whose client
+        had not refreshed yet."""
+        message = self.fake.message(channel, message_ts)
+        button = _find_button(message, action_id, value)
+        element = button[1] if button else {}
+        label = _text_of(element.get("text")) or action_id
+        action: JsonDict = {
+            "type": "button",
+            "action_id": action_id,
+            "block_id": block_id or (button[0] if button else random_id("", 5).lower()),
+            "text": {"type": "plain_text", "text": label, "emoji": True},
+            "value": value,
+            "action_ts": _action_ts(),
+        }
+        if "style" in element:
+            action["style"] = element["style"]
+        thread = thread_ts or (message.thread_ts if message and message.is_reply else None)
+        container: JsonDict = {
+            "type": "message",
+            "message_ts": message_ts,
+            "channel_id": channel,
+            "is_ephemeral": False,
+        }
+        if thread:
+            container["thread_ts"] = thread
+        shown = (
+            message.as_slack(self.team_id)
+            if message
+            else {"type": "message", "ts": message_ts, "text": ""}
+        )
+        payload = {
+            **self._interaction("block_actions", user),
+            "container": container,
+            "channel": {"id": channel, "name": self.fake.channel_name(channel)},
+            "message": shown,
+            "state": {"values": state_values(message.blocks or [], {}) if message else {}},
+            "response_url": self.fake.new_response_url(channel, user, message_ts=message_ts),
+            "actions": [action],
+        }
+        await self.fake.note_user_action(user, channel, f"[clicked {label}]", thread_ts=thread)
+        return await self._post_payload(
+            payload, retry_num=retry_num, retry_reason=retry_reason, tamper=tamper
+        )
+
+    # -- modals ---------------------------------------------------------------------------
+
+    def _open_view(self, user: str, view_id: str) -> View:
+        view = self.fake.views.get(view_id)
+        if view is None:
+            raise SenderInputError(f"no modal {view_id!r}")
+        if not view.open:
+            raise SenderInputError(f"modal {view_id!r} is closed ({view.closed_reason})")
+        if view.user != user:
+            raise SenderInputError(f"modal {view_id!r} is open for {view.user}, not {user}")
+        return view
+
+    def _entries_for(self, view: View, block_id: str, value: InputValue) -> dict[str, JsonDict]:
+        block = find_block(view.blocks, block_id)
+        if block is None:
+            raise SenderInputError(f"modal {view.id} has no block {block_id!r}")
+        elements = [e for e in block_elements(block) if e.get("type") in STATEFUL_ELEMENTS]
+        if not elements:
+            raise SenderInputError(f"block {block_id!r} has no input element")
+        element = elements[0]
+        try:
+            entry = entry_from_input(element, value)
+        except BlockInputError as exc:
+            raise SenderInputError(f"{_input_label(view, block_id)}: {exc}") from exc
+        return {str(element.get("action_id", "")): entry}
+
+    async def view_block_action(
+        self,
+        user: str,
+        view_id: str,
+        *,
+        action_id: str,
+        block_id: str,
+        selected_value: InputValue,
+        tamper: Tamper | None = None,
+    ) -> SenderResult | None:
+        """``user`` changes the element ``block_id``/``action_id`` in an open modal. Slack
+        sends ``block_actions`` for it only when the element is in an actions or section
+        block, or in an input block with ``dispatch_action: true``; otherwise the value is
+        only kept (it shows in the modal's state) and None is returned."""
+        view = self._open_view(user, view_id)
+        block = find_block(view.blocks, block_id) or {}
+        element = next((e for e in block_elements(block) if e.get("action_id") == action_id), None)
+        if element is None or element.get("type") not in STATEFUL_ELEMENTS:
+            raise SenderInputError(f"modal {view_id} has no input {block_id}/{action_id}")
+        try:
+            entry = entry_from_input(element, selected_value)
+        except BlockInputError as exc:
+            raise SenderInputError(f"{_input_label(view, block_id)}: {exc}") from exc
+        self.fake.enter_values(view_id, {block_id: {action_id: entry}})
+        await self.fake.note_user_action(
+            user, None, f"[{_input_label(view, block_id)}: {selected_value}]"
+        )
+        if block.get("type") == "input" and not block.get("dispatch_action"):
+            return None
+        payload = {
+            **self._interaction("block_actions", user),
+            "container": {"type": "view", "view_id": view_id},
+            "view": view.as_slack(),
+            "actions": [
+                {**entry, "action_id": action_id, "block_id": block_id, "action_ts": _action_ts()}
+            ],
+        }
+        return await self._post_payload(payload, tamper=tamper)
+
+    async def view_submission(
+        self,
+        user: str,
+        view_id: str,
+        values: dict[str, InputValue] | None = None,
+        *,
+        tamper: Tamper | None = None,
+    ) -> SenderResult:
+        """``user`` fills in ``values`` (block_id → text, number, option value(s), or None to
+        clear) and presses submit. Inputs not given keep what was entered before or their
+        initial value. The app's answer is applied to the fake (errors shown, view updated /
+        pushed / closed); what Slack would refuse in it is in ``result.problems``."""
+        view = self._open_view(user, view_id)
+        entries = {
+            block_id: self._entries_for(view, block_id, value)
+            for block_id, value in (values or {}).items()
+        }
+        merged = {**view.entered}
+        for block_id, by_action in entries.items():
+            merged[block_id] = {**merged.get(block_id, {}), **by_action}
+        missing = missing_required(view.blocks, state_values(view.blocks, merged))
+        if missing:
+            labels = ", ".join(_input_label(view, b) for b in missing)
+            raise SenderInputError(f"required and empty (Slack would not submit): {labels}")
+        self.fake.enter_values(view_id, entries)
+        payload = {
+            **self._interaction("view_submission", user),
+            "view": view.as_slack(),
+            "response_urls": [],
+        }
+        title = _text_of(view.view.get("title")) or view.callback_id
+        await self.fake.note_user_action(user, None, f"[submitted {title}]")
+        result = await self._post_payload(payload, tamper=tamper)
+        problems = await self.fake.apply_view_response(view_id, result.status, result.json)
+        return replace(result, problems=tuple(problems))
+
+    async def view_closed(
+        self, user: str, view_id: str, *, tamper: Tamper | None = None
+    ) -> SenderResult | None:
+        """``user`` closes (cancels) the modal. Slack tells the app only when the view has
+        ``notify_on_close``; otherwise None is returned."""
+        view = self._open_view(user, view_id)
+        payload = {
+            **self._interaction("view_closed", user),
+            "view": view.as_slack(),
+            "is_cleared": False,
+        }
+        payload.pop("trigger_id")
+        notify = bool(view.view.get("notify_on_close"))
+        await self.fake.close_view(view_id, reason="closed_by_user")
+        title = _text_of(view.view.get("title")) or view.callback_id
+        await self.fake.note_user_action(user, None, f"[closed {title}]")
+        return await self._post_payload(payload, tamper=tamper) if notify else None
+
+    # -- events ---------------------------------------------------------------------------
+
+    async def mention(
+        self,
+        user: str,
+        channel: str,
+        text: str,
+        *,
+        thread_ts: str | None = None,
+        event_id: str | None = None,
+        retry_num: int | None = None,
+        retry_reason: str | None = None,
+        tamper: Tamper | None = None,
+    ) -> SenderResult:
+        """``user`` writes ``@gpuops {text}`` in ``channel`` (in the thread ``thread_ts`` if
+        given). The message is stored in the fake. Passing the ``event_id`` of an event sent
+        before resends that very envelope (a Slack retry: use ``retry_num``)."""
+        if event_id is not None and event_id in self._sent_events:
+            return await self.post(
+                self._sent_events[event_id],
+                JSON_CONTENT_TYPE,
+                retry_num=retry_num,
+                retry_reason=retry_reason,
+                tamper=tamper,
+            )
+        mention = f"<@{self.fake.bot_user_id}>"
+        full_text = text if text.startswith(mention) else f"{mention} {text}"
+        message = await self.fake.post_user_message(channel, user, full_text, thread_ts=thread_ts)
+        envelope = self._event_envelope(
+            self._app_mention(user, channel, message, thread_ts), event_id
+        )
+        body = json.dumps(envelope, separators=(",", ":"))
+        self._sent_events[envelope["event_id"]] = body
+        return await self.post(
+            body, JSON_CONTENT_TYPE, retry_num=retry_num, retry_reason=retry_reason, tamper=tamper
+        )
+
+    def _app_mention(
+        self, user: str, channel: str, message: Message, thread_ts: str | None
+    ) -> JsonDict:
+        mention = f"<@{self.fake.bot_user_id}>"
+        rest = message.text[len(mention) :]
+        event: JsonDict = {
+            "type": "app_mention",
+            "user": user,
+            "text": message.text,
+            "ts": message.ts,
+            "channel": channel,
+            "event_ts": message.ts,
+            "team": self.team_id,
+            "client_msg_id": str(uuid.uuid4()),
+            "blocks": [
+                {
+                    "type": "rich_text",
+                    "block_id": random_id("", 5).lower(),
+                    "elements": [
+                        {
+                            "type": "rich_text_section",
+                            "elements": [
+                                {"type": "user", "user_id": self.fake.bot_user_id},
+                                {"type": "text", "text": rest},
+                            ],
+                        }
+                    ],
+                }
+            ],
+        }
+        if thread_ts is not None:
+            event["thread_ts"] = thread_ts
+        return event
+
+    def _event_envelope(self, event: JsonDict, event_id: str | None) -> JsonDict:
+        return {
+            "token": self.verification_token,
+            "team_id": self.team_id,
+            "context_team_id": self.team_id,
+            "api_app_id": self.api_app_id,
+            "event": event,
+            "type": "event_callback",
+            "event_id": event_id or random_id("Ev"),
+            "event_time": int(float(event["event_ts"])),
+            "authorizations": [
+                {
+                    "enterprise_id": None,
+                    "team_id": self.team_id,
+                    "user_id": self.fake.bot_user_id,
+                    "is_bot": True,
+                    "is_enterprise_install": False,
+                }
+            ],
+            "is_ext_shared_channel": False,
+            "event_context": random_id("4-", 24),
+        }
+
+    async def url_verification(
+        self, challenge: str, *, tamper: Tamper | None = None
+    ) -> SenderResult:
+        body = json.dumps(
+            {"token": self.verification_token, "challenge": challenge, "type": "url_verification"}
+        )
+        return await self.post(body, JSON_CONTENT_TYPE, tamper=tamper)

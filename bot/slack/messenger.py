@@ -1,0 +1,118 @@
+"""The core's outbound port to Slack: post, edit and whisper messages.
+
+Wraps slack_sdk's AsyncWebClient. Rate-limit answers are retried by slack_sdk's own retry
+handler (a 429 was not processed); any other failure becomes a SlackDeliveryError whose
+``user_message`` says what the person can do about it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import aiohttp
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.core.pacing import waiting_elsewhere
+from bot.metrics import SLACK_API_ERRORS
+from bot.redact import redact
+from bot.slack.blocks import SlackMessage, channel_ref
+
+log = logging.getLogger(__name__)
+
+_ADVICE = {
+    "not_in_channel": "I'm not a member of {channel}. Invite me with `/invite @gpuops`, "
+    "then try again.",
+    "channel_not_found": "I can't see {channel} (a private channel or a DM I'm not in?). "
+    "Invite me with `/invite @gpuops`, then try again.",
+    "is_archived": "{channel} is archived; use another channel.",
+    "restricted_action": "This workspace does not let me post in {channel}.",
+    "ratelimited": "Slack is rate-limiting me right now; try again in a minute.",
+    "msg_too_long": "The message was too long for Slack.",
+}
+
+
+class SlackDeliveryError(Exception):
+    def __init__(self, method: str, code: str, channel: str | None) -> None:
+        self.method = method
+        self.code = code
+        self.channel = channel
+        advice = _ADVICE.get(code, "Slack refused the message ({code}).")
+        self.user_message = advice.format(
+            channel=channel_ref(channel) if channel else "that channel", code=code
+        )
+        super().__init__(f"{method} failed: {code}")
+
+
+SLACK_TIMEOUT_SECONDS = 10
+
+
+def slack_http_session() -> aiohttp.ClientSession:
+    """One HTTP session (kept-alive connections) for every Web API call of the process;
+    without one, slack_sdk opens and closes a session and a TCP connection per call.
+    Create it inside the running event loop and close it on shutdown."""
+    return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=SLACK_TIMEOUT_SECONDS))
+
+
+def build_web_client(
+    token: str, base_url: str, session: aiohttp.ClientSession | None = None
+) -> AsyncWebClient:
+    client = AsyncWebClient(
+        token=token, base_url=base_url, timeout=SLACK_TIMEOUT_SECONDS, session=session
+    )
+    client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=2))
+    return client
+
+
+class Messenger:
+    def __init__(self, client: AsyncWebClient) -> None:
+        self.client = client
+
+    async def _call(self, method: str, where: str | None, **kwargs: Any) -> dict[str, Any]:
+        try:
+            async with waiting_elsewhere():  # a paced command's slot is free meanwhile
+                response = await self.client.api_call(method, json=kwargs)
+        except SlackApiError as exc:
+            code = str(exc.response.get("error") or f"http_{exc.response.status_code}")
+            SLACK_API_ERRORS.labels(method, code).inc()
+            log.warning("slack %s failed: %s", method, code)
+            raise SlackDeliveryError(method, code, where) from None
+        except (SlackClientError, OSError, TimeoutError) as exc:
+            SLACK_API_ERRORS.labels(method, "transport").inc()
+            log.warning("slack %s failed: %s", method, redact(type(exc).__name__))
+            raise SlackDeliveryError(method, "transport_error", where) from None
+        return dict(response.data) if isinstance(response.data, dict) else {}
+
+    async def post(
+        self, channel: str, message: SlackMessage, *, thread_ts: str | None = None
+    ) -> str:
+        args: dict[str, Any] = {
+            "channel": channel,
+            **message.as_kwargs(),
+            "unfurl_links": False,
+            "unfurl_media": False,
+        }
+        if thread_ts:
+            args["thread_ts"] = thread_ts
+        data = await self._call("chat.postMessage", channel, **args)
+        return str(data.get("ts", ""))
+
+    async def update(self, channel: str, ts: str, message: SlackMessage) -> None:
+        await self._call("chat.update", channel, channel=channel, ts=ts, **message.as_kwargs())
+
+    async def ephemeral(
+        self, channel: str, user: str, message: SlackMessage, *, thread_ts: str | None = None
+    ) -> None:
+        args: dict[str, Any] = {"channel": channel, "user": user, **message.as_kwargs()}
+        if thread_ts:
+            args["thread_ts"] = thread_ts
+        await self._call("chat.postEphemeral", channel, **args)
+
+    async def open_view(self, trigger_id: str, view: dict[str, Any]) -> str:
+        data = await self._call("views.open", None, trigger_id=trigger_id, view=view)
+        return str((data.get("view") or {}).get("id", ""))
+
+    async def update_view(self, view_id: str, view: dict[str, Any]) -> None:
+        await self._call("views.update", None, view_id=view_id, view=view)

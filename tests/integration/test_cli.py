@@ -1,0 +1,238 @@
+"""The ``gpuops`` console script as a real subprocess: check-config on a good and a bad
+policy, ``serve`` against a fake Slack and the simulators started here (ready on /healthz,
+a signed /gpu show works through it, SIGTERM stops it), and ``socket`` without its token."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bot.local.demo.stack import (
+    CHANNELS,
+    DEMO_BOT_TOKEN,
+    DEMO_E2E_KEY,
+    DEMO_E2E_TOKEN,
+    DEMO_POLICY,
+    DEMO_SIGNING_SECRET,
+    DEMO_TOGETHER_KEY,
+    USERGROUPS,
+    USERS,
+)
+from bot.local.simulators.e2e import E2ESimulator
+from bot.local.simulators.together import TogetherSimulator
+from bot.local.slack.sender import SlackSender, Tamper
+from bot.local.slack.server import FakeSlack
+
+GPUOPS = str(Path(sys.executable).with_name("gpuops"))
+CREDENTIALS = {
+    "TOGETHER_API_KEY": DEMO_TOGETHER_KEY,
+    "E2E_API_KEY": DEMO_E2E_KEY,
+    "E2E_AUTH_TOKEN": DEMO_E2E_TOKEN,
+}
+
+
+def base_env(tmp_path: Path, policy: Path, **extra: str) -> dict[str, str]:
+    """A clean environment: nothing leaks in from the developer's shell."""
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(tmp_path),
+        "SLACK_BOT_TOKEN": DEMO_BOT_TOKEN,
+        "SLACK_SIGNING_SECRET": DEMO_SIGNING_SECRET,
+        "GPUOPS_POLICY": str(policy),
+        "GPUOPS_DATABASE_URL": f"sqlite:///{tmp_path / 'gpuops.db'}",
+        **CREDENTIALS,
+        **extra,
+    }
+
+
+@dataclass
+class Finished:
+    code: int
+    stdout: str
+    stderr: str
+
+
+async def run_gpuops(args: list[str], env: dict[str, str], cwd: Path) -> Finished:
+    process = await asyncio.create_subprocess_exec(
+        GPUOPS,
+        *args,
+        env=env,
+        cwd=cwd,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 30)
+    assert process.returncode is not None
+    return Finished(process.returncode, out.decode(), err.decode())
+
+
+@pytest.fixture
+def policy_file(tmp_path: Path) -> Path:
+    path = tmp_path / "policy.yml"
+    path.write_text(DEMO_POLICY)
+    return path
+
+
+# -- check-config ---------------------------------------------------------------------------
+
+
+async def test_check_config_prints_the_grant_table(tmp_path: Path, policy_file: Path) -> None:
+    done = await run_gpuops(["check-config"], base_env(tmp_path, policy_file), tmp_path)
+    assert done.code == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "configuration OK" in out
+    for header in ("WHO", "PROJECT", "ROLE", "CHANNELS"):
+        assert header in out
+    rows = [line.split() for line in out.splitlines()]
+    assert ["user", "U01ALICE", "together-prod", "admin", "any"] in rows
+    assert ["user", "U04DAVE", "e2e-delhi", "operator", "any"] in rows
+    assert ["user", "U05ERIN", "together-prod", "viewer", "C0INCIDENT"] in rows
+    assert ["group", "S0PLATFORM", "e2e-delhi", "approver", "any"] in rows
+    assert "U06MALLORY" not in out  # no grant, not in the table
+    assert "e2e (Delhi, project 12345)" in out
+    for secret in (DEMO_BOT_TOKEN, DEMO_SIGNING_SECRET, *CREDENTIALS.values()):
+        assert secret not in out + done.stderr
+
+
+async def test_check_config_names_the_bad_key(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yml"
+    bad.write_text(
+        DEMO_POLICY.replace(
+            "    provider: together\n", "    provider: together\n    colour: blue\n"
+        )
+    )
+    done = await run_gpuops(["check-config"], base_env(tmp_path, bad), tmp_path)
+    assert done.code == 1
+    assert "projects.together-prod.colour" in done.stdout and "unknown key" in done.stdout
+    assert "configuration OK" not in done.stdout
+
+
+async def test_check_config_names_a_missing_credential(tmp_path: Path, policy_file: Path) -> None:
+    env = base_env(tmp_path, policy_file)
+    del env["E2E_AUTH_TOKEN"]
+    done = await run_gpuops(["check-config"], env, tmp_path)
+    assert done.code == 1
+    assert "E2E_AUTH_TOKEN is not set" in done.stdout and "e2e-delhi" in done.stdout
+
+
+# -- serve and socket ---------------------------------------------------------------------------
+
+
+@dataclass
+class World:
+    slack: FakeSlack
+    together: TogetherSimulator
+    e2e: E2ESimulator
+
+
+@pytest.fixture
+async def world() -> AsyncIterator[World]:
+    slack = FakeSlack(DEMO_BOT_TOKEN, channels=CHANNELS, users=USERS, usergroups=USERGROUPS)
+    together = TogetherSimulator(api_key=DEMO_TOGETHER_KEY, transition_seconds=0.3)
+    e2e = E2ESimulator(api_key=DEMO_E2E_KEY, auth_token=DEMO_E2E_TOKEN, transition_seconds=0.3)
+    await slack.start()
+    await together.start()
+    await e2e.start()
+    try:
+        yield World(slack, together, e2e)
+    finally:
+        await e2e.stop()
+        await together.stop()
+        await slack.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def wait_healthy(url: str, process: asyncio.subprocess.Process, within: float) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    async with httpx.AsyncClient(timeout=1.0) as client:
+        while loop.time() < deadline:
+            assert process.returncode is None, "gpuops serve exited during start-up"
+            try:
+                if (await client.get(url)).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.1)
+    pytest.fail(f"{url} was not healthy within {within}s")
+
+
+async def test_serve_answers_signed_requests_and_stops_on_sigterm(
+    tmp_path: Path, policy_file: Path, world: World
+) -> None:
+    port = free_port()
+    env = base_env(
+        tmp_path,
+        policy_file,
+        SLACK_API_URL=world.slack.api_url,
+        TOGETHER_BASE_URL=world.together.base_url,
+        E2E_BASE_URL=world.e2e.base_url,
+        GPUOPS_POLL_SECONDS="0",
+    )
+    process = await asyncio.create_subprocess_exec(
+        GPUOPS,
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        env=env,
+        cwd=tmp_path,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        await wait_healthy(f"{base}/healthz", process, within=8.0)
+        async with SlackSender(f"{base}/slack/events", DEMO_SIGNING_SECRET, world.slack) as sender:
+            forged = await sender.command(
+                "U04DAVE", "C0INCIDENT", "show e2e-delhi 101", tamper=Tamper.WRONG_SIGNATURE
+            )
+            assert forged.status == 401
+            result = await sender.command(
+                "U04DAVE", "C0INCIDENT", "show together-prod tc-h100-reserved"
+            )
+            assert result.status == 200 and result.acked_in_time
+        posted = await world.slack.wait_for(
+            lambda: next(iter(world.slack.messages.get("C0INCIDENT", [])), None)
+        )
+        assert posted.text.startswith("train-h100-reserved (tc-h100-reserved)")
+        assert world.together.calls("get") and world.e2e.requests == []
+        async with httpx.AsyncClient() as client:
+            metrics = (await client.get(f"{base}/metrics")).text
+        assert 'gpuops_commands_total{command="show",outcome="ok"} 1.0' in metrics
+
+        process.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(process.wait(), 5)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    _, err = await process.communicate()
+    log = err.decode()
+    assert code == 0, log
+    assert "stopping" in log
+    for secret in (DEMO_BOT_TOKEN, DEMO_SIGNING_SECRET, *CREDENTIALS.values()):
+        assert secret not in log
+
+
+async def test_socket_without_an_app_token_says_so(tmp_path: Path, policy_file: Path) -> None:
+    done = await run_gpuops(
+        ["socket", "--port", str(free_port())], base_env(tmp_path, policy_file), tmp_path
+    )
+    assert done.code != 0
+    assert "SLACK_APP_TOKEN" in done.stderr and "Traceback" not in done.stderr

@@ -1,0 +1,67 @@
+"""A database made by an older gpuops is migrated in place on open, its rows kept."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import MetaData, Table, insert
+
+import bot.core.store.migrations
+from bot.core.store.db import Store, change_requests
+
+
+async def test_a_v1_database_gains_the_prompt_column_and_keeps_its_requests(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with monkeypatch.context() as patched:
+        patched.setattr(
+            bot.core.store.migrations, "MIGRATIONS", bot.core.store.migrations.MIGRATIONS[:1]
+        )
+        old = await Store.open(database_url)
+        v1_table = Table(  # the table as version 1 made it: no prompt_ts
+            change_requests.name,
+            MetaData(),
+            *(c._copy() for c in change_requests.columns if c.name != "prompt_ts"),
+        )
+        now = datetime.now(UTC)
+        async with old.engine.begin() as conn:
+            await conn.execute(
+                insert(v1_table).values(
+                    id="CR-OLD234",
+                    created_at=now,
+                    updated_at=now,
+                    state="pending",
+                    provider="e2e",
+                    project="e2e-delhi",
+                    cluster_id="101",
+                    cluster_name="train",
+                    action="restart_workers",
+                    plan={"plan": {}},
+                    kinds=["restart_workers"],
+                    needs_approval=True,
+                    requester="U04DAVE",
+                    channel="C0INCIDENT",
+                    reason="r",
+                    break_glass=False,
+                    expires_at=now + timedelta(minutes=30),
+                    version=1,
+                )
+            )
+        await old.close()
+
+    store = await Store.open(database_url)
+    try:
+        kept = await store.get_request("CR-OLD234")
+        assert kept is not None and kept.prompt_ts is None and kept.reason == "r"
+        updated = await store.update_fields("CR-OLD234", prompt_ts="1700000000.000100")
+        assert updated is not None and updated.prompt_ts == "1700000000.000100"
+        async with store.engine.connect() as conn:
+            versions = (
+                (await conn.exec_driver_sql("SELECT version FROM gpuops_schema_version"))
+                .scalars()
+                .all()
+            )
+        assert sorted(versions) == [m.version for m in bot.core.store.migrations.MIGRATIONS]
+    finally:
+        await store.close()

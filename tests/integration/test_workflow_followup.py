@@ -1,0 +1,117 @@
+"""After a change: the cluster summary in the thread follows the cluster's status until it
+is steady (SPEC §4.3.5), or not at all with follow-up off; and ``/metrics`` counts the
+decisions and outcomes of change requests."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from bot.core.store.db import RequestState as S
+from bot.local.demo.stack import LocalStack
+from bot.local.simulators.base import Fault, FaultKind
+from tests.conftest import StackFactory
+from tests.support.workflow_kit import (
+    BOB,
+    CHANNEL,
+    DAVE,
+    block_text,
+    click,
+    poll_until,
+    request,
+    wait_mirror,
+    wait_reply,
+    wait_state,
+)
+
+SCALE_UP = "update together-prod tc-h200-ondemand num_gpus=16"  # needs no approval
+
+
+async def test_follow_up_edits_the_summary_until_the_cluster_is_ready(
+    database_url: str, make_stack: StackFactory
+) -> None:
+    stack = await make_stack(database_url=database_url, poll_seconds=0.2, transition_seconds=0.6)
+    opened = await request(stack, DAVE, SCALE_UP, approval=False)
+    ready = await wait_reply(stack, opened, "infer-h200 is Ready.")
+    record = await wait_state(stack.runtime.store, opened.id, S.SUCCEEDED)
+    assert record.summary_ts is not None
+    summary = stack.slack.message(CHANNEL, record.summary_ts)
+    assert summary is not None and summary.thread_ts == opened.root_ts
+    edits = [c for c in stack.slack.calls_to("chat.update") if c.args.get("ts") == summary.ts]
+    statuses = [v.text.split(" — ", 1)[1].split(" · ", 1)[0] for v in summary.versions]
+    assert len(edits) >= 2 and len(summary.versions) == len(edits) + 1
+    assert statuses[0] == "WaitingForDataPlaneNodes" and statuses[-1] == "Ready"
+    assert "InstallingDrivers" in statuses
+    assert "status as of" in block_text(summary) and "16 GPUs" in summary.text
+    assert ready.ts > summary.ts and float(ready.posted_at) >= float(summary.edited_at or 0)
+    await stack.runtime.workflow.drain()  # the poller has stopped
+    assert [m.text for m in stack.slack.replies(CHANNEL, opened.root_ts)].count(ready.text) == 1
+
+
+async def test_no_follow_up_when_polling_is_off(stack: LocalStack) -> None:
+    assert stack.runtime.settings.gpuops_poll_seconds == 0
+    opened = await request(stack, DAVE, SCALE_UP, approval=False)
+    record = await wait_state(stack.runtime.store, opened.id, S.SUCCEEDED)
+    await wait_mirror(stack, opened, "Change done")
+    gets = len(stack.together.calls("get", "GET"))
+    # the simulator finishes provisioning; a poller would have read the cluster meanwhile
+    await poll_until(lambda: stack.together.view("tc-h200-ondemand")["status"] == "Ready")
+    await stack.runtime.workflow.drain()
+    assert len(stack.together.calls("get", "GET")) == gets
+    summary = stack.slack.message(CHANNEL, record.summary_ts or "")
+    assert summary is not None and summary.edits == [] and "WaitingFor" in summary.text
+    assert not any("is Ready" in t.text for t in stack.slack.replies(CHANNEL, opened.root_ts))
+
+
+def scrape(
+    stack: LocalStack, response: httpx.Response
+) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    assert response.status_code == 200
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(response.text)
+        for sample in family.samples
+    }
+
+
+async def test_metrics_count_approval_decisions_expiries_and_outcomes(stack: LocalStack) -> None:
+    async with httpx.AsyncClient(base_url=stack.base_url) as http:
+        before = scrape(stack, await http.get("/metrics"))
+        approved = await request(
+            stack, DAVE, "action e2e-delhi 101 scale_cluster additional_nodes=1"
+        )
+        denied = await request(stack, DAVE, "action e2e-delhi 103 restart_workers")
+        expired = await request(stack, DAVE, "action e2e-delhi 104 restart_cluster")
+        failed = await request(stack, DAVE, "action e2e-delhi 105 restart_workers")
+        await click(stack, approved, BOB)
+        await click(stack, denied, BOB, "deny_request")
+        await wait_state(stack.runtime.store, approved.id, S.SUCCEEDED)
+        stack.e2e.faults.add(Fault(route="action", kind=FaultKind.SERVER_ERROR, status=400))
+        await click(stack, failed, BOB)
+        await wait_state(stack.runtime.store, failed.id, S.FAILED)
+        await wait_state(stack.runtime.store, denied.id, S.DENIED)
+        stack.runtime.workflow.clock = lambda: datetime.now(UTC) + timedelta(hours=1)
+        assert await stack.runtime.workflow.expire_due() == 1
+        await wait_state(stack.runtime.store, expired.id, S.EXPIRED)
+        for opened, word in ((approved, "done"), (failed, "failed")):
+            await wait_mirror(stack, opened, f"Change {word}")
+        after = scrape(stack, await http.get("/metrics"))
+
+    def delta(name: str, **labels: str) -> float:
+        key = (name, frozenset(labels.items()))
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    decisions = "gpuops_approval_decisions_total"
+    assert delta(decisions, decision="approved") == 2  # the 400 was approved, then failed
+    assert delta(decisions, decision="denied") == 1
+    assert delta(decisions, decision="expired") == 1
+    outcomes = "gpuops_change_requests_total"
+    assert delta(outcomes, provider="e2e", outcome="succeeded") == 1
+    assert delta(outcomes, provider="e2e", outcome="failed") == 1
+    assert delta(outcomes, provider="e2e", outcome="denied") == 1
+    assert delta(outcomes, provider="e2e", outcome="expired") == 1
+    assert after[("gpuops_approvals_pending", frozenset())] == before.get(
+        ("gpuops_approvals_pending", frozenset()), 0.0
+    )

@@ -1,0 +1,190 @@
+"""Shared driving code for the reliability tests (fault matrix, Slack-side faults, fuzzing,
+leak scan): fast retry settings, a transport that refuses chosen connections for real, and
+waits for what the bot does after it has acked."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from bot.core.store.db import TERMINAL_STATES, ChangeRequestRecord, RequestState
+from bot.local.demo.stack import LocalStack
+from bot.local.slack.models import Ephemeral, Message, ResponsePost
+from bot.providers.e2e import E2EAdapter
+from bot.providers.http import ProviderTransport
+from bot.providers.together import TogetherAdapter
+
+# Tiny backoff so that a matrix of retried faults stays fast; a 429's Retry-After is
+# honoured but capped at 50 ms.
+FAST_RETRY_SETTINGS: dict[str, Any] = {
+    "gpuops_retry_wait_initial": 0.0,
+    "gpuops_retry_wait_max": 0.01,
+    "gpuops_retry_after_cap": 0.05,
+}
+TOTAL_TIMEOUT = 0.5
+ATTEMPTS = 3
+FAST: dict[str, Any] = {
+    "total_timeout": TOTAL_TIMEOUT,
+    "provider_attempts": ATTEMPTS,
+    "extra_settings": FAST_RETRY_SETTINGS,
+}
+
+INCIDENT = "C0INCIDENT"
+AUDIT_CHANNEL = "C0GPUAUDIT"
+OPERATOR = "U04DAVE"
+APPROVER = "U02BOB"
+
+TOGETHER_SCALE_UP = "update together-prod tc-h200-ondemand num_gpus=16"  # no approval
+TOGETHER_SCALE_DOWN = "update together-prod tc-h100-reserved num_gpus=8"  # needs approval
+E2E_SCALE = "action e2e-delhi 101 scale_cluster additional_nodes=2"  # needs approval
+E2E_ATTACH = "action e2e-delhi 101 attach_ip reserved_ip_id=501"  # no approval
+
+
+def closed_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (bound, then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+class RefusingTransport(httpx.AsyncBaseTransport):
+    """Delegates to a real HTTP transport, but sends the requests ``refuse`` selects to a
+    closed port: a genuine ECONNREFUSED, counted in ``refused``."""
+
+    def __init__(self, refuse: Callable[[httpx.Request], bool]) -> None:
+        self.refuse = refuse
+        self.inner = httpx.AsyncHTTPTransport()
+        self.port = closed_port()
+        self.refused: list[tuple[str, str]] = []
+        self.seen: list[tuple[str, str]] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.seen.append((request.method, request.url.path))
+        if self.refuse(request):
+            self.refused.append((request.method, request.url.path))
+            request.url = request.url.copy_with(port=self.port)
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def provider_transport(stack: LocalStack, project: str) -> ProviderTransport:
+    adapter = stack.runtime.registry.get(project)
+    assert isinstance(adapter, TogetherAdapter | E2EAdapter)
+    return adapter.client.transport
+
+
+async def refuse_connections(
+    stack: LocalStack, project: str, refuse: Callable[[httpx.Request], bool]
+) -> RefusingTransport:
+    """Route the project's provider calls through a RefusingTransport from now on."""
+    transport = provider_transport(stack, project)
+    await transport.aclose()  # the next call builds a new client on the new transport
+    refusing = RefusingTransport(refuse)
+    transport.transport = refusing
+    return refusing
+
+
+# -- waiting for what the bot does after the ack ---------------------------------------------
+
+
+def _bolt_listeners() -> list[asyncio.Task[Any]]:
+    current = asyncio.current_task()
+    return [
+        t
+        for t in asyncio.all_tasks()
+        if t is not current
+        and not t.done()
+        and "run_ack_function_asynchronously" in getattr(t.get_coro(), "__qualname__", "")
+    ]
+
+
+async def settle(stack: LocalStack, within: float = 15.0) -> None:
+    """Wait until no Slack handler and no workflow background task is running."""
+    async with asyncio.timeout(within):
+        while True:
+            await stack.runtime.workflow.drain()
+            busy = _bolt_listeners()
+            if not busy:
+                await asyncio.sleep(0)
+                if not _bolt_listeners() and not stack.runtime.workflow._tasks:
+                    return
+                continue
+            await asyncio.wait(busy)
+
+
+async def command(stack: LocalStack, text: str, *, user: str = OPERATOR) -> ResponsePost:
+    """Send ``/gpu text`` and return the answer posted to its response_url."""
+    before = len(stack.slack.response_posts)
+    result = await stack.sender.command(user, INCIDENT, text)
+    assert result.status == 200 and result.acked_in_time, result
+    return await stack.slack.wait_for(
+        lambda: (
+            stack.slack.response_posts[before] if len(stack.slack.response_posts) > before else None
+        ),
+        within=10.0,
+    )
+
+
+async def newest_request(stack: LocalStack) -> ChangeRequestRecord | None:
+    requests = await stack.runtime.store.list_requests(limit=10_000)  # oldest first
+    return requests[-1] if requests else None
+
+
+async def wait_request(stack: LocalStack, within: float = 10.0) -> ChangeRequestRecord:
+    """The newest request, once there is one (a form's submission creates it after the ack)."""
+    async with asyncio.timeout(within):
+        while (record := await newest_request(stack)) is None:
+            await asyncio.sleep(0.02)
+    return record
+
+
+async def wait_state(
+    stack: LocalStack, request_id: str, states: set[RequestState], within: float = 10.0
+) -> ChangeRequestRecord:
+    async with asyncio.timeout(within):
+        while True:
+            record = await stack.runtime.store.get_request(request_id)
+            if record is not None and record.state in states:
+                return record
+            await asyncio.sleep(0.02)
+
+
+async def wait_terminal(stack: LocalStack, request_id: str) -> ChangeRequestRecord:
+    return await wait_state(stack, request_id, set(TERMINAL_STATES))
+
+
+def approval_prompt(stack: LocalStack, request_id: str, channel: str = INCIDENT) -> Message | None:
+    for message in stack.slack.messages.get(channel, []):
+        for block in message.blocks or []:
+            if block.get("block_id") != "approval":
+                continue
+            values = [e.get("value") for e in block.get("elements", [])]
+            if request_id in values:
+                return message
+    return None
+
+
+async def click(
+    stack: LocalStack, request_id: str, action_id: str = "approve_request", user: str = APPROVER
+) -> None:
+    prompt = await stack.slack.wait_for(lambda: approval_prompt(stack, request_id))
+    result = await stack.sender.block_action(
+        user, INCIDENT, action_id=action_id, value=request_id, message_ts=prompt.ts
+    )
+    assert result.status == 200 and result.acked_in_time, result
+
+
+def thread_texts(stack: LocalStack, record: ChangeRequestRecord) -> list[str]:
+    assert record.root_ts, f"{record.id} has no root message"
+    return [m.text for m in stack.slack.replies(record.channel, record.root_ts)]
+
+
+def ephemerals(stack: LocalStack, user: str) -> list[Ephemeral]:
+    return stack.slack.ephemerals_for(user)

@@ -1,0 +1,98 @@
+"""The /gpu grammar (SPEC §4.1)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bot.core.grammar import (
+    ActionCommand,
+    AuditCommand,
+    HelpCommand,
+    ListCommand,
+    ShowCommand,
+    UpdateCommand,
+    UsageError,
+    parse_command,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", HelpCommand()),
+        ("help", HelpCommand()),
+        ("  HELP  ", HelpCommand()),
+        ("list", ListCommand()),
+        ("list together-prod", ListCommand(project="together-prod")),
+        ("show together-prod tc-1", ShowCommand(project="together-prod", cluster_id="tc-1")),
+        (
+            "update p c num_gpus=16 num_preemptible_gpus=8",
+            UpdateCommand(
+                project="p", cluster_id="c", fields={"num_gpus": "16", "num_preemptible_gpus": "8"}
+            ),
+        ),
+        (
+            'update p c reservation_end_time=2026-12-31T00:00:00Z reason="incident 42"',
+            UpdateCommand(
+                project="p",
+                cluster_id="c",
+                fields={"reservation_end_time": "2026-12-31T00:00:00Z"},
+                reason="incident 42",
+            ),
+        ),
+        ("update p c", UpdateCommand(project="p", cluster_id="c")),
+        ("action e 101", ActionCommand(project="e", cluster_id="101")),
+        (
+            "action e 101 restart_cluster",
+            ActionCommand(project="e", cluster_id="101", action="restart_cluster"),
+        ),
+        (
+            "action e 101 update_ssh_keys ssh_key_ids=11,12",
+            ActionCommand(
+                project="e",
+                cluster_id="101",
+                action="update_ssh_keys",
+                fields={"ssh_key_ids": "11,12"},
+            ),
+        ),
+        (
+            "action e 101 scale_cluster additional_nodes=2 reason=\u201cload spike\u201d",
+            ActionCommand(
+                project="e",
+                cluster_id="101",
+                action="scale_cluster",
+                fields={"additional_nodes": "2"},
+                reason="load spike",
+            ),
+        ),
+        ("audit", AuditCommand()),
+        ("audit 5", AuditCommand(limit=5)),
+        ("audit p 7", AuditCommand(project="p", limit=7)),
+        ("audit 7 p", AuditCommand(project="p", limit=7)),
+    ],
+)
+def test_parses(text: str, expected: object) -> None:
+    assert parse_command(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("show p", "needs a project and a cluster id"),
+        ("show", "Usage: `/gpu show <project> <cluster_id>`"),
+        ("list a b", "at most a project"),
+        ("update p", "needs a project and a cluster id"),
+        ("update p c num_gpus", "is not a `field=value` pair"),
+        ("update p c num_gpus=1 num_gpus=2", "given twice"),
+        ("audit 0", "between 1 and 100"),
+        ("audit 101", "between 1 and 100"),
+        ("audit a b", "takes one project"),
+        ("reboot everything", "unknown command `reboot`"),
+        ("show <!channel> c", "is not a valid project"),
+        ('update p c reason="unterminated', "check your quotes"),
+    ],
+)
+def test_usage_errors_say_what_is_wrong(text: str, says: str) -> None:
+    with pytest.raises(UsageError) as exc:
+        parse_command(text)
+    assert says in str(exc.value)

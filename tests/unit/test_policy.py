@@ -1,0 +1,607 @@
+from __future__ import annotations
+
+import asyncio
+import logging
+import textwrap
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+from aiohttp import web
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bot.core.policy import (
+    DEFAULT_APPROVAL,
+    E2E_KINDS,
+    TOGETHER_KINDS,
+    Authorizer,
+    E2EProject,
+    GrantRow,
+    Policy,
+    PolicyError,
+    Role,
+    SlackUserGroupResolver,
+    TogetherProject,
+    describe_grants,
+    load_policy,
+)
+
+POLICY = """\
+projects:
+  together-prod:
+    provider: together
+    project_id: proj-123
+    clusters: ["c-prod-*", "c-shared"]
+    notify_channel: C0AUDIT
+  together-dev:
+    provider: together
+    require_approval: [scale_up]
+  e2e-delhi:
+    provider: e2e
+    project_id: 12345
+    location: Delhi
+    active_iam: 7
+grants:
+  - users: [U01ALICE]
+    projects: [together-prod, e2e-delhi]
+    role: operator
+  - usergroups: [S0PLATFORM]
+    projects: ["*"]
+    role: viewer
+  - users: [U01ALICE]
+    channels: [C0INCIDENT]
+    projects: [together-prod]
+    role: approver
+  - users: [U02BOB]
+    channels: [C0INCIDENT, C0OPS]
+    projects: [together-prod]
+    role: admin
+  - usergroups: [S0BROKEN]
+    projects: [together-dev]
+    role: admin
+approvals:
+  expire_after_minutes: 45
+  break_glass: true
+"""
+
+
+@pytest.fixture(autouse=True)
+def in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # so that messages name the file as "policy.yml"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    (tmp_path / "policy.yml").write_text(textwrap.dedent(text))
+    return Path("policy.yml")
+
+
+@pytest.fixture
+def policy(tmp_path: Path) -> Policy:
+    return load_policy(write(tmp_path, POLICY))
+
+
+@dataclass
+class FakeGroups:
+    groups: dict[str, frozenset[str]] = field(
+        default_factory=lambda: {
+            "S0PLATFORM": frozenset({"U03CAROL"}),
+            "S0BROKEN": frozenset({"U04DAVE"}),
+        }
+    )
+    broken: set[str] = field(default_factory=lambda: {"S0BROKEN"})
+    calls: list[str] = field(default_factory=list)
+
+    async def members(self, usergroup_id: str) -> frozenset[str]:
+        self.calls.append(usergroup_id)
+        if usergroup_id in self.broken:
+            raise ConnectionError("slack unreachable")
+        return self.groups.get(usergroup_id, frozenset())
+
+
+@pytest.fixture
+def auth(policy: Policy) -> Authorizer:
+    return Authorizer(policy, FakeGroups())
+
+
+# --- loading and validation --------------------------------------------------------------
+
+
+def test_valid_policy_loads(policy: Policy) -> None:
+    prod = policy.projects["together-prod"]
+    assert isinstance(prod, TogetherProject)
+    assert prod.api_key_env == "TOGETHER_API_KEY"
+    assert prod.project_id == "proj-123"
+    assert prod.notify_channel == "C0AUDIT"
+    delhi = policy.projects["e2e-delhi"]
+    assert isinstance(delhi, E2EProject)
+    assert (delhi.project_id, delhi.location, delhi.active_iam) == (12345, "Delhi", 7)
+    assert (delhi.api_key_env, delhi.auth_token_env) == ("E2E_API_KEY", "E2E_AUTH_TOKEN")
+    assert policy.projects["together-dev"].clusters == ["*"]
+    assert policy.grants[0].role is Role.operator
+    assert policy.grants[1].channels is None
+    assert policy.approvals.expire_after_minutes == 45
+    assert policy.approvals.break_glass is True
+
+
+def test_round_trip_through_yaml(policy: Policy, tmp_path: Path) -> None:
+    dumped = policy.model_dump(mode="json")
+    assert dumped["grants"][0]["role"] == "operator"
+    again = tmp_path / "again.yml"
+    again.write_text(yaml.safe_dump(dumped))
+    assert load_policy(again) == policy
+
+
+def test_minimal_policy_gets_defaults(tmp_path: Path) -> None:
+    policy = load_policy(write(tmp_path, "projects:\n  p1:\n    provider: together\n"))
+    assert policy.grants == []
+    assert policy.approvals.expire_after_minutes == 30
+    assert policy.approvals.break_glass is False
+
+
+def test_numeric_together_project_id_is_kept_as_text(tmp_path: Path) -> None:
+    policy = load_policy(
+        write(tmp_path, "projects:\n  p:\n    provider: together\n    project_id: 42\n")
+    )
+    assert policy.projects["p"].project_id == "42"
+
+
+def _error(tmp_path: Path, text: str) -> str:
+    with pytest.raises(PolicyError) as caught:
+        load_policy(write(tmp_path, text))
+    return str(caught.value)
+
+
+TOGETHER = "projects:\n  together-prod:\n    provider: together\n"
+GRANT = "grants:\n  - users: [U1]\n    projects: [together-prod]\n    role: operator\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (TOGETHER + "colour: red\n", "policy.yml: colour: unknown key (allowed: projects, grants"),
+        (
+            TOGETHER + "    colour: red\n",
+            "policy.yml: projects.together-prod.colour: unknown key (allowed: ",
+        ),
+        (
+            TOGETHER + GRANT + "    colour: red\n",
+            "policy.yml: grants[0].colour: unknown key (allowed: users, usergroups",
+        ),
+        (
+            TOGETHER
+            + GRANT
+            + "  - users: [U2]\n    projects: [together-prod, nope]\n    role: viewer\n",
+            "policy.yml: grants[1].projects: unknown project 'nope' (known: together-prod)",
+        ),
+        (
+            TOGETHER + "grants:\n  - users: [U1]\n    projects: ['*']\n    role: boss\n",
+            "policy.yml: grants[0].role: unknown role 'boss'; use viewer, operator, approver",
+        ),
+        (
+            "projects:\n  e2e-delhi:\n    provider: e2e\n    location: Delhi\n",
+            "policy.yml: projects.e2e-delhi.project_id: Field required",
+        ),
+        (
+            "projects:\n  e2e-delhi:\n    provider: e2e\n    project_id: 1\n",
+            "policy.yml: projects.e2e-delhi.location: Field required",
+        ),
+        (
+            "projects:\n  e2e-delhi:\n    provider: e2e\n    project_id: 1\n    location: Mumbai\n",
+            "policy.yml: projects.e2e-delhi.location: Input should be 'Delhi' or 'Chennai'",
+        ),
+        (
+            TOGETHER + "    require_approval: [scale_down, restart_cluster]\n",
+            "policy.yml: projects.together-prod.require_approval[1]: Input should be 'scale_up'",
+        ),
+        (
+            "projects:\n  e:\n    provider: e2e\n    project_id: 1\n    location: Delhi\n"
+            "    require_approval: [scale_up]\n",
+            "policy.yml: projects.e.require_approval[0]: Input should be 'update_ssh_keys'",
+        ),
+        (
+            TOGETHER
+            + "grants:\n  - channels: [C1]\n    projects: [together-prod]\n    role: admin\n",
+            "policy.yml: grants[0]: a grant needs at least one user or usergroup",
+        ),
+        (
+            "projects:\n  'bad key':\n    provider: together\n",
+            "policy.yml: projects.bad key: project keys may use only letters, digits, - and _",
+        ),
+        (
+            "projects:\n  p:\n    provider: aws\n",
+            "policy.yml: projects.p.provider: unknown provider 'aws'; use together or e2e",
+        ),
+        (
+            "projects:\n  p:\n    project_id: x\n",
+            "policy.yml: projects.p.provider: missing; set provider: together or provider: e2e",
+        ),
+        (
+            TOGETHER + "approvals:\n  expire_after_minutes: 0\n",
+            "policy.yml: approvals.expire_after_minutes: Input should be greater than or equal",
+        ),
+        (
+            TOGETHER + "grants:\n  - users: ['@alice']\n    projects: ['*']\n    role: admin\n",
+            "policy.yml: grants[0].users[0]: use the Slack id",
+        ),
+        ("projects: {}\n", "policy.yml: projects: Dictionary should have at least 1 item"),
+        ("- just\n- a list\n", "policy.yml: the policy must be a mapping"),
+        ("# nothing\n", "policy.yml: the policy file is empty"),
+    ],
+)
+def test_validation_errors_name_the_key_path(tmp_path: Path, text: str, expected: str) -> None:
+    assert expected in _error(tmp_path, text)
+
+
+def test_a_pasted_key_in_place_of_a_variable_name_is_refused_without_echo(tmp_path: Path) -> None:
+    message = _error(tmp_path, TOGETHER + "    api_key_env: tgp_v1_s3cr3tvalue\n")
+    assert (
+        "projects.together-prod.api_key_env: must be the NAME of an environment variable" in message
+    )
+    assert "tgp_v1_s3cr3tvalue" not in message
+
+
+def test_every_unknown_project_is_reported(tmp_path: Path) -> None:
+    grants = "grants:\n  - users: [U1]\n    projects: [a]\n    role: viewer\n" + (
+        "  - users: [U2]\n    projects: ['*', b]\n    role: viewer\n"
+    )
+    lines = _error(tmp_path, TOGETHER + grants).splitlines()
+    assert lines == [
+        "policy.yml: grants[0].projects: unknown project 'a' (known: together-prod)",
+        "policy.yml: grants[1].projects: unknown project 'b' (known: together-prod)",
+    ]
+
+
+def test_yaml_syntax_error_gives_the_line(tmp_path: Path) -> None:
+    message = _error(tmp_path, "projects:\n  p:\n    provider: [together\n")
+    assert message.startswith("policy.yml: YAML error at line 4")
+
+
+def test_duplicate_keys_are_refused(tmp_path: Path) -> None:
+    message = _error(tmp_path, TOGETHER + "    provider: e2e\n")
+    assert "policy.yml: YAML error at line 4, column 5: duplicate key 'provider'" in message
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(PolicyError) as caught:
+        load_policy(tmp_path / "absent.yml")
+    assert (
+        str(caught.value)
+        == f"{tmp_path / 'absent.yml'}: policy file not found (GPUOPS_POLICY names it)"
+    )
+
+
+# --- roles ------------------------------------------------------------------------------
+
+
+def test_roles_are_ordered() -> None:
+    assert Role.viewer < Role.operator < Role.approver < Role.admin
+    assert str(Role.approver) == "approver"
+
+
+async def test_user_grant(auth: Authorizer) -> None:
+    assert await auth.role_for("U01ALICE", "e2e-delhi", "C0GENERAL") is Role.operator
+
+
+async def test_usergroup_grant_and_star_projects(auth: Authorizer) -> None:
+    for project in ("together-prod", "together-dev", "e2e-delhi"):
+        assert await auth.role_for("U03CAROL", project, None) is Role.viewer
+
+
+async def test_channel_scoped_grant(auth: Authorizer) -> None:
+    assert await auth.role_for("U02BOB", "together-prod", "C0OPS") is Role.admin
+    assert await auth.role_for("U02BOB", "together-prod", "C0GENERAL") is None
+    assert await auth.role_for("U02BOB", "together-prod", None) is None
+
+
+async def test_highest_of_several_grants(auth: Authorizer) -> None:
+    assert await auth.role_for("U01ALICE", "together-prod", "C0GENERAL") is Role.operator
+    assert await auth.role_for("U01ALICE", "together-prod", "C0INCIDENT") is Role.approver
+
+
+async def test_stranger_and_unknown_project_get_nothing(auth: Authorizer) -> None:
+    assert await auth.role_for("U99STRANGER", "together-prod", None) is None
+    assert await auth.role_for("U01ALICE", "no-such", None) is None
+    assert await auth.role_for("U01ALICE", "together-dev", None) is None
+
+
+async def test_resolver_failure_means_that_group_grants_nothing(
+    policy: Policy, caplog: pytest.LogCaptureFixture
+) -> None:
+    groups = FakeGroups(broken={"S0BROKEN", "S0PLATFORM"})
+    auth = Authorizer(policy, groups)
+    with caplog.at_level(logging.WARNING, logger="bot.core.policy"):
+        assert await auth.role_for("U04DAVE", "together-dev", None) is None
+        assert await auth.role_for("U03CAROL", "e2e-delhi", None) is None
+        # A direct grant does not depend on the broken groups.
+        assert await auth.role_for("U01ALICE", "e2e-delhi", None) is Role.operator
+    assert "user group S0BROKEN could not be resolved (ConnectionError)" in caplog.text
+
+
+async def test_groups_are_resolved_only_when_needed(policy: Policy) -> None:
+    groups = FakeGroups()
+    await Authorizer(policy, groups).role_for("U01ALICE", "e2e-delhi", None)
+    assert groups.calls == ["S0PLATFORM"]  # S0BROKEN's grant does not cover e2e-delhi
+
+
+# --- check reasons ------------------------------------------------------------------------
+
+
+async def test_check_allows_with_enough_role(auth: Authorizer) -> None:
+    decision = await auth.check("U01ALICE", "together-prod", "C0INCIDENT", Role.approver)
+    assert decision.allowed
+    assert decision.role is Role.approver
+    assert decision.reason == "you are approver on together-prod"
+
+
+async def test_check_same_refusal_for_unknown_and_unseen_projects(auth: Authorizer) -> None:
+    unknown = await auth.check("U99STRANGER", "nope", None, Role.viewer)
+    unseen = await auth.check("U99STRANGER", "together-prod", None, Role.viewer)
+    assert unknown.reason == "no such project or no access: nope"
+    assert unseen.reason == "no such project or no access: together-prod"
+    assert not unknown.allowed and not unseen.allowed
+    assert unknown.role is None and unseen.role is None
+
+
+async def test_check_role_too_low(auth: Authorizer) -> None:
+    decision = await auth.check(
+        "U01ALICE", "e2e-delhi", "C0GENERAL", Role.approver, action="approving"
+    )
+    assert not decision.allowed
+    assert decision.role is Role.operator
+    assert decision.reason == "you are operator on e2e-delhi; approving needs approver"
+
+
+async def test_check_role_too_low_here_but_enough_elsewhere(auth: Authorizer) -> None:
+    decision = await auth.check(
+        "U01ALICE", "together-prod", "C0GENERAL", Role.approver, action="approving"
+    )
+    assert decision.reason == (
+        "you are operator on together-prod; approving needs approver "
+        "(your approver grant holds in <#C0INCIDENT> — ask there)"
+    )
+
+
+async def test_check_grant_limited_to_other_channels(auth: Authorizer) -> None:
+    decision = await auth.check("U02BOB", "together-prod", "C0GENERAL", Role.viewer)
+    assert not decision.allowed
+    assert decision.role is None
+    assert (
+        decision.reason
+        == "your grant on together-prod holds only in <#C0INCIDENT>, <#C0OPS> — ask there"
+    )
+
+
+# --- projects and clusters ------------------------------------------------------------------
+
+
+async def test_projects_for(auth: Authorizer) -> None:
+    assert await auth.projects_for("U01ALICE", "C0GENERAL") == ["e2e-delhi", "together-prod"]
+    assert await auth.projects_for("U01ALICE", "C0INCIDENT", Role.approver) == ["together-prod"]
+    assert await auth.projects_for("U01ALICE", "C0GENERAL", Role.approver) == []
+    assert await auth.projects_for("U03CAROL", None) == [
+        "e2e-delhi",
+        "together-dev",
+        "together-prod",
+    ]
+    assert await auth.projects_for("U03CAROL", None, Role.operator) == []
+    assert await auth.projects_for("U02BOB", "C0OPS") == ["together-prod"]
+    assert await auth.projects_for("U02BOB", "C0GENERAL") == []
+    assert await auth.projects_for("U99STRANGER", None) == []
+
+
+def test_cluster_globs(auth: Authorizer) -> None:
+    assert auth.cluster_allowed("together-prod", "c-prod-1")
+    assert auth.cluster_allowed("together-prod", "c-shared")
+    assert not auth.cluster_allowed("together-prod", "c-dev-1")
+    assert not auth.cluster_allowed("together-prod", "C-PROD-1")
+    assert auth.cluster_allowed("e2e-delhi", "4711")
+    assert not auth.cluster_allowed("no-such", "4711")
+
+
+def test_describe_grants_expands_star(policy: Policy) -> None:
+    rows = describe_grants(policy)
+    assert GrantRow("user U01ALICE", "together-prod", Role.operator, None) in rows
+    assert GrantRow("user U01ALICE", "together-prod", Role.approver, ("C0INCIDENT",)) in rows
+    assert GrantRow("user U02BOB", "together-prod", Role.admin, ("C0INCIDENT", "C0OPS")) in rows
+    platform = [r.project for r in rows if r.principal == "group S0PLATFORM"]
+    assert platform == ["e2e-delhi", "together-dev", "together-prod"]
+    assert len(rows) == 2 + 1 + 1 + 3 + 1
+
+
+# --- approval -----------------------------------------------------------------------------
+
+
+def test_kind_sets_match_the_spec() -> None:
+    assert {"scale_up", "scale_down", "change_type", "decommission"} == TOGETHER_KINDS
+    assert len(E2E_KINDS) == 9
+    assert DEFAULT_APPROVAL["e2e"] == E2E_KINDS - {"attach_ip", "add_security_group"}
+
+
+@pytest.mark.parametrize(
+    ("kind", "needs"),
+    [("scale_up", False), ("scale_down", True), ("change_type", True), ("decommission", True)],
+)
+def test_together_defaults(policy: Policy, kind: str, needs: bool) -> None:
+    assert policy.requires_approval("together-prod", [kind]) is needs
+
+
+@pytest.mark.parametrize(
+    ("kind", "needs"),
+    [
+        ("update_ssh_keys", True),
+        ("update_image", True),
+        ("restart_workers", True),
+        ("restart_cluster", True),
+        ("scale_cluster", True),
+        ("attach_ip", False),
+        ("detach_ip", True),
+        ("add_security_group", False),
+        ("remove_security_group", True),
+    ],
+)
+def test_e2e_defaults(policy: Policy, kind: str, needs: bool) -> None:
+    assert policy.requires_approval("e2e-delhi", [kind]) is needs
+
+
+def test_project_override_replaces_the_default(policy: Policy) -> None:
+    assert policy.requires_approval("together-dev", ["scale_up"])
+    assert not policy.requires_approval("together-dev", ["scale_down", "decommission"])
+    assert policy.approval_kinds("together-dev") == {"scale_up"}
+
+
+def test_any_kind_needing_approval_makes_the_change_need_it(policy: Policy) -> None:
+    assert policy.requires_approval("together-prod", iter(["scale_up", "scale_down"]))
+    assert not policy.requires_approval("together-prod", [])
+
+
+def test_unknown_kind_or_project_is_a_programming_error(policy: Policy) -> None:
+    with pytest.raises(ValueError, match="unknown change kind"):
+        policy.requires_approval("together-prod", ["scale_cluster"])
+    with pytest.raises(KeyError, match="no project 'nope'"):
+        policy.requires_approval("nope", ["scale_up"])
+
+
+# --- SlackUserGroupResolver against a local fake of Slack's Web API ---------------------------
+
+
+@dataclass
+class FakeSlack:
+    groups: dict[str, list[str]] = field(default_factory=lambda: {"S0PLATFORM": ["U1", "U2"]})
+    calls: list[str] = field(default_factory=list)
+    failure: str | None = None  # "ok_false" or "http_500"
+    gate: asyncio.Event | None = None
+
+    async def handle(self, request: web.Request) -> web.Response:
+        form = await request.post() if request.method == "POST" else request.query
+        group = str(form.get("usergroup", ""))
+        self.calls.append(group)
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.failure == "http_500":
+            return web.json_response({"ok": False, "error": "internal_error"}, status=500)
+        if self.failure == "ok_false" or group not in self.groups:
+            return web.json_response({"ok": False, "error": "no_such_subteam"})
+        return web.json_response({"ok": True, "users": self.groups[group]})
+
+
+@dataclass
+class Clock:
+    now: float = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[tuple[FakeSlack, AsyncWebClient]]:
+    fake = FakeSlack()
+    app = web.Application()
+    app.router.add_route("*", "/api/usergroups.users.list", fake.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    client = AsyncWebClient(token="xoxb-test-token", base_url=f"http://127.0.0.1:{port}/api/")
+    try:
+        yield fake, client
+    finally:
+        await runner.cleanup()
+
+
+async def test_resolver_caches_until_ttl(slack: tuple[FakeSlack, AsyncWebClient]) -> None:
+    fake, client = slack
+    clock = Clock()
+    resolver = SlackUserGroupResolver(client, ttl_seconds=60, clock=clock)
+    assert await resolver.members("S0PLATFORM") == {"U1", "U2"}
+    clock.now += 59
+    fake.groups["S0PLATFORM"] = ["U3"]
+    assert await resolver.members("S0PLATFORM") == {"U1", "U2"}
+    assert fake.calls == ["S0PLATFORM"]
+    clock.now += 2
+    assert await resolver.members("S0PLATFORM") == {"U3"}
+    assert fake.calls == ["S0PLATFORM", "S0PLATFORM"]
+    resolver.invalidate("S0PLATFORM")
+    await resolver.members("S0PLATFORM")
+    assert len(fake.calls) == 3
+
+
+async def test_resolver_collapses_concurrent_lookups(
+    slack: tuple[FakeSlack, AsyncWebClient],
+) -> None:
+    fake, client = slack
+    fake.gate = asyncio.Event()
+    resolver = SlackUserGroupResolver(client, ttl_seconds=60)
+    lookups = [asyncio.create_task(resolver.members("S0PLATFORM")) for _ in range(5)]
+    while not fake.calls:
+        await asyncio.sleep(0.01)
+    fake.gate.set()
+    results = await asyncio.gather(*lookups)
+    assert all(r == {"U1", "U2"} for r in results)
+    assert fake.calls == ["S0PLATFORM"]
+
+
+async def test_a_cancelled_waiter_does_not_cancel_the_shared_lookup(
+    slack: tuple[FakeSlack, AsyncWebClient],
+) -> None:
+    fake, client = slack
+    fake.gate = asyncio.Event()
+    resolver = SlackUserGroupResolver(client, ttl_seconds=60)
+    first = asyncio.create_task(resolver.members("S0PLATFORM"))
+    second = asyncio.create_task(resolver.members("S0PLATFORM"))
+    while not fake.calls:
+        await asyncio.sleep(0.01)
+    first.cancel()
+    fake.gate.set()
+    assert await second == {"U1", "U2"}
+    assert fake.calls == ["S0PLATFORM"]
+
+
+@pytest.mark.parametrize("failure", ["ok_false", "http_500"])
+async def test_resolver_falls_back_to_last_known_members(
+    slack: tuple[FakeSlack, AsyncWebClient], failure: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake, client = slack
+    clock = Clock()
+    resolver = SlackUserGroupResolver(
+        client, ttl_seconds=60, retry_after_failure_seconds=10, clock=clock
+    )
+    assert await resolver.members("S0PLATFORM") == {"U1", "U2"}
+    fake.failure = failure
+    clock.now += 61
+    with caplog.at_level(logging.WARNING, logger="bot.core.policy"):
+        assert await resolver.members("S0PLATFORM") == {"U1", "U2"}
+    assert "usergroups.users.list failed for S0PLATFORM" in caplog.text
+    assert "the last known members" in caplog.text
+    assert "xoxb-test-token" not in caplog.text
+    calls = len(fake.calls)
+    clock.now += 5  # within the pause after a failure: no new call
+    assert await resolver.members("S0PLATFORM") == {"U1", "U2"}
+    assert len(fake.calls) == calls
+    fake.failure = None
+    fake.groups["S0PLATFORM"] = ["U9"]
+    clock.now += 6
+    assert await resolver.members("S0PLATFORM") == {"U9"}
+
+
+async def test_resolver_failure_without_history_gives_nobody(
+    slack: tuple[FakeSlack, AsyncWebClient], caplog: pytest.LogCaptureFixture
+) -> None:
+    _, client = slack
+    resolver = SlackUserGroupResolver(client)
+    with caplog.at_level(logging.WARNING, logger="bot.core.policy"):
+        assert await resolver.members("S0UNKNOWN") == frozenset()
+    assert "no_such_subteam" in caplog.text
+    assert "no members" in caplog.text
+
+
+async def test_authorizer_with_slack_groups(
+    slack: tuple[FakeSlack, AsyncWebClient], policy: Policy
+) -> None:
+    fake, client = slack
+    fake.groups["S0PLATFORM"] = ["U03CAROL"]
+    auth = Authorizer(policy, SlackUserGroupResolver(client))
+    assert await auth.role_for("U03CAROL", "e2e-delhi", None) is Role.viewer
+    assert await auth.role_for("U04DAVE", "together-dev", None) is None  # S0BROKEN unknown to Slack

@@ -1,0 +1,190 @@
+"""Rendering: escaping of user and provider text everywhere, summaries, prompts, modals."""
+
+from __future__ import annotations
+
+import json
+
+from bot.providers.base import ClusterSummary, FieldSpec
+from bot.slack import blocks as render
+
+HOSTILE = "<!channel> <@U0EVIL> <https://evil.example|click me> & <!here>"
+
+
+def _all_text(message: render.SlackMessage) -> str:
+    return message.text + json.dumps(message.blocks)
+
+
+def _assert_inert(blob: str) -> None:
+    for needle in ("<!channel>", "<@U0EVIL>", "<https://evil", "<!here>"):
+        assert needle not in blob
+
+
+def _together(**kw: object) -> ClusterSummary:
+    base: dict[str, object] = dict(
+        provider="together",
+        project="together-prod",
+        cluster_id="tc-1",
+        name="prod",
+        status="Ready",
+        steady=True,
+        gpu_type="H100_SXM",
+        region="us-central-8",
+        billing="RESERVED",
+        cluster_type="KUBERNETES",
+        num_gpus=16,
+        num_reserved_gpus=16,
+        desired_preemptible_gpus=0,
+        allocated_preemptible_gpus=0,
+        num_capacity_pool_gpus=0,
+    )
+    base.update(kw)
+    return ClusterSummary.model_validate(base)
+
+
+def test_escape_neutralises_slack_control_sequences() -> None:
+    assert render.escape(HOSTILE) == (
+        "&lt;!channel&gt; &lt;@U0EVIL&gt; &lt;https://evil.example|click me&gt; &amp; &lt;!here&gt;"
+    )
+
+
+def test_summary_escapes_provider_text_in_blocks_and_fallback() -> None:
+    message = render.cluster_summary(
+        _together(name=HOSTILE, status=HOSTILE, region=HOSTILE),
+        requested_by="U01ALICE",
+        note=HOSTILE,
+    )
+    _assert_inert(_all_text(message))
+    assert "<@U01ALICE>" in json.dumps(message.blocks)  # a real user id is still a mention
+
+
+def test_e2e_summary_shows_nodes_gpus_cpus_memory_image_sku() -> None:
+    s = ClusterSummary(
+        provider="e2e",
+        project="e2e-delhi",
+        cluster_id="101",
+        name="train",
+        status="Running",
+        steady=True,
+        nodes=2,
+        gpus=16,
+        cpus=416,
+        memory="4000 GB",
+        image="Ubuntu Slurm v2",
+        sku="GDC.8xH100",
+        gpu_type="H100",
+        region="Delhi",
+        billing="hourly",
+    )
+    blob = json.dumps(render.cluster_summary(s).blocks)
+    for expected in (
+        "2 nodes",
+        "16 x H100",
+        "416 CPUs",
+        "4000 GB",
+        "Ubuntu Slurm v2",
+        "GDC.8xH100",
+        "Delhi",
+        "hourly",
+    ):
+        assert expected in blob
+
+
+def test_user_ref_only_mentions_real_ids() -> None:
+    assert render.user_ref("U01ALICE") == "<@U01ALICE>"
+    assert render.user_ref("<!channel>") == "&lt;!channel&gt;"
+
+
+def _request(**kw: object) -> render.RequestView:
+    base: dict[str, object] = dict(
+        id="CR-ABC123",
+        state="pending",
+        provider="together",
+        project="together-prod",
+        cluster_id="tc-1",
+        cluster_name="prod",
+        action="update",
+        preview=["num_gpus 8 → 16"],
+        requester="U01DAVE",
+        channel="C0INCIDENT",
+        needs_approval=True,
+    )
+    base.update(kw)
+    return render.RequestView(**base)  # type: ignore[arg-type]
+
+
+def test_request_root_escapes_reason_and_preview() -> None:
+    message = render.request_root(_request(reason=HOSTILE, cluster_name=HOSTILE, preview=[HOSTILE]))
+    _assert_inert(_all_text(message))
+    assert "CR-ABC123" in message.text
+
+
+def test_request_root_shows_state() -> None:
+    assert "pending approval" in render.request_root(_request()).text
+    done = render.request_root(_request(state="succeeded", decided_by="U02BOB"))
+    assert "done" in done.text and "<@U02BOB>" in json.dumps(done.blocks)
+
+
+def test_approval_prompt_has_the_three_buttons_with_the_request_id() -> None:
+    prompt = render.approval_prompt(_request(), expire_minutes=30)
+    buttons = [e for b in prompt.blocks if b["type"] == "actions" for e in b["elements"]]
+    assert [(b["action_id"], b["value"]) for b in buttons] == [
+        ("approve_request", "CR-ABC123"),
+        ("deny_request", "CR-ABC123"),
+        ("cancel_request", "CR-ABC123"),
+    ]
+
+
+def test_update_modal_uses_field_names_as_block_and_action_ids_and_prefills() -> None:
+    specs = [
+        FieldSpec(name="num_gpus", label="GPUs", kind="int"),
+        FieldSpec(
+            name="cluster_type", label="Type", kind="choice", choices=("KUBERNETES", "SLURM")
+        ),
+    ]
+    view = render.update_modal(
+        _together(),
+        specs,
+        {"num_gpus": 16, "cluster_type": "SLURM"},
+        {"project": "p", "cluster_id": "c", "channel": "C1"},
+    )
+    assert view["callback_id"] == "gpu_update"
+    inputs = {b["block_id"]: b for b in view["blocks"] if b["type"] == "input"}
+    assert inputs["num_gpus"]["element"]["action_id"] == "num_gpus"
+    assert inputs["num_gpus"]["element"]["initial_value"] == "16"
+    assert inputs["cluster_type"]["element"]["initial_option"]["value"] == "SLURM"
+    assert json.loads(view["private_metadata"]) == {
+        "project": "p",
+        "cluster_id": "c",
+        "channel": "C1",
+    }
+
+
+def test_action_modal_has_the_action_select_and_the_actions_fields() -> None:
+    specs = [FieldSpec(name="additional_nodes", label="Nodes to add", kind="int", required=True)]
+    view = render.action_modal(
+        _together(provider="e2e"),
+        ["restart_cluster", "scale_cluster"],
+        "scale_cluster",
+        specs,
+        {},
+        {"project": "e"},
+    )
+    assert view["callback_id"] == "gpu_action"
+    blocks = {b.get("block_id"): b for b in view["blocks"]}
+    assert blocks["action"]["element"]["action_id"] == "action"
+    assert blocks["action"]["element"]["initial_option"]["value"] == "scale_cluster"
+    assert blocks["additional_nodes"]["optional"] is False
+
+
+def test_cluster_list_reports_a_failed_project_without_hiding_others() -> None:
+    message = render.cluster_list({"a": [_together()], "b": "together: timeout"})
+    blob = json.dumps(message.blocks)
+    assert "tc-1" in blob and "together: timeout" in blob
+
+
+def test_composed_notices_link_bare_channels_but_nothing_else() -> None:
+    message = render.error(f"your grant holds only in <#C0INCIDENT> — ask there. {HOSTILE}")
+    assert "<#C0INCIDENT>" in message.text
+    _assert_inert(_all_text(message))
+    spoof = render.error("<#C0INCIDENT|click-me> <#C0X><@U0EVIL>")
+    assert "<#C0INCIDENT|" not in spoof.text and "<@U0EVIL>" not in spoof.text
