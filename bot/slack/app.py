@@ -23,7 +23,7 @@ import handlers.commands
 import handlers.mentions
 import handlers.modals
 from bot.config import Settings
-from bot.core.policy import Authorizer, Policy, SlackUserGroupResolver, load_policy
+from bot.core.policy import Authorizer, Policy, load_policy
 from bot.core.requests.workflow import ChangeWorkflow
 from bot.core.service import GpuOps
 from bot.core.store.db import Store
@@ -31,6 +31,7 @@ from bot.metrics import render_metrics
 from bot.providers.registry import AdapterRegistry
 from bot.redact import install_log_redaction, register_secret
 from bot.slack.messenger import Messenger, build_web_client, slack_http_session
+from bot.slack.usergroups import SlackUserGroupResolver
 
 log = logging.getLogger(__name__)
 
