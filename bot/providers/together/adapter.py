@@ -1,0 +1,175 @@
+"""Together AI Instant Clusters: the provider-neutral adapter (bot.providers.base).
+
+transport = build_together_transport(api_key, base_url, ClientSettings())
+adapter = TogetherAdapter(TogetherClient(transport, project_id="proj-123"), "ml-prod")
+state = await adapter.get_cluster("tc-h100-reserved")
+plan = adapter.plan(state, "update", {"num_gpus": "24"})
+outcome = await adapter.apply(plan)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from bot.providers.base import (
+    ApplyOutcome,
+    ChangeInputError,
+    ChangePlan,
+    ClusterState,
+    ClusterSummary,
+    FieldSpec,
+    PreviewLine,
+    ProviderName,
+)
+from bot.providers.errors import (
+    ProviderNotFound,
+)
+from bot.providers.together.client import TogetherClient
+from bot.providers.together.models import PROVIDER, UPDATE_FIELDS, ClusterType, ClusterUpdate
+from bot.providers.together.rules import check_update, classify, parse_update, shown
+from bot.providers.together.summary import cluster_state, to_summary
+
+
+# -- the adapter ---------------------------------------------------------------------------
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+_FIELD_SPECS: tuple[FieldSpec, ...] = (
+    FieldSpec(
+        name="cluster_type",
+        label="Cluster type",
+        kind="choice",
+        choices=(ClusterType.KUBERNETES.value, ClusterType.SLURM.value),
+        hint="KUBERNETES or SLURM",
+    ),
+    FieldSpec(
+        name="num_gpus",
+        label="Total GPUs",
+        kind="int",
+        hint="total GPU count, 8 per node (e.g. 8, 16, 24)",
+    ),
+    FieldSpec(
+        name="num_reserved_gpus",
+        label="Reserved GPUs",
+        kind="int",
+        hint="RESERVED billing only",
+    ),
+    FieldSpec(
+        name="num_preemptible_gpus",
+        label="Preemptible GPUs",
+        kind="int",
+        hint="multiple of 8; fulfilled asynchronously",
+    ),
+    FieldSpec(
+        name="num_capacity_pool_gpus",
+        label="Capacity-pool GPUs",
+        kind="int",
+        hint="multiple of 8, at most num_gpus; capacity-pool clusters only",
+    ),
+    FieldSpec(
+        name="reservation_end_time",
+        label="Decommission time",
+        kind="datetime",
+        hint="RFC 3339, e.g. 2026-09-01T00:00:00Z; RESERVED or SCHEDULED_CAPACITY only",
+    ),
+)
+
+
+class TogetherAdapter:
+    """The provider-neutral face (ProviderAdapter) of one project's Together client.
+
+    ``plan`` needs no cached cluster: everything the rules read is in the ClusterState that
+    ``get_cluster`` returned (summary + current values), so a state kept across a modal
+    round trip, or planned on another replica, is checked the same way."""
+
+    provider: ProviderName = "together"
+
+    def __init__(
+        self,
+        client: TogetherClient,
+        project: str,
+        now: Callable[[], datetime] = _utc_now,
+    ) -> None:
+        self.client = client
+        self.project = project
+        self._now = now
+
+    async def list_clusters(self) -> list[ClusterSummary]:
+        return [to_summary(c, self.project) for c in await self.client.list_clusters()]
+
+    async def get_cluster(self, cluster_id: str) -> ClusterState:
+        cluster = await self.client.get_cluster(cluster_id)
+        wanted = self.client.project_id
+        if wanted and cluster.project_id != wanted:
+            # The key may reach other projects' clusters; the policy project is only the
+            # one its list shows, so another project's cluster cannot be shown or changed.
+            raise ProviderNotFound(
+                f"cluster {cluster_id} not found in project {wanted}", provider=PROVIDER
+            )
+        return cluster_state(cluster, self.project)
+
+    def actions(self) -> list[str]:
+        return ["update"]
+
+    def fields_for(self, action: str) -> list[FieldSpec]:
+        self._require_update(action)
+        return list(_FIELD_SPECS)
+
+    def plan(self, state: ClusterState, action: str, raw: Mapping[str, Any]) -> ChangePlan:
+        self._require_update(action)
+        update = parse_update(raw)
+        check_update(state, update, self._now())
+        return ChangePlan(
+            provider=self.provider,
+            project=self.project,
+            cluster_id=state.summary.cluster_id,
+            cluster_name=state.summary.name,
+            action="update",
+            body=update.to_body(),
+            kinds=classify(state, update),
+            lines=self._preview(state, update),
+            fingerprint=self._fingerprint(state),
+        )
+
+    async def apply(self, plan: ChangePlan) -> ApplyOutcome:
+        if plan.provider != self.provider or plan.action != "update":
+            raise ValueError(f"not a Together update plan: {plan.provider}/{plan.action}")
+        update = ClusterUpdate.model_validate(plan.body)
+        cluster = await self.client.update_cluster(plan.cluster_id, update)
+        return ApplyOutcome(
+            message="Together accepted the update", summary=to_summary(cluster, self.project)
+        )
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    # -- internals ----------------------------------------------------------------------
+    @staticmethod
+    def _require_update(action: str) -> None:
+        if action != "update":
+            raise ChangeInputError(
+                {"action": f"Together has only the 'update' action (got {action!r})"}
+            )
+
+    @staticmethod
+    def _preview(state: ClusterState, update: ClusterUpdate) -> list[PreviewLine]:
+        lines = []
+        for name, value in update.set_fields().items():
+            before = state.current.get(name)
+            lines.append(
+                PreviewLine(
+                    field=name,
+                    before=None if before is None else str(before),
+                    after=shown(value),
+                )
+            )
+        return lines
+
+    @staticmethod
+    def _fingerprint(state: ClusterState) -> dict[str, Any]:
+        # The settable fields only: a cluster that merely finished provisioning since the
+        # preview (status moved on) still matches what the approver saw.
+        return {name: state.current.get(name) for name in UPDATE_FIELDS}

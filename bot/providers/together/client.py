@@ -1,0 +1,193 @@
+"""Together AI Instant Clusters: the HTTP client (list, get, update) and its error mapping."""
+
+from __future__ import annotations
+
+import http
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+from pydantic import (
+    ValidationError,
+)
+
+from bot.metrics import PROVIDER_ERRORS
+from bot.providers.errors import (
+    ProviderError,
+    ProviderMalformedReply,
+    ProviderRequestError,
+    error_for_status,
+)
+from bot.providers.http import ClientSettings, ProviderTransport, RetryMode, parse_retry_after
+from bot.providers.together.models import PROVIDER, ClusterList, ClusterUpdate, TogetherCluster
+
+_MESSAGE_LIMIT = 500
+
+
+# -- the client ----------------------------------------------------------------------------
+def build_together_transport(
+    api_key: str,
+    base_url: str,
+    settings: ClientSettings,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> ProviderTransport:
+    """The shared transport for one Together API key (Bearer auth; the key is registered as
+    a secret so that no log line or exception text can carry it)."""
+    return ProviderTransport(
+        provider=PROVIDER,
+        base_url=base_url,
+        headers={"Authorization": f"Bearer {api_key}", "Accept": "application/json"},
+        settings=settings,
+        secrets=(api_key,),
+        transport=transport,
+    )
+
+
+def cluster_path(cluster_id: str) -> str:
+    """``compute/clusters/<id>`` with the id quoted as one path segment."""
+    segment = quote(cluster_id, safe="")
+    if segment in (".", ".."):  # would be resolved away as a dot segment
+        segment = segment.replace(".", "%2E")
+    return f"compute/clusters/{segment}"
+
+
+def error_message(response: httpx.Response) -> str:
+    """Together's own text for a failed call, else the HTTP reason phrase."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    text: Any = None
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict):
+            text = error.get("message")
+        elif isinstance(error, str):
+            text = error
+        if not text:
+            text = body.get("message") or body.get("detail")
+    if text and not isinstance(text, str):
+        text = json.dumps(text)
+    if not text:
+        text = response.reason_phrase or _reason(response.status_code)
+    return str(text)[:_MESSAGE_LIMIT]
+
+
+def _reason(status: int) -> str:
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return f"HTTP {status}"
+
+
+class TogetherClient:
+    """Typed calls to Together's cluster endpoints over a ProviderTransport."""
+
+    def __init__(self, transport: ProviderTransport, project_id: str | None = None) -> None:
+        self.transport = transport
+        self.project_id = project_id
+
+    async def list_clusters(self) -> list[TogetherCluster]:
+        params = {"projectId": self.project_id} if self.project_id else None
+        body = await self._call("GET", "compute/clusters", "list", RetryMode.READ, params=params)
+        try:
+            return ClusterList.model_validate(body).clusters
+        except ValidationError as exc:
+            raise self._malformed("list", exc, may_have_applied=False) from None
+
+    async def get_cluster(self, cluster_id: str) -> TogetherCluster:
+        body = await self._call("GET", self._path(cluster_id, "get"), "get", RetryMode.READ)
+        return self._cluster(body, "get", may_have_applied=False)
+
+    async def update_cluster(self, cluster_id: str, update: ClusterUpdate) -> TogetherCluster:
+        body = await self._call(
+            "PUT",
+            self._path(cluster_id, "update"),
+            "update",
+            RetryMode.IDEMPOTENT_WRITE,
+            json_body=update.to_body(),
+        )
+        return self._cluster(body, "update", may_have_applied=True)
+
+    async def aclose(self) -> None:
+        await self.transport.aclose()
+
+    # -- internals ----------------------------------------------------------------------
+    def _path(self, cluster_id: str, operation: str) -> str:
+        if not cluster_id:
+            raise self._count(
+                operation, ProviderRequestError("no cluster id given", provider=PROVIDER)
+            )
+        return cluster_path(cluster_id)
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        operation: str,
+        mode: RetryMode,
+        *,
+        params: Mapping[str, str] | None = None,
+        json_body: Any = None,
+    ) -> Any:
+        write = mode is not RetryMode.READ
+        try:
+            response = await self.transport.request(
+                method, path, operation=operation, mode=mode, params=params, json=json_body
+            )
+        except ProviderError as exc:
+            raise self._count(operation, exc) from None
+        if not response.is_success:
+            raise self._count(operation, self._status_error(response, may_have_applied=write))
+        try:
+            return response.json()
+        except ValueError:
+            raise self._count(
+                operation,
+                ProviderMalformedReply(
+                    "the reply was not JSON",
+                    provider=PROVIDER,
+                    status=response.status_code,
+                    may_have_applied=write,
+                ),
+            ) from None
+
+    def _status_error(self, response: httpx.Response, *, may_have_applied: bool) -> ProviderError:
+        retry_after = parse_retry_after(response.headers.get("Retry-After"), math.inf)
+        return error_for_status(
+            PROVIDER,
+            response.status_code,
+            error_message(response),
+            retry_after=retry_after,
+            may_have_applied=may_have_applied,
+        )
+
+    def _cluster(self, body: Any, operation: str, *, may_have_applied: bool) -> TogetherCluster:
+        try:
+            return TogetherCluster.model_validate(body)
+        except ValidationError as exc:
+            raise self._malformed(operation, exc, may_have_applied=may_have_applied) from None
+
+    def _malformed(
+        self, operation: str, exc: ValidationError, *, may_have_applied: bool
+    ) -> ProviderError:
+        first = exc.errors()[0] if exc.errors() else None
+        where = ".".join(str(p) for p in first["loc"]) if first else "?"
+        detail = f"{where}: {first['msg']}" if first else "unexpected shape"
+        return self._count(
+            operation,
+            ProviderMalformedReply(
+                f"the reply is not a cluster object ({exc.error_count()} problems, first {detail})",
+                provider=PROVIDER,
+                status=200,
+                may_have_applied=may_have_applied,
+            ),
+        )
+
+    @staticmethod
+    def _count(operation: str, error: ProviderError) -> ProviderError:
+        PROVIDER_ERRORS.labels(PROVIDER, operation, error.kind).inc()
+        return error

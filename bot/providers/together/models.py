@@ -1,0 +1,347 @@
+"""Together AI Instant Clusters: the wire models (Cluster, its parts, the update body) and
+the known values of its enum fields.
+
+Enum-valued fields of the API are parsed as plain strings (the known values are the StrEnums
+below) so that a status, GPU type or phase Together adds later is shown as-is instead of
+breaking the parse.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import UTC, datetime
+from typing import Annotated, Any, TypeVar
+
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+)
+
+PROVIDER = "together"
+GPUS_PER_NODE = 8
+
+
+# -- known enum values (the API may send others) -------------------------------------------
+class ClusterType(enum.StrEnum):
+    KUBERNETES = "KUBERNETES"
+    SLURM = "SLURM"
+
+
+class BillingType(enum.StrEnum):
+    RESERVED = "RESERVED"
+    ON_DEMAND = "ON_DEMAND"
+    SCHEDULED_CAPACITY = "SCHEDULED_CAPACITY"
+
+
+class ClusterStatus(enum.StrEnum):
+    WAITING_FOR_CONTROL_PLANE_NODES = "WaitingForControlPlaneNodes"
+    WAITING_FOR_DATA_PLANE_NODES = "WaitingForDataPlaneNodes"
+    WAITING_FOR_SUBNET = "WaitingForSubnet"
+    WAITING_FOR_SHARED_VOLUME = "WaitingForSharedVolume"
+    INSTALLING_DRIVERS = "InstallingDrivers"
+    RUNNING_ACCEPTANCE_TESTS = "RunningAcceptanceTests"
+    PAUSED = "Paused"
+    ON_DEMAND_COMPUTE_PAUSED = "OnDemandComputePaused"
+    READY = "Ready"
+    DEGRADED = "Degraded"
+    DELETING = "Deleting"
+
+
+STEADY_STATUSES: frozenset[str] = frozenset(
+    {
+        ClusterStatus.READY,
+        ClusterStatus.DEGRADED,
+        ClusterStatus.PAUSED,
+        ClusterStatus.ON_DEMAND_COMPUTE_PAUSED,
+    }
+)
+PREPAID_BILLING: frozenset[str] = frozenset({BillingType.RESERVED, BillingType.SCHEDULED_CAPACITY})
+
+# The settable fields, in the order previews and modals show them.
+UPDATE_FIELDS: tuple[str, ...] = (
+    "cluster_type",
+    "num_gpus",
+    "num_reserved_gpus",
+    "num_preemptible_gpus",
+    "num_capacity_pool_gpus",
+    "reservation_end_time",
+)
+GPU_COUNT_FIELDS: tuple[str, ...] = (
+    "num_gpus",
+    "num_reserved_gpus",
+    "num_preemptible_gpus",
+    "num_capacity_pool_gpus",
+)
+# Update field → the Cluster field that holds its current value.
+CURRENT_SOURCE: dict[str, str] = {
+    "cluster_type": "cluster_type",
+    "num_gpus": "num_gpus",
+    "num_reserved_gpus": "num_reserved_gpus",
+    "num_preemptible_gpus": "desired_preemptible_gpus",
+    "num_capacity_pool_gpus": "num_capacity_pool_gpus",
+    "reservation_end_time": "reservation_end_time",
+}
+
+
+# -- lenient parsing helpers ---------------------------------------------------------------
+T = TypeVar("T")
+
+
+def _none_as_empty(value: Any) -> Any:
+    # Go services marshal an empty slice as null.
+    return [] if value is None else value
+
+
+def _blank_as_none(value: Any) -> Any:
+    return None if value == "" else value
+
+
+NullableList = Annotated[list[T], BeforeValidator(_none_as_empty)]
+OptionalTime = Annotated[datetime | None, BeforeValidator(_blank_as_none)]
+
+
+def rfc3339(value: datetime) -> str:
+    """RFC 3339 in UTC with a ``Z`` (a naive value is taken as UTC)."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+# -- the Cluster object --------------------------------------------------------------------
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class Toggle(_Model):
+    enabled: bool | None = None
+
+
+class AddOnConfig(_Model):
+    dashboard: Toggle | None = None
+    headlamp: Toggle | None = None
+    ingress: Toggle | None = None
+    slurm_web: Toggle | None = None
+    torchpass: Toggle | None = None
+
+
+class AddOnInfo(_Model):
+    add_on_type: str
+    config: AddOnConfig
+    name: str
+    state: dict[str, Any] = Field(default_factory=dict)
+
+
+class SlurmStartupScripts(_Model):
+    controller_epilog: str | None = None
+    controller_prolog: str | None = None
+    extra_slurm_conf: str | None = None
+    login_init_script: str | None = None
+    nodeset_init_script: str | None = None
+    worker_epilog: str | None = None
+    worker_prolog: str | None = None
+
+
+class ClusterConfig(_Model):
+    load_balancer: str
+    gpu_operator_version: str | None = None
+    ingress: Toggle | None = None
+    jumphost_enabled: bool | None = None
+    kubernetes_dashboard_enabled: bool | None = None
+    network_operator_version: str | None = None
+    observability: Toggle | None = None
+    slurm_startup_scripts: SlurmStartupScripts | None = None
+    ssh_ca_enabled: bool | None = None
+
+
+class OidcConfig(_Model):
+    client_id: str
+    group_claim: str
+    group_prefix: str
+    issuer_url: str
+    username_claim: str
+    username_prefix: str
+    ca_cert: str | None = None
+
+
+class PhaseTransition(_Model):
+    """A cluster or node phase (e.g. CLUSTER_PHASE_READY, NODE_PHASE_RUNNING) and when it began."""
+
+    phase: str
+    transition_time: datetime
+
+
+class ControlPlaneNode(_Model):
+    host_name: str
+    memory_gib: float
+    network: str
+    node_id: str
+    num_cpu_cores: int
+    phase_transitions: NullableList[PhaseTransition]
+    status: str
+    public_ipv4: str | None = None
+
+
+class LinkedAlert(_Model):
+    alert_name: str
+    annotations: dict[str, str] = Field(default_factory=dict)
+    cluster_id: str
+    passive_health_check_alert_id: str
+    severity: str
+    started_at: datetime
+    target_vm: str
+    instance_id: str | None = None
+    node_remediation_intent_id: str | None = None
+    resolved_at: OptionalTime = None
+
+
+class Remediation(_Model):
+    id: str
+    cluster_id: str
+    instance_id: str
+    mode: str
+    state: str
+    trigger: str
+    active_health_check_run_id: str | None = None
+    create_time: OptionalTime = None
+    end_time: OptionalTime = None
+    error_message: str | None = None
+    instance_name: str | None = None
+    linked_alerts: NullableList[LinkedAlert] = Field(default_factory=list)
+    passive_health_check_event_id: str | None = None
+    reason: str | None = None
+    requested_by: str | None = None
+    review_comment: str | None = None
+    review_time: OptionalTime = None
+    reviewed_by: str | None = None
+    start_time: OptionalTime = None
+    update_time: OptionalTime = None
+
+
+class GPUWorkerNode(_Model):
+    host_name: str
+    memory_gib: float
+    networks: NullableList[str]
+    node_id: str
+    num_cpu_cores: int
+    num_gpus: int
+    phase_transitions: NullableList[PhaseTransition]
+    status: str
+    auto_remediation_enabled: bool | None = None
+    deleted_at: OptionalTime = None
+    ephemeral_storage: str | None = None
+    ib_hca_count: int | None = None
+    ib_hca_type: str | None = None
+    instance_id: str | None = None
+    latest_remediation: Remediation | None = None
+    marked_for_deletion: bool | None = None
+    nvswitch_count: int | None = None
+    nvswitch_type: str | None = None
+    public_ipv4: str | None = None
+    slurm_worker_hostname: str | None = None
+
+
+class ClusterVolume(_Model):
+    size_tib: int
+    status: str
+    volume_id: str
+    volume_name: str
+
+
+class NodeLifecycleEvent(_Model):
+    message: str
+    node_id: str
+    reason: str  # e.g. TogetherScaledUp, TogetherScaledDown, TogetherPreempted
+    timestamp: datetime
+
+
+class TogetherCluster(_Model):
+    """The Cluster object of ``GET/PUT /compute/clusters/{cluster_id}``."""
+
+    add_ons: NullableList[AddOnInfo]
+    allocated_preemptible_gpus: int
+    billing_type: str
+    cluster_id: str
+    cluster_name: str
+    cluster_type: str
+    control_plane_nodes: NullableList[ControlPlaneNode]
+    cuda_version: str
+    desired_preemptible_gpus: int
+    gpu_type: str
+    gpu_worker_nodes: NullableList[GPUWorkerNode]
+    kube_config: str
+    num_capacity_pool_gpus: int
+    num_cpu_workers: int
+    num_gpus: int
+    num_reserved_gpus: int
+    nvidia_driver_version: str
+    phase_transitions: NullableList[PhaseTransition]
+    project_id: str
+    region: str
+    status: str
+    volumes: NullableList[ClusterVolume]
+    capacity_pool_id: str | None = None
+    cluster_config: ClusterConfig | None = None
+    control_plane_ready: bool | None = None
+    created_at: OptionalTime = None
+    deleted_gpu_worker_nodes: NullableList[GPUWorkerNode] = Field(default_factory=list)
+    duration_hours: int | None = None
+    first_ready_at: OptionalTime = None
+    install_traefik: bool | None = None
+    is_in_substrate: bool | None = None
+    machine_cluster_id: str | None = None
+    node_lifecycle_events: NullableList[NodeLifecycleEvent] = Field(default_factory=list)
+    nvidia_driver_version_id: str | None = None
+    oidc_config: OidcConfig | None = None
+    os_image: str | None = None
+    reservation_end_time: OptionalTime = None
+    reservation_start_time: OptionalTime = None
+    slurm_shm_size_gib: int | None = None
+    ums_org_id: str | None = None
+    ums_project_id: str | None = None
+
+    @property
+    def steady(self) -> bool:
+        return self.status in STEADY_STATUSES
+
+
+class ClusterList(_Model):
+    clusters: NullableList[TogetherCluster]
+
+
+# -- the update body -----------------------------------------------------------------------
+GpuCount = Annotated[int, Field(ge=0, strict=True)]
+
+
+class ClusterUpdate(BaseModel):
+    """The body of ``PUT /compute/clusters/{cluster_id}``; unset (None) fields are omitted
+    and keep their current value at Together."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cluster_type: ClusterType | None = None
+    num_gpus: GpuCount | None = None
+    num_reserved_gpus: GpuCount | None = None
+    num_preemptible_gpus: GpuCount | None = None
+    num_capacity_pool_gpus: GpuCount | None = None
+    reservation_end_time: AwareDatetime | None = None
+
+    def set_fields(self) -> dict[str, Any]:
+        """The fields that were set, in UPDATE_FIELDS order, as typed values."""
+        return {
+            name: getattr(self, name) for name in UPDATE_FIELDS if getattr(self, name) is not None
+        }
+
+    def to_body(self) -> dict[str, Any]:
+        """The JSON request body: only the set fields."""
+        body: dict[str, Any] = {}
+        for name, value in self.set_fields().items():
+            if isinstance(value, datetime):
+                body[name] = rfc3339(value)
+            elif isinstance(value, enum.Enum):
+                body[name] = value.value
+            else:
+                body[name] = value
+        return body

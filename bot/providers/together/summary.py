@@ -1,0 +1,56 @@
+"""Together AI Instant Clusters: the provider-neutral summary and state of a fetched cluster."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bot.providers.base import (
+    ClusterState,
+    ClusterSummary,
+)
+from bot.providers.together.models import (
+    CURRENT_SOURCE,
+    PROVIDER,
+    UPDATE_FIELDS,
+    TogetherCluster,
+    rfc3339,
+)
+
+
+# -- summaries -----------------------------------------------------------------------------
+def to_summary(cluster: TogetherCluster, project: str) -> ClusterSummary:
+    end = cluster.reservation_end_time
+    return ClusterSummary(
+        provider=PROVIDER,
+        project=project,
+        cluster_id=cluster.cluster_id,
+        name=cluster.cluster_name,
+        status=cluster.status,
+        steady=cluster.steady,
+        gpu_type=cluster.gpu_type,
+        region=cluster.region,
+        billing=cluster.billing_type,
+        cluster_type=cluster.cluster_type,
+        num_gpus=cluster.num_gpus,
+        num_reserved_gpus=cluster.num_reserved_gpus,
+        desired_preemptible_gpus=cluster.desired_preemptible_gpus,
+        allocated_preemptible_gpus=cluster.allocated_preemptible_gpus,
+        num_capacity_pool_gpus=cluster.num_capacity_pool_gpus,
+        capacity_pool_id=cluster.capacity_pool_id or None,
+        reservation_end_time=rfc3339(end) if end is not None else None,
+    )
+
+
+def current_values(cluster: TogetherCluster) -> dict[str, Any]:
+    """The current value of each settable field (JSON-ready)."""
+    values: dict[str, Any] = {
+        name: getattr(cluster, CURRENT_SOURCE[name]) for name in UPDATE_FIELDS
+    }
+    end = cluster.reservation_end_time
+    values["reservation_end_time"] = rfc3339(end) if end is not None else None
+    return values
+
+
+def cluster_state(cluster: TogetherCluster, project: str) -> ClusterState:
+    """The ClusterState the adapter hands out: summary plus the six current values."""
+    return ClusterState(summary=to_summary(cluster, project), current=current_values(cluster))
