@@ -65,7 +65,7 @@ async def _serve(host: str, port: int) -> None:
     from aiohttp import web
 
     from bot.config import Settings
-    from bot.slack.app import Runtime
+    from bot.runtime import Runtime
 
     settings = _settings()
     assert isinstance(settings, Settings)
@@ -90,7 +90,7 @@ async def _socket(host: str, port: int) -> None:
     from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
     from bot.config import Settings
-    from bot.slack.app import Runtime, add_ops_routes
+    from bot.runtime import Runtime, add_ops_routes
 
     settings = _settings()
     assert isinstance(settings, Settings)

@@ -7,8 +7,9 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 
-from bot.core.requests.workflow import Reply
-from bot.core.service import GpuOps, ModalRequest
+from bot.core.answers import Reply, error
+from bot.core.forms import FormRequest
+from bot.core.service import CommandService
 from bot.slack import blocks as render
 from bot.slack.messenger import Messenger, SlackDeliveryError
 from handlers.payloads import SlashCommand, parse
@@ -22,19 +23,17 @@ def register(app: AsyncApp) -> None:
 
 async def handle_gpu(ack: Any, body: dict[str, Any], respond: Any, context: Any) -> None:
     await ack()
-    ops: GpuOps = context["gpuops"]
+    ops: CommandService = context["gpuops"]
     messenger: Messenger = context["messenger"]
     # Everything after the ack queues here, behind other requests' acks, not inside them.
     async with ops.pacer.turn():
-        key = context.get("delivery_key")  # set by bot.slack.app's de-duplication middleware
-        if key is not None and not await ops.store.remember_delivery(key):
+        key = context.get("delivery_key")  # set by bot.slack.middleware.DeduplicateDeliveries
+        if key is not None and not await ops.first_delivery(key):
             log.info("ignored a repeated delivery of a slash command")
             return
         command = parse(SlashCommand, body)
         if command is None:
-            await deliver(
-                respond, Reply(render.error("I could not read that command; try /gpu help."))
-            )
+            await deliver(respond, error("I could not read that command; try /gpu help."))
             return
         try:
             outcome = await ops.handle_command(command.user_id, command.channel_id, command.text)
@@ -42,18 +41,16 @@ async def handle_gpu(ack: Any, body: dict[str, Any], respond: Any, context: Any)
             log.exception("/gpu failed unexpectedly")
             await deliver(respond, internal_error(exc))
             return
-    if isinstance(outcome, ModalRequest):
+    if isinstance(outcome, FormRequest):
         await open_modal(ops, messenger, respond, command, outcome)
         return
     await deliver(respond, outcome)
 
 
 def internal_error(exc: Exception) -> Reply:
-    return Reply(
-        render.error(
-            f"gpuops hit an internal error ({type(exc).__name__}) and could not finish this; "
-            "it is logged for the gpuops admins. Check the channel before trying again."
-        )
+    return error(
+        f"gpuops hit an internal error ({type(exc).__name__}) and could not finish this; "
+        "it is logged for the gpuops admins. Check the channel before trying again."
     )
 
 
@@ -63,39 +60,37 @@ async def deliver(respond: Any, reply: Reply) -> None:
         await respond(
             response_type="in_channel" if reply.public else "ephemeral",
             replace_original=False,
-            **reply.message.as_kwargs(),
+            **render.reply_message(reply).as_kwargs(),
         )
     except Exception as exc:  # the person must not be left with silence: log it loudly
         log.error("could not deliver a reply through response_url: %s", type(exc).__name__)
 
 
 async def open_modal(
-    ops: GpuOps, messenger: Messenger, respond: Any, command: SlashCommand, request: ModalRequest
+    ops: CommandService,
+    messenger: Messenger,
+    respond: Any,
+    command: SlashCommand,
+    request: FormRequest,
 ) -> None:
-    callback = "gpu_update" if request.kind == "update" else "gpu_action"
+    callback = render.FORM_CALLBACKS[request.kind]
     if not command.trigger_id:
         await deliver(
             respond,
-            Reply(
-                render.error(
-                    "Slack sent no trigger to open a form; pass the fields on the command line."
-                )
-            ),
+            error("Slack sent no trigger to open a form; pass the fields on the command line."),
         )
         return
     try:
         view_id = await messenger.open_view(
             command.trigger_id, render.loading_modal(callback, "gpuops", request.metadata())
         )
-        view = await ops.build_modal(command.user_id, request)
+        view = render.change_form(await ops.forms.open(command.user_id, request))
         await messenger.update_view(view_id, view)
     except SlackDeliveryError as exc:
         await deliver(
             respond,
-            Reply(
-                render.error(
-                    f"I could not open the form ({exc.code}); pass the fields on the command line, "
-                    "e.g. `/gpu update <project> <cluster_id> num_gpus=16`."
-                )
+            error(
+                f"I could not open the form ({exc.code}); pass the fields on the command line, "
+                "e.g. `/gpu update <project> <cluster_id> num_gpus=16`."
             ),
         )

@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-import bot.slack.app
+import bot.runtime
 from bot.slack.messenger import SLACK_TIMEOUT_SECONDS, build_web_client, slack_http_session
 from tests.conftest import StackFactory
 
@@ -35,7 +35,7 @@ async def test_every_web_api_call_of_a_change_reuses_one_connection(
         trace.freeze()
         return session
 
-    monkeypatch.setattr(bot.slack.app, "slack_http_session", traced_session)
+    monkeypatch.setattr(bot.runtime, "slack_http_session", traced_session)
     stack = await make_stack(transition_seconds=0)
     await stack.sender.command(
         "U04DAVE", "C0INCIDENT", "update together-prod tc-h200-ondemand num_gpus=16"

@@ -17,7 +17,7 @@ from bot.local.simulators.e2e import E2ESimulator
 from bot.local.simulators.together import TogetherSimulator
 from bot.local.slack.sender import SlackSender
 from bot.local.slack.server import FakeSlack
-from bot.slack.app import Runtime
+from bot.runtime import Runtime
 
 # Values that only exist here; distinctive so that leak scans can look for them.
 DEMO_BOT_TOKEN = "xoxb-demo-0000-bot-token-gpuops"  # noqa: S105

@@ -1,0 +1,182 @@
+"""The composition root: builds the core, the provider clients and the Slack layer from
+settings and policy, starts the background work, and serves ``/slack/events``,
+``/healthz`` and ``/metrics``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from aiohttp import web
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.web.async_client import AsyncWebClient
+
+import handlers
+from bot.config import Settings
+from bot.core.access import Access
+from bot.core.policy import Authorizer, Policy, load_policy
+from bot.core.requests.workflow import ChangeWorkflow
+from bot.core.service import CommandService
+from bot.core.store.db import Store
+from bot.metrics import render_metrics
+from bot.providers.registry import AdapterRegistry
+from bot.redact import install_log_redaction, register_secret
+from bot.slack.app import SlackEventsEndpoint, build_bolt_app
+from bot.slack.messenger import Messenger, build_web_client, slack_http_session
+from bot.slack.notifier import SlackNotifier
+from bot.slack.usergroups import SlackUserGroupResolver
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Runtime:
+    """One running bot: its store, provider clients, core services and Bolt app."""
+
+    settings: Settings
+    policy: Policy
+    store: Store
+    registry: AdapterRegistry
+    web_client: AsyncWebClient
+    messenger: Messenger
+    workflow: ChangeWorkflow
+    ops: CommandService
+    bolt: AsyncApp
+    _background: list[asyncio.Task[Any]] = field(default_factory=list)
+
+    @classmethod
+    async def create(
+        cls,
+        settings: Settings,
+        *,
+        env: Mapping[str, str] | None = None,
+        http_transport: httpx.AsyncBaseTransport | None = None,
+        instance_id: str | None = None,
+    ) -> Runtime:
+        install_log_redaction()
+        for secret in settings.secret_values():
+            register_secret(secret)
+        environment = dict(settings.environment() if env is None else env)
+        policy = load_policy(settings.gpuops_policy)
+        registry = _provider_registry(settings, policy, environment, http_transport)
+        store = await Store.open(settings.gpuops_database_url)
+        token = settings.slack_bot_token.get_secret_value() if settings.slack_bot_token else ""
+        web_client = build_web_client(token, settings.slack_api_url, slack_http_session())
+        messenger = Messenger(web_client)
+        authorizer = Authorizer(
+            policy,
+            SlackUserGroupResolver(web_client, ttl_seconds=settings.gpuops_usergroup_cache_seconds),
+        )
+        access = Access(policy=policy, authorizer=authorizer, store=store, adapter_for=registry)
+        workflow = ChangeWorkflow(
+            policy=policy,
+            access=access,
+            store=store,
+            notifier=SlackNotifier(messenger),
+            instance_id=instance_id or settings.gpuops_instance_id or socket.gethostname(),
+            poll_seconds=settings.gpuops_poll_seconds,
+            followup_minutes=settings.gpuops_followup_minutes,
+        )
+        ops = CommandService(access=access, workflow=workflow)
+        bolt = build_bolt_app(
+            client=web_client,
+            signing_secret=_signing_secret(settings),
+            services={"gpuops": ops, "messenger": messenger},
+            deliveries=store,
+            register_listeners=handlers.register_all,
+        )
+        return cls(settings, policy, store, registry, web_client, messenger, workflow, ops, bolt)
+
+    async def start_background(self) -> None:
+        recovered = await self.workflow.recover_interrupted()
+        if recovered:
+            log.warning("marked %d interrupted change(s) as unknown", recovered)
+        await self.workflow.refresh_pending_gauge()
+        self._background.append(
+            asyncio.create_task(self.workflow.sweep_forever(self.settings.gpuops_sweep_seconds))
+        )
+
+    def web_app(self) -> web.Application:
+        app = web.Application(client_max_size=1024 * 1024)
+        endpoint = SlackEventsEndpoint(self.bolt, _signing_secret(self.settings))
+        app.router.add_post("/slack/events", endpoint.handle)
+        add_ops_routes(app, self._healthy)
+        return app
+
+    async def _healthy(self) -> bool:
+        try:
+            await self.store.list_requests(limit=1)
+        except Exception:
+            return False
+        return True
+
+    async def close(self, *, grace: float = 0.0) -> None:
+        """Stop; with ``grace``, first let changes being sent finish (a deploy must not turn
+        them into ``unknown``). Stop accepting Slack requests before calling this."""
+        if grace > 0:
+            unfinished = await self.workflow.wait_for_executions(grace)
+            if unfinished:
+                log.warning(
+                    "stopping with %d change(s) still being sent: %s",
+                    len(unfinished),
+                    ", ".join(sorted(unfinished)),
+                )
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        await self.workflow.close()
+        await self.registry.aclose()
+        await self.store.close()
+        if self.web_client.session is not None:
+            await self.web_client.session.close()
+
+
+def _signing_secret(settings: Settings) -> str | None:
+    secret = settings.slack_signing_secret
+    return secret.get_secret_value() if secret else None
+
+
+def _provider_registry(
+    settings: Settings,
+    policy: Policy,
+    environment: Mapping[str, str],
+    http_transport: httpx.AsyncBaseTransport | None,
+) -> AdapterRegistry:
+    registry = AdapterRegistry(
+        policy,
+        env=environment,
+        together_base_url=settings.together_base_url,
+        e2e_base_url=settings.e2e_base_url,
+        client_settings=settings.client_settings(),
+        http_transport=http_transport,
+    )
+    for missing in registry.missing_credentials():
+        raise missing
+    for name in {p.api_key_env for p in policy.projects.values()} | {
+        getattr(p, "auth_token_env", "") for p in policy.projects.values()
+    }:
+        register_secret(environment.get(name))
+    return registry
+
+
+def add_ops_routes(app: web.Application, healthy: Callable[[], Awaitable[bool]]) -> None:
+    """``GET /healthz`` (503 when not healthy) and ``GET /metrics`` (Prometheus text)."""
+
+    async def healthz(_: web.Request) -> web.Response:
+        ok = await healthy()
+        return web.json_response({"ok": ok}, status=200 if ok else 503)
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(
+            body=render_metrics(),
+            content_type="text/plain",
+            headers={"X-Content-Type-Options": "nosniff"},
+        )
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics)

@@ -1,0 +1,108 @@
+"""Bolt middleware, one class per concern: drop unreadable payloads, ignore repeated
+deliveries, hand the listeners the services they use."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
+
+from slack_bolt.middleware.async_middleware import AsyncMiddleware
+from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_bolt.response import BoltResponse
+
+log = logging.getLogger(__name__)
+
+Next = Callable[[], Awaitable[BoltResponse]]
+
+
+class DeliveryLog(Protocol):
+    async def remember_delivery(self, key: str) -> bool: ...
+
+
+def delivery_key(body: Mapping[str, Any], headers: Mapping[str, Any]) -> str | None:
+    """A key that is the same for a redelivery of one Slack request and differs otherwise."""
+    if isinstance(body.get("event_id"), str):
+        return f"event:{body['event_id']}"
+    kind = body.get("type") or ("command" if body.get("command") else None)
+    trigger = body.get("trigger_id")
+    if isinstance(trigger, str) and trigger:
+        actions = body.get("actions")
+        action_ts = ""
+        if isinstance(actions, list) and actions and isinstance(actions[0], dict):
+            action_ts = str(actions[0].get("action_ts", ""))
+        return f"{kind}:{trigger}:{action_ts}"
+    return None
+
+
+def malformed_interaction(body: Mapping[str, Any]) -> str | None:
+    """What makes an interaction payload unreadable to Bolt's listener matchers (which
+    index ``actions[0]["action_id"]`` and ``view["callback_id"]`` unguarded), or None."""
+    kind = body.get("type")
+    for key in ("view", "event"):  # Bolt's logging and matching call .get on them
+        if key in body and not isinstance(body[key], dict):
+            return f"its {key} is not an object"
+    if kind == "block_actions":
+        actions = body.get("actions")
+        if not isinstance(actions, list) or not actions:
+            return "no actions"
+        if not all(isinstance(a, dict) and isinstance(a.get("action_id"), str) for a in actions):
+            return "an action without an action_id"
+    if kind in ("view_submission", "view_closed"):
+        view = body.get("view")
+        if not isinstance(view, dict) or not isinstance(view.get("callback_id"), str):
+            return "no view callback_id"
+    return None
+
+
+def _acknowledged() -> BoltResponse:
+    # A new response: the ``resp`` an earlier middleware passed on may be None.
+    return BoltResponse(status=200, body="")
+
+
+class DropMalformedPayloads(AsyncMiddleware):
+    """Answer 200 to a signed payload no listener could read, instead of a 500."""
+
+    async def async_process(
+        self, *, req: AsyncBoltRequest, resp: BoltResponse, next: Next
+    ) -> BoltResponse | None:
+        problem = malformed_interaction(req.body)
+        if problem is not None:
+            kind = str(req.body.get("type"))[:32]
+            log.warning("ignored a malformed %s payload: %s", kind, problem)
+            return _acknowledged()
+        return await next()
+
+
+class DeduplicateDeliveries(AsyncMiddleware):
+    """Act once on a Slack request delivered twice (retries, replicas behind one URL)."""
+
+    def __init__(self, deliveries: DeliveryLog) -> None:
+        self.deliveries = deliveries
+
+    async def async_process(
+        self, *, req: AsyncBoltRequest, resp: BoltResponse, next: Next
+    ) -> BoltResponse | None:
+        key = delivery_key(req.body, req.headers)
+        if key is not None and req.body.get("command"):
+            # A slash command's ack carries nothing, so its handler acks first and checks
+            # the key right after (handlers.commands): the write stays off the ack path.
+            req.context["delivery_key"] = key
+            return await next()
+        if key is not None and not await self.deliveries.remember_delivery(key):
+            log.info("ignored a repeated delivery of %s", key.split(":", 1)[0])
+            return _acknowledged()
+        return await next()
+
+
+class InjectServices(AsyncMiddleware):
+    """Put the services the listeners use into Bolt's context under fixed names."""
+
+    def __init__(self, services: Mapping[str, object]) -> None:
+        self.services = dict(services)
+
+    async def async_process(
+        self, *, req: AsyncBoltRequest, resp: BoltResponse, next: Next
+    ) -> BoltResponse | None:
+        req.context.update(self.services)
+        return await next()
