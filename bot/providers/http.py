@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import stamina
 
-from bot.core.pacing import waiting_elsewhere
+from bot.pacing import waiting_elsewhere
 from bot.metrics import PROVIDER_LATENCY, PROVIDER_RETRIES
 from bot.providers.errors import (
     ProviderConnectionError,

@@ -1,4 +1,4 @@
-"""bot.core.pacing: commands' post-ack work computes in turns (first come, first served), gives
+"""bot.pacing: commands' post-ack work computes in turns (first come, first served), gives
 its slot up while it waits on a provider or on Slack, and holds it for max_hold seconds at a
 stretch at most; /gpu acks at once while its work waits for a turn."""
 
@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from bot.core.pacing import Pacer, waiting_elsewhere
+from bot.pacing import Pacer, waiting_elsewhere
 from bot.local.simulators.base import Fault, FaultKind
 from tests.conftest import StackFactory
 
