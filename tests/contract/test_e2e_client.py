@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-import bot.providers.e2e as e2e
+import bot.providers.e2e.client as e2e_client
 from bot.local.simulators.e2e import E2ESimulator
 from bot.providers.e2e import (
     AddSecurityGroupAction,
@@ -234,7 +234,7 @@ async def test_list_stops_when_a_server_repeats_the_same_page() -> None:
 
 
 async def test_list_stops_at_the_page_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(e2e, "MAX_PAGES", 4)
+    monkeypatch.setattr(e2e_client, "MAX_PAGES", 4)
     hits = 0
 
     async def endless(request: web.Request) -> web.Response:

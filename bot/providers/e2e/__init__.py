@@ -1,0 +1,88 @@
+"""E2E Networks TIR training clusters: wire models, HTTP client, action rules (SPEC §1.2) and
+the provider-neutral adapter, one module each."""
+
+from bot.providers.e2e.adapter import (
+    E2EAdapter,
+)
+from bot.providers.e2e.client import (
+    CLUSTERS_PATH,
+    E2E_DEFAULT_BASE_URL,
+    MAX_PAGES,
+    E2EClient,
+    build_e2e_transport,
+    check_reply,
+)
+from bot.providers.e2e.models import (
+    ACTION_ADAPTER,
+    ACTIONS,
+    PROVIDER,
+    RUNNING,
+    STEADY_STATUSES,
+    ActionReply,
+    AddSecurityGroupAction,
+    AttachIpAction,
+    DetachIpAction,
+    E2EActionRequest,
+    E2ECluster,
+    E2EClusterDetail,
+    E2EClusterListItem,
+    E2EReservedIp,
+    RemoveSecurityGroupAction,
+    RestartClusterAction,
+    RestartWorkersAction,
+    ScaleClusterAction,
+    UpdateImageAction,
+    UpdateSshKeysAction,
+    normalise_memory,
+)
+from bot.providers.e2e.rules import (
+    ACTION_FIELDS,
+    FIELD_SPECS,
+    check_field_rules,
+    parse_action_fields,
+    parse_cluster_id,
+    require_running,
+)
+from bot.providers.e2e.summary import (
+    is_steady,
+    to_summary,
+)
+
+__all__ = [
+    "ACTIONS",
+    "ACTION_ADAPTER",
+    "ACTION_FIELDS",
+    "CLUSTERS_PATH",
+    "E2E_DEFAULT_BASE_URL",
+    "FIELD_SPECS",
+    "MAX_PAGES",
+    "PROVIDER",
+    "RUNNING",
+    "STEADY_STATUSES",
+    "ActionReply",
+    "AddSecurityGroupAction",
+    "AttachIpAction",
+    "DetachIpAction",
+    "E2EActionRequest",
+    "E2EAdapter",
+    "E2EClient",
+    "E2ECluster",
+    "E2EClusterDetail",
+    "E2EClusterListItem",
+    "E2EReservedIp",
+    "RemoveSecurityGroupAction",
+    "RestartClusterAction",
+    "RestartWorkersAction",
+    "ScaleClusterAction",
+    "UpdateImageAction",
+    "UpdateSshKeysAction",
+    "build_e2e_transport",
+    "check_field_rules",
+    "check_reply",
+    "is_steady",
+    "normalise_memory",
+    "parse_action_fields",
+    "parse_cluster_id",
+    "require_running",
+    "to_summary",
+]

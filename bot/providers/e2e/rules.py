@@ -1,0 +1,183 @@
+"""E2E Networks TIR training clusters: action field specs, input parsing and the action rules
+(SPEC §1.2)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bot.providers.base import (
+    ChangeInputError,
+    FieldSpec,
+)
+from bot.providers.e2e.models import (
+    ACTIONS,
+    RUNNING,
+)
+from bot.providers.errors import (
+    RuleViolation,
+)
+
+# -- rules and input parsing ------------------------------------------------------------------
+
+FIELD_SPECS: dict[str, FieldSpec] = {
+    "additional_nodes": FieldSpec(
+        name="additional_nodes",
+        label="Nodes to add",
+        kind="int",
+        required=True,
+        hint="How many nodes to ADD (1 or more), not the new total.",
+    ),
+    "ssh_key_ids": FieldSpec(
+        name="ssh_key_ids",
+        label="SSH key ids",
+        kind="int_list",
+        required=True,
+        hint="Comma-separated SSH key ids, e.g. 11,12. Replaces the keys on every node.",
+    ),
+    "image_version_id": FieldSpec(
+        name="image_version_id",
+        label="Image version id",
+        kind="int",
+        required=True,
+        hint="The image_version_id to run, e.g. 5.",
+    ),
+    "reserved_ip_id": FieldSpec(
+        name="reserved_ip_id",
+        label="Reserved IP id",
+        kind="int",
+        required=True,
+        hint="The id of a reserved IP of this project, e.g. 501.",
+    ),
+    "security_group_id": FieldSpec(
+        name="security_group_id",
+        label="Security group id",
+        kind="int",
+        required=True,
+        hint="The id of the security group to remove, e.g. 601.",
+    ),
+    "security_groups_ids": FieldSpec(
+        name="security_groups_ids",
+        label="Security group ids",
+        kind="int_list",
+        required=True,
+        hint="Comma-separated security group ids to add, e.g. 602,603.",
+    ),
+}
+
+ACTION_FIELDS: dict[str, tuple[str, ...]] = {
+    "update_ssh_keys": ("ssh_key_ids",),
+    "update_image": ("image_version_id",),
+    "restart_workers": (),
+    "restart_cluster": (),
+    "scale_cluster": ("additional_nodes",),
+    "attach_ip": ("reserved_ip_id",),
+    "detach_ip": ("reserved_ip_id",),
+    "remove_security_group": ("security_group_id",),
+    "add_security_group": ("security_groups_ids",),
+}
+
+
+def require_running(status: str) -> None:
+    """Actions run on a Running cluster only."""
+    if status != RUNNING:
+        raise RuleViolation(
+            f"the cluster is {status}; E2E runs actions only on a {RUNNING} cluster. "
+            "Wait until it is Running and try again."
+        )
+
+
+def parse_cluster_id(cluster_id: str | int) -> int:
+    text = str(cluster_id).strip()
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    raise ChangeInputError(
+        {"cluster_id": f"E2E cluster ids are positive whole numbers such as 101, not {text!r}"}
+    )
+
+
+def _blank(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def _parse_int(name: str, value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a whole number, not {value!r}")
+    if isinstance(value, int):
+        return value
+    text = str(value).strip()
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number, e.g. 2; got {text!r}") from None
+
+
+def _parse_int_list(name: str, value: Any) -> list[int]:
+    if isinstance(value, str):
+        parts: Sequence[Any] = [part.strip() for part in value.split(",") if part.strip()]
+    elif isinstance(value, list | tuple):
+        parts = value
+    else:
+        parts = [value]
+    numbers = []
+    for part in parts:
+        try:
+            numbers.append(_parse_int(name, part))
+        except ValueError:
+            raise ValueError(
+                f"{name} takes comma-separated whole numbers such as 11,12; {part!r} is not one"
+            ) from None
+    return numbers
+
+
+def parse_action_fields(action: str, raw: Mapping[str, Any]) -> dict[str, Any]:
+    """Typed values for the action's fields; ChangeInputError names every bad one."""
+    if action not in ACTION_FIELDS:
+        raise ChangeInputError(
+            {"action": f"unknown action {action!r}; choose one of {', '.join(ACTIONS)}"}
+        )
+    wanted = ACTION_FIELDS[action]
+    errors: dict[str, str] = {}
+    values: dict[str, Any] = {}
+    for name in wanted:
+        value = raw.get(name)
+        if _blank(value):
+            errors[name] = f"{action} needs {name}: {FIELD_SPECS[name].hint}"
+            continue
+        try:
+            if FIELD_SPECS[name].kind == "int_list":
+                values[name] = _parse_int_list(name, value)
+            else:
+                values[name] = _parse_int(name, value)
+        except ValueError as exc:
+            errors[name] = str(exc)
+    takes = ", ".join(wanted) or "no fields"
+    for name, value in raw.items():
+        if name != "action" and name not in wanted and not _blank(value):
+            errors[name] = f"{action} does not take {name} (it takes {takes})"
+    if errors:
+        raise ChangeInputError(errors)
+    return values
+
+
+def check_field_rules(values: Mapping[str, Any]) -> None:
+    """Provider rules on parsed values: at least one node to add, non-empty id lists,
+    positive ids."""
+    for name, value in values.items():
+        if name == "additional_nodes":
+            if value < 1:
+                raise RuleViolation(
+                    f"additional_nodes is the number of nodes to ADD and must be at least 1 "
+                    f"(got {value}); to shrink a cluster, use the E2E console.",
+                    field=name,
+                )
+        elif isinstance(value, list):
+            if not value:
+                raise RuleViolation(f"{name} needs at least one id, e.g. 11,12", field=name)
+            bad = [item for item in value if item < 1]
+            if bad:
+                raise RuleViolation(
+                    f"{name}: ids are positive numbers; {bad[0]} is not", field=name
+                )
+        elif value < 1:
+            raise RuleViolation(f"{name} must be a positive id, not {value}", field=name)

@@ -1,0 +1,91 @@
+"""E2E Networks TIR training clusters: the provider-neutral summary of a list item or detail."""
+
+from __future__ import annotations
+
+from bot.providers.base import (
+    ClusterSummary,
+)
+from bot.providers.e2e.models import (
+    MEMORY_PATTERN,
+    PROVIDER,
+    STEADY_STATUSES,
+    E2ECluster,
+    E2EClusterDetail,
+    E2EImageVersion,
+    E2ESkuPlan,
+)
+
+# -- summaries ------------------------------------------------------------------------------
+
+
+def is_steady(status: str) -> bool:
+    return status.strip().lower() in STEADY_STATUSES
+
+
+def _times(value: int | None, nodes: int | None) -> int | None:
+    if value is None:
+        return None
+    return value * nodes if nodes is not None else value
+
+
+def _memory_times(memory: str | None, nodes: int | None) -> str | None:
+    if memory is None or nodes is None:
+        return memory
+    match = MEMORY_PATTERN.match(memory)
+    if match is None:
+        return memory
+    number, unit = match.groups()
+    total = float(number) * nodes
+    shown = f"{total:g}" if not total.is_integer() else str(int(total))
+    return f"{shown} {unit}" if unit else shown
+
+
+def _image_text(image: E2EImageVersion | None) -> str | None:
+    if image is None:
+        return None
+    words = " ".join(part for part in (image.name, image.version) if part)
+    if image.id is None:
+        return words or None
+    return f"{words} (id {image.id})" if words else f"id {image.id}"
+
+
+def _billing_text(plan: E2ESkuPlan | None) -> str | None:
+    if plan is None:
+        return None
+    kind = plan.sku_type or "plan"
+    if plan.committed_days:
+        kind = f"{kind} {plan.committed_days} days"
+    if plan.unit_price is None:
+        return kind
+    per = "/h" if (plan.sku_type or "").lower() == "hourly" else ""
+    currency = f" {plan.currency}" if plan.currency else ""
+    return f"{kind} · {plan.unit_price:g}{currency}{per}"
+
+
+def to_summary(cluster: E2ECluster, project: str, *, location: str | None = None) -> ClusterSummary:
+    """The neutral summary of a list item or a detail (both shapes' quirks absorbed)."""
+    nodes = cluster.no_of_nodes
+    specs, plan = cluster.specs, cluster.plan
+    if isinstance(cluster, E2EClusterDetail):
+        gpus, cpus, memory = cluster.total_gpu, cluster.total_cpu, cluster.total_memory
+    else:
+        gpus = _times(cluster.no_of_gpu, nodes)
+        cpus = _times(cluster.no_of_cpu, nodes)
+        memory = _memory_times(cluster.node_memory, nodes)
+    return ClusterSummary(
+        provider=PROVIDER,
+        project=project,
+        cluster_id=str(cluster.id),
+        name=cluster.name,
+        status=cluster.status,
+        steady=is_steady(cluster.status),
+        gpu_type=specs.gpu_card_type if specs else None,
+        region=location or (plan.location if plan else None),
+        billing=_billing_text(plan),
+        nodes=nodes,
+        gpus=gpus,
+        cpus=cpus,
+        memory=memory,
+        image=_image_text(cluster.image_version),
+        sku=specs.name if specs else None,
+    )
