@@ -87,10 +87,10 @@ async def _serve(host: str, port: int) -> None:
 
 async def _socket(host: str, port: int) -> None:
     from aiohttp import web
-    from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
     from bot.config import Settings
     from bot.runtime import Runtime, add_ops_routes
+    from bot.slack.deadline import DeadlineSocketModeHandler
 
     settings = _settings()
     assert isinstance(settings, Settings)
@@ -104,7 +104,7 @@ async def _socket(host: str, port: int) -> None:
     runner = web.AppRunner(ops_app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
-    handler = AsyncSocketModeHandler(runtime.bolt, settings.slack_app_token.get_secret_value())
+    handler = DeadlineSocketModeHandler(runtime.bolt, settings.slack_app_token.get_secret_value())
     try:
         await handler.connect_async()  # type: ignore[no-untyped-call]
         logging.getLogger("gpuops").info("connected in Socket Mode; health on :%d", port)

@@ -55,6 +55,13 @@ SLACK_API_ERRORS = Counter(
     ["method", "error"],
     registry=REGISTRY,
 )
+SLACK_ANSWERS_PAST_BUDGET = Counter(
+    "gpuops_slack_answers_past_budget_total",
+    "Slack requests answered empty because their listener had not answered within the "
+    "2.5 s budget (the listener goes on and reports elsewhere), by payload type.",
+    ["kind"],
+    registry=REGISTRY,
+)
 
 
 def render_metrics() -> bytes:

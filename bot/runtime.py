@@ -20,11 +20,11 @@ import handlers
 from bot.config import Settings
 from bot.core.access import Access
 from bot.core.policy import Authorizer, Policy, load_policy
+from bot.core.registry import AdapterRegistry
 from bot.core.requests.workflow import ChangeWorkflow
 from bot.core.service import CommandService
 from bot.core.store.db import Store
 from bot.metrics import render_metrics
-from bot.core.registry import AdapterRegistry
 from bot.redact import install_log_redaction, register_secret
 from bot.slack.app import SlackEventsEndpoint, build_bolt_app
 from bot.slack.messenger import Messenger, build_web_client, slack_http_session

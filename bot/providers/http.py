@@ -21,14 +21,23 @@ from typing import Any
 import httpx
 import stamina
 
-from bot.pacing import waiting_elsewhere
 from bot.metrics import PROVIDER_LATENCY, PROVIDER_RETRIES
+from bot.pacing import waiting_elsewhere
 from bot.providers.errors import (
     ProviderConnectionError,
     ProviderError,
     ProviderTimeout,
 )
 from bot.redact import register_secret
+
+
+class Operation(enum.StrEnum):
+    """The ``operation`` label of the provider metrics: the same names for every provider, so
+    one dashboard lines them up (a Together PUT and an E2E action are both a change)."""
+
+    LIST_CLUSTERS = "list_clusters"
+    GET_CLUSTER = "get_cluster"
+    CHANGE_CLUSTER = "change_cluster"
 
 
 class RetryMode(enum.Enum):
@@ -125,7 +134,7 @@ class ProviderTransport:
         method: str,
         path: str,
         *,
-        operation: str,
+        operation: Operation,
         mode: RetryMode,
         params: Mapping[str, Any] | None = None,
         json: Any = None,
@@ -140,7 +149,7 @@ class ProviderTransport:
         method: str,
         path: str,
         *,
-        operation: str,
+        operation: Operation,
         mode: RetryMode,
         params: Mapping[str, Any] | None,
         json: Any,
@@ -179,7 +188,7 @@ class ProviderTransport:
         self,
         method: str,
         path: str,
-        operation: str,
+        operation: Operation,
         mode: RetryMode,
         query: Mapping[str, Any],
         body: Any,

@@ -14,6 +14,7 @@ from slack_bolt.response import BoltResponse
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.slack.deadline import Deadline, dispatch_before_deadline
 from bot.slack.middleware import (
     DeduplicateDeliveries,
     DeliveryLog,
@@ -56,8 +57,8 @@ def build_bolt_app(
 
 
 class SlackEventsEndpoint:
-    """``POST /slack/events``: every signed Slack request to Bolt, answered even when Bolt
-    cannot read it."""
+    """``POST /slack/events``: every signed Slack request to Bolt, answered within the
+    budget (bot.slack.deadline) and even when Bolt cannot read it."""
 
     def __init__(self, bolt: AsyncApp, signing_secret: str | None) -> None:
         self.bolt = bolt
@@ -67,11 +68,12 @@ class SlackEventsEndpoint:
         # Bolt (its built-in middleware too) indexes some payload fields unguarded
         # (view.type, event.type …): such a payload gets an answer, not a 500 — after the
         # signature check Bolt did not get to.
+        deadline = Deadline()
         try:
             bolt_request = await to_bolt_request(request)
             problem = malformed_interaction(bolt_request.body)
             if problem is None:
-                bolt_response = await self.bolt.async_dispatch(bolt_request)
+                bolt_response = await dispatch_before_deadline(self.bolt, bolt_request, deadline)
         except Exception as exc:
             problem = type(exc).__name__
         if problem is not None:

@@ -15,8 +15,8 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.pacing import waiting_elsewhere
 from bot.metrics import SLACK_API_ERRORS
+from bot.pacing import waiting_elsewhere
 from bot.redact import redact
 from bot.slack.blocks import SlackMessage, channel_ref
 

@@ -8,8 +8,8 @@ import asyncio
 
 import pytest
 
-from bot.pacing import Pacer, waiting_elsewhere
 from bot.local.simulators.base import Fault, FaultKind
+from bot.pacing import Pacer, waiting_elsewhere
 from tests.conftest import StackFactory
 
 

@@ -1,0 +1,111 @@
+"""The answer deadline over real HTTP: whatever a listener waits on, Slack gets its answer
+within the 2.5 s budget, a listener that answers in time is passed through unchanged, and a
+late listener still runs to its end."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import urllib.parse
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from slack_bolt.async_app import AsyncApp
+from slack_bolt.authorization import AuthorizeResult
+from slack_sdk.signature import SignatureVerifier
+
+from bot.metrics import SLACK_ANSWERS_PAST_BUDGET
+from bot.slack.app import SlackEventsEndpoint
+from bot.slack.deadline import ANSWER_BUDGET_SECONDS
+
+SECRET = "deadline-test-signing-secret"
+
+
+class Listeners:
+    def __init__(self) -> None:
+        self.finished = asyncio.Event()
+        self.remaining_seen: list[float] = []
+
+    def register(self, app: AsyncApp) -> None:
+        app.command("/gpu")(self.gpu)
+
+    async def gpu(self, ack: Any, command: dict[str, Any], context: Any) -> None:
+        self.remaining_seen.append(context["deadline"].remaining())
+        if command["text"] == "slow":
+            await asyncio.sleep(ANSWER_BUDGET_SECONDS + 1.5)  # e.g. a rate-limited look-up
+            await ack("too late to be seen")
+            self.finished.set()
+        else:
+            await ack("in time")
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[tuple[str, Listeners]]:
+    async def authorize(**_: Any) -> AuthorizeResult:
+        return AuthorizeResult(enterprise_id=None, team_id="T0", bot_token="xoxb-deadline")
+
+    bolt = AsyncApp(signing_secret=SECRET, authorize=authorize)
+    listeners = Listeners()
+    listeners.register(bolt)
+    app = web.Application()
+    app.router.add_post("/slack/events", SlackEventsEndpoint(bolt, SECRET).handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        yield f"http://127.0.0.1:{port}/slack/events", listeners
+    finally:
+        await runner.cleanup()
+
+
+async def send_command(url: str, text: str) -> tuple[int, str, float]:
+    body = urllib.parse.urlencode(
+        {
+            "command": "/gpu",
+            "text": text,
+            "user_id": "U01ALICE",
+            "channel_id": "C0INCIDENT",
+            "team_id": "T0",
+            "trigger_id": "1.2.3",
+            "response_url": "http://127.0.0.1:9/none",
+        }
+    )
+    timestamp = str(int(time.time()))
+    headers = {
+        "Content-Type": "application/x-www-form-urlencoded",
+        "X-Slack-Request-Timestamp": timestamp,
+        "X-Slack-Signature": str(
+            SignatureVerifier(SECRET).generate_signature(timestamp=timestamp, body=body)
+        ),
+    }
+    started = time.monotonic()
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url, data=body, headers=headers) as response,
+    ):
+        return response.status, await response.text(), time.monotonic() - started
+
+
+async def test_a_listener_in_time_is_passed_through(served: tuple[str, Listeners]) -> None:
+    url, listeners = served
+    status, text, took = await send_command(url, "fast")
+    assert (status, text) == (200, "in time")
+    assert took < 1.0
+    assert 0 < listeners.remaining_seen[0] <= ANSWER_BUDGET_SECONDS
+
+
+async def test_a_slow_listener_is_answered_at_the_budget_and_goes_on(
+    served: tuple[str, Listeners],
+) -> None:
+    url, listeners = served
+    before = SLACK_ANSWERS_PAST_BUDGET.labels("command")._value.get()
+    status, text, took = await send_command(url, "slow")
+    assert status == 200 and text == ""
+    assert ANSWER_BUDGET_SECONDS - 0.1 <= took < ANSWER_BUDGET_SECONDS + 0.4  # Slack waits 3 s
+    assert SLACK_ANSWERS_PAST_BUDGET.labels("command")._value.get() == before + 1
+    await asyncio.wait_for(listeners.finished.wait(), timeout=5)
