@@ -197,7 +197,7 @@ async def test_empty_cluster_id_is_refused_without_a_call(
 
 
 async def test_failures_are_counted_by_kind(client: TogetherClient) -> None:
-    labels = {"provider": "together", "operation": "get", "kind": "not_found"}
+    labels = {"provider": "together", "operation": "get_cluster", "kind": "not_found"}
     before = REGISTRY.get_sample_value("gpuops_provider_errors_total", labels) or 0.0
     with pytest.raises(ProviderNotFound):
         await client.get_cluster("tc-nope")

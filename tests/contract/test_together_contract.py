@@ -12,7 +12,7 @@ import pytest
 from bot.local.simulators.base import RecordedRequest
 from bot.local.simulators.together import TogetherSimulator
 from bot.providers.errors import ProviderError
-from bot.providers.http import RetryMode
+from bot.providers.http import Operation, RetryMode
 from bot.providers.together import ClusterType, ClusterUpdate, TogetherAdapter, TogetherCluster
 from tests.support.openapi_contract import TOGETHER_OFFICIAL_SPEC, TOGETHER_SPEC, Spec, load_spec
 from tests.support.together_kit import Exchange, RecordingTransport, client_for, running_simulator
@@ -196,7 +196,7 @@ async def test_simulator_refuses_bodies_outside_the_spec() -> None:
                 response = await transport.request(
                     "PUT",
                     "compute/clusters/tc-h100-reserved",
-                    operation="update",
+                    operation=Operation.CHANGE_CLUSTER,
                     mode=RetryMode.IDEMPOTENT_WRITE,
                     json=body,
                 )

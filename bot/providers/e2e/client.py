@@ -36,7 +36,13 @@ from bot.providers.errors import (
     ProviderMalformedReply,
     error_for_status,
 )
-from bot.providers.http import ClientSettings, ProviderTransport, RetryMode, parse_retry_after
+from bot.providers.http import (
+    ClientSettings,
+    Operation,
+    ProviderTransport,
+    RetryMode,
+    parse_retry_after,
+)
 
 log = logging.getLogger(__name__)
 
@@ -198,7 +204,7 @@ class E2EClient:
         method: str,
         path: str,
         *,
-        operation: str,
+        operation: Operation,
         mode: RetryMode,
         params: Mapping[str, Any] | None = None,
         json: Any = None,
@@ -226,7 +232,7 @@ class E2EClient:
             body = await self._call(
                 "GET",
                 CLUSTERS_PATH,
-                operation="list_clusters",
+                operation=Operation.LIST_CLUSTERS,
                 mode=RetryMode.READ,
                 params={"page_no": page, "per_page": self.per_page},
             )
@@ -243,7 +249,10 @@ class E2EClient:
 
     async def get_cluster(self, cluster_id: int) -> E2EClusterDetail:
         body = await self._call(
-            "GET", f"{CLUSTERS_PATH}{cluster_id}/", operation="get_cluster", mode=RetryMode.READ
+            "GET",
+            f"{CLUSTERS_PATH}{cluster_id}/",
+            operation=Operation.GET_CLUSTER,
+            mode=RetryMode.READ,
         )
         return _parse_detail(body.get("data"), is_action=False)
 
@@ -252,7 +261,7 @@ class E2EClient:
         body = await self._call(
             "PUT",
             f"{CLUSTERS_PATH}{cluster_id}/",
-            operation="action",
+            operation=Operation.CHANGE_CLUSTER,
             mode=RetryMode.UNSAFE_WRITE,
             json=action.model_dump(mode="json"),
         )

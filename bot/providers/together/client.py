@@ -21,7 +21,13 @@ from bot.providers.errors import (
     ProviderRequestError,
     error_for_status,
 )
-from bot.providers.http import ClientSettings, ProviderTransport, RetryMode, parse_retry_after
+from bot.providers.http import (
+    ClientSettings,
+    Operation,
+    ProviderTransport,
+    RetryMode,
+    parse_retry_after,
+)
 from bot.providers.together.models import PROVIDER, ClusterList, ClusterUpdate, TogetherCluster
 
 _MESSAGE_LIMIT = 500
@@ -83,6 +89,9 @@ def _reason(status: int) -> str:
         return f"HTTP {status}"
 
 
+LIST, GET, CHANGE = Operation.LIST_CLUSTERS, Operation.GET_CLUSTER, Operation.CHANGE_CLUSTER
+
+
 class TogetherClient:
     """Typed calls to Together's cluster endpoints over a ProviderTransport."""
 
@@ -92,31 +101,31 @@ class TogetherClient:
 
     async def list_clusters(self) -> list[TogetherCluster]:
         params = {"projectId": self.project_id} if self.project_id else None
-        body = await self._call("GET", "compute/clusters", "list", RetryMode.READ, params=params)
+        body = await self._call("GET", "compute/clusters", LIST, RetryMode.READ, params=params)
         try:
             return ClusterList.model_validate(body).clusters
         except ValidationError as exc:
-            raise self._malformed("list", exc, may_have_applied=False) from None
+            raise self._malformed(LIST, exc, may_have_applied=False) from None
 
     async def get_cluster(self, cluster_id: str) -> TogetherCluster:
-        body = await self._call("GET", self._path(cluster_id, "get"), "get", RetryMode.READ)
-        return self._cluster(body, "get", may_have_applied=False)
+        body = await self._call("GET", self._path(cluster_id, GET), GET, RetryMode.READ)
+        return self._cluster(body, GET, may_have_applied=False)
 
     async def update_cluster(self, cluster_id: str, update: ClusterUpdate) -> TogetherCluster:
         body = await self._call(
             "PUT",
-            self._path(cluster_id, "update"),
-            "update",
+            self._path(cluster_id, CHANGE),
+            CHANGE,
             RetryMode.IDEMPOTENT_WRITE,
             json_body=update.to_body(),
         )
-        return self._cluster(body, "update", may_have_applied=True)
+        return self._cluster(body, CHANGE, may_have_applied=True)
 
     async def aclose(self) -> None:
         await self.transport.aclose()
 
     # -- internals ----------------------------------------------------------------------
-    def _path(self, cluster_id: str, operation: str) -> str:
+    def _path(self, cluster_id: str, operation: Operation) -> str:
         if not cluster_id:
             raise self._count(
                 operation, ProviderRequestError("no cluster id given", provider=PROVIDER)
@@ -127,7 +136,7 @@ class TogetherClient:
         self,
         method: str,
         path: str,
-        operation: str,
+        operation: Operation,
         mode: RetryMode,
         *,
         params: Mapping[str, str] | None = None,
@@ -165,14 +174,16 @@ class TogetherClient:
             may_have_applied=may_have_applied,
         )
 
-    def _cluster(self, body: Any, operation: str, *, may_have_applied: bool) -> TogetherCluster:
+    def _cluster(
+        self, body: Any, operation: Operation, *, may_have_applied: bool
+    ) -> TogetherCluster:
         try:
             return TogetherCluster.model_validate(body)
         except ValidationError as exc:
             raise self._malformed(operation, exc, may_have_applied=may_have_applied) from None
 
     def _malformed(
-        self, operation: str, exc: ValidationError, *, may_have_applied: bool
+        self, operation: Operation, exc: ValidationError, *, may_have_applied: bool
     ) -> ProviderError:
         first = exc.errors()[0] if exc.errors() else None
         where = ".".join(str(p) for p in first["loc"]) if first else "?"
@@ -188,6 +199,6 @@ class TogetherClient:
         )
 
     @staticmethod
-    def _count(operation: str, error: ProviderError) -> ProviderError:
+    def _count(operation: Operation, error: ProviderError) -> ProviderError:
         PROVIDER_ERRORS.labels(PROVIDER, operation, error.kind).inc()
         return error
