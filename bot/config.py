@@ -17,6 +17,7 @@ from dotenv import dotenv_values
 from pydantic import PrivateAttr, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from bot.providers.e2e import E2E_DEFAULT_BASE_URL
 from bot.providers.http import ClientSettings
 
 Mode = Literal["serve", "socket", "demo", "check"]
@@ -63,7 +64,7 @@ class Settings(BaseSettings):
     gpuops_policy: Path = Path("policy.yml")
     gpuops_database_url: str = "sqlite:///gpuops.db"
     together_base_url: str = "https://api.together.ai/v1"
-    e2e_base_url: str = "https://api.e2enetworks.com/myaccount/api/v1/gpu"
+    e2e_base_url: str = E2E_DEFAULT_BASE_URL
     gpuops_poll_seconds: float = 15
 
     gpuops_followup_minutes: float = 30

@@ -109,6 +109,21 @@ class ApplyOutcome(BaseModel):
     summary: ClusterSummary | None = None
 
 
+def parse_whole_number(value: Any) -> int:
+    """A whole number from an int or its text, for either provider's fields. ValueError says
+    what was given (the caller adds the field name or a range check)."""
+    if isinstance(value, bool):
+        raise ValueError(f"must be a whole number (got {value!r})")
+    if isinstance(value, int):
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"must be a whole number (got {value!r})")
+    try:
+        return int(value.strip())
+    except ValueError:
+        raise ValueError(f"must be a whole number (got {value.strip()!r})") from None
+
+
 class ChangeInputError(ValueError):
     """Some fields of a change could not be parsed; ``errors`` maps field → message."""
 
@@ -132,6 +147,11 @@ class ProviderAdapter(Protocol):
         ...
 
     def fields_for(self, action: str) -> list[FieldSpec]: ...
+
+    def fingerprint(self, state: ClusterState) -> dict[str, Any]:
+        """What must not have changed between a preview and its execution (compared again at
+        approval to refuse a stale preview)."""
+        ...
 
     def plan(self, state: ClusterState, action: str, raw: Mapping[str, Any]) -> ChangePlan:
         """Parse raw field values (strings from Slack, or typed values) and check the

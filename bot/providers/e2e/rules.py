@@ -9,6 +9,7 @@ from typing import Any
 from bot.providers.base import (
     ChangeInputError,
     FieldSpec,
+    parse_whole_number,
 )
 from bot.providers.e2e.models import (
     ACTIONS,
@@ -101,15 +102,10 @@ def _blank(value: Any) -> bool:
 
 
 def _parse_int(name: str, value: Any) -> int:
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be a whole number, not {value!r}")
-    if isinstance(value, int):
-        return value
-    text = str(value).strip()
     try:
-        return int(text)
-    except ValueError:
-        raise ValueError(f"{name} must be a whole number, e.g. 2; got {text!r}") from None
+        return parse_whole_number(value)
+    except ValueError as exc:
+        raise ValueError(f"{name} {exc}") from None
 
 
 def _parse_int_list(name: str, value: Any) -> list[int]:

@@ -131,7 +131,7 @@ class TogetherAdapter:
             body=update.to_body(),
             kinds=classify(state, update),
             lines=self._preview(state, update),
-            fingerprint=self._fingerprint(state),
+            fingerprint=self.fingerprint(state),
         )
 
     async def apply(self, plan: ChangePlan) -> ApplyOutcome:
@@ -169,7 +169,8 @@ class TogetherAdapter:
         return lines
 
     @staticmethod
-    def _fingerprint(state: ClusterState) -> dict[str, Any]:
+    def fingerprint(state: ClusterState) -> dict[str, Any]:
+        """What must not have changed between the preview and the execution."""
         # The settable fields only: a cluster that merely finished provisioning since the
         # preview (status moved on) still matches what the approver saw.
         return {name: state.current.get(name) for name in UPDATE_FIELDS}

@@ -11,6 +11,7 @@ from typing import Any
 from bot.providers.base import (
     ChangeInputError,
     ClusterState,
+    parse_whole_number,
 )
 from bot.providers.errors import (
     RuleViolation,
@@ -182,18 +183,8 @@ def classify(cluster: TogetherCluster | ClusterState, update: ClusterUpdate) -> 
 
 
 # -- parsing raw field values (Slack strings or typed values) -------------------------------
-def _parse_int(value: Any) -> int:
-    if isinstance(value, bool):
-        raise ValueError("must be a whole number")
-    if isinstance(value, int):
-        number = value
-    elif isinstance(value, str):
-        try:
-            number = int(value.strip())
-        except ValueError:
-            raise ValueError(f"must be a whole number (got {value.strip()!r})") from None
-    else:
-        raise ValueError(f"must be a whole number (got {value!r})")
+def _parse_count(value: Any) -> int:
+    number = parse_whole_number(value)
     if number < 0:
         raise ValueError(f"must be 0 or more (got {number})")
     return number
@@ -239,10 +230,10 @@ def _parse_time(value: Any) -> datetime:
 
 _PARSERS: dict[str, Callable[[Any], Any]] = {
     "cluster_type": _parse_cluster_type,
-    "num_gpus": _parse_int,
-    "num_reserved_gpus": _parse_int,
-    "num_preemptible_gpus": _parse_int,
-    "num_capacity_pool_gpus": _parse_int,
+    "num_gpus": _parse_count,
+    "num_reserved_gpus": _parse_count,
+    "num_preemptible_gpus": _parse_count,
+    "num_capacity_pool_gpus": _parse_count,
     "reservation_end_time": _parse_time,
 }
 
