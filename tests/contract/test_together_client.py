@@ -28,6 +28,7 @@ from bot.providers.errors import (
     ProviderRequestError,
     ProviderServerError,
     ProviderTimeout,
+    RuleViolation,
 )
 from bot.providers.http import ClientSettings
 from bot.providers.together import (
@@ -425,6 +426,19 @@ async def test_adapter_get_plan_apply(sim: TogetherSimulator, client: TogetherCl
     assert not outcome.summary.steady
     assert sim.clusters["tc-b200-pool"]["num_capacity_pool_gpus"] == 24
     assert [r.body for r in sim.calls("update")] == [plan.body]
+
+
+async def test_adapter_refuses_a_gpu_count_not_a_multiple_of_8_before_any_call(
+    sim: TogetherSimulator, client: TogetherClient
+) -> None:
+    adapter = TogetherAdapter(client, "ml-prod")
+    state = await adapter.get_cluster("tc-h100-reserved")
+    for field in ("num_gpus", "num_preemptible_gpus"):
+        with pytest.raises(RuleViolation) as caught:
+            adapter.plan(state, "update", {field: "20"})
+        assert caught.value.field == field
+        assert f"{field} must be a multiple of 8 (got 20; try 16 or 24)" == caught.value.message
+    assert sim.calls("update") == []
 
 
 async def test_adapter_lists_summaries(client: TogetherClient) -> None:

@@ -65,14 +65,14 @@ async def test_a_cluster_that_finished_provisioning_is_not_a_stale_preview(
     stack = sqlite_stack
     # tc-booting is still provisioning when the change is requested...
     opened = await open_direct(
-        stack, DAVE, "together-prod", "tc-booting", "update", {"num_gpus": "4"}
+        stack, DAVE, "together-prod", "tc-booting", "update", {"num_gpus": "0"}
     )
-    # ...and Ready by the time an approver looks: the preview (num_gpus 8 → 4) still holds.
+    # ...and Ready by the time an approver looks: the preview (num_gpus 8 → 0) still holds.
     stack.together.clusters["tc-booting"]["status"] = "Ready"
     await click(stack, opened, BOB)
     await wait_state(stack.runtime.store, opened.id, RequestState.SUCCEEDED)
     [put] = stack.together.calls("update", "PUT")
-    assert put.body == {"num_gpus": 4}
+    assert put.body == {"num_gpus": 0}
 
 
 async def test_already_decided_mentions_who_decided(sqlite_stack: LocalStack) -> None:

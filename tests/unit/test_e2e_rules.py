@@ -75,6 +75,20 @@ async def test_action_on_a_cluster_not_running_is_refused_without_a_request(
     assert sim.calls("action") == []
 
 
+@pytest.mark.parametrize("status", ["Running", "running", "RUNNING", " Running "])
+def test_running_is_matched_in_any_case_like_is_steady(adapter: E2EAdapter, status: str) -> None:
+    assert is_steady(status)
+    plan = adapter.plan(_state(status), "scale_cluster", {"additional_nodes": "1"})
+    assert plan.body == {"action": "scale_cluster", "additional_nodes": 1}
+
+
+@pytest.mark.parametrize("status", ["Creating", "creating", "Stopped", "", "Running-ish"])
+def test_not_running_in_any_case_is_refused(adapter: E2EAdapter, status: str) -> None:
+    with pytest.raises(RuleViolation) as caught:
+        adapter.plan(_state(status), "restart_workers", {})
+    assert "E2E runs actions only on a Running cluster" in caught.value.message
+
+
 @pytest.mark.parametrize("nodes", [0, "0", -2, "-1"])
 def test_additional_nodes_below_one_is_refused(adapter: E2EAdapter, nodes: Any) -> None:
     with pytest.raises(RuleViolation) as caught:

@@ -59,6 +59,12 @@ def test_each_rule_names_its_field(as_state: bool) -> None:
         ("tc-h100-reserved", {}, None, "nothing to change"),
         (
             "tc-h200-ondemand",
+            {"num_gpus": 12},
+            "num_gpus",
+            "num_gpus must be a multiple of 8 (got 12; try 8 or 16)",
+        ),
+        (
+            "tc-h200-ondemand",
             {"num_preemptible_gpus": 12},
             "num_preemptible_gpus",
             "num_preemptible_gpus must be a multiple of 8 (got 12; try 8 or 16)",
@@ -381,6 +387,7 @@ def test_adapter_describes_its_single_action() -> None:
     assert {kinds[name] for name in UPDATE_FIELDS[1:5]} == {"int"}
     assert specs[0].choices == ("KUBERNETES", "SLURM")
     hints = {s.name: s.hint for s in specs}
+    assert "multiple of 8" in hints["num_gpus"]
     assert "multiple of 8" in hints["num_preemptible_gpus"]
     assert "multiple of 8" in hints["num_capacity_pool_gpus"]
     assert not any(s.required for s in specs)
@@ -442,3 +449,22 @@ def test_summary_and_current_values() -> None:
 )
 def test_steady_statuses(status: str, steady: bool) -> None:
     assert to_summary(cluster("tc-h100-reserved", status=status), "p").steady is steady
+
+
+@pytest.mark.parametrize("field", ["num_gpus", "num_preemptible_gpus", "num_capacity_pool_gpus"])
+@pytest.mark.parametrize("value", [1, 4, 7, 9, 20])
+def test_gpu_counts_must_be_multiples_of_8(field: str, value: int) -> None:
+    caught = refusal(cluster("tc-b200-pool"), **{field: value})
+    assert caught.field == field
+    lower = value // 8 * 8
+    assert caught.message == (
+        f"{field} must be a multiple of 8 (got {value}; try {lower} or {lower + 8})"
+    )
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("num_gpus", 64), ("num_preemptible_gpus", 24), ("num_capacity_pool_gpus", 24)],
+)
+def test_gpu_counts_that_are_multiples_of_8_pass(field: str, value: int) -> None:
+    check_update(cluster("tc-b200-pool"), ClusterUpdate(**{field: value}), NOW)

@@ -80,8 +80,9 @@ ACTION_FIELDS: dict[str, tuple[str, ...]] = {
 
 
 def require_running(status: str) -> None:
-    """Actions run on a Running cluster only."""
-    if status != RUNNING:
+    """Actions run on a Running cluster only (the status compared as is_steady does: any case,
+    surrounding blanks ignored)."""
+    if status.strip().lower() != RUNNING.lower():
         raise RuleViolation(
             f"the cluster is {status}; E2E runs actions only on a {RUNNING} cluster. "
             "Wait until it is Running and try again."

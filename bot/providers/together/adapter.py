@@ -49,7 +49,7 @@ _FIELD_SPECS: tuple[FieldSpec, ...] = (
         name="num_gpus",
         label="Total GPUs",
         kind="int",
-        hint="total GPU count, 8 per node (e.g. 8, 16, 24)",
+        hint="total GPU count, a multiple of 8 (8 per node: 8, 16, 24 …)",
     ),
     FieldSpec(
         name="num_reserved_gpus",

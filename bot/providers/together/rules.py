@@ -101,6 +101,8 @@ def check_update(
 
 
 def _check_counts(target: _Target, update: ClusterUpdate) -> None:
+    if update.num_gpus is not None:
+        _multiple_of_8("num_gpus", update.num_gpus)
     if update.num_preemptible_gpus is not None:
         _multiple_of_8("num_preemptible_gpus", update.num_preemptible_gpus)
     if update.num_capacity_pool_gpus is not None:
