@@ -9,8 +9,9 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 
-from bot.core.requests.workflow import NeedsBreakGlass, Reply
-from bot.core.service import GpuOps
+from bot.core.answers import Reply
+from bot.core.requests.decisions import NeedsBreakGlass
+from bot.core.service import CommandService
 from bot.slack import blocks as render
 from bot.slack.messenger import Messenger, SlackDeliveryError
 from handlers.payloads import BlockAction, parse, state_values
@@ -28,14 +29,14 @@ def register(app: AsyncApp) -> None:
 
 async def handle_decision(ack: Any, body: dict[str, Any], context: Any, respond: Any) -> None:
     await ack()
-    ops: GpuOps = context["gpuops"]
+    ops: CommandService = context["gpuops"]
     messenger: Messenger = context["messenger"]
     action = parse(BlockAction, body)
     if action is None or action.channel_id is None or not action.actions[0].value:
         await _whisper_via(respond, render.error("I could not read that click; try again."))
         return
     click = action.actions[0]
-    result = await ops.workflow.decide(
+    result = await ops.decide(
         user=action.user.id,
         channel=action.channel_id,
         request_id=str(click.value),
@@ -57,10 +58,11 @@ async def whisper(
     reply: Reply,
     thread_ts: str | None,
 ) -> None:
+    message = render.reply_message(reply)
     try:
-        await messenger.ephemeral(channel, user, reply.message, thread_ts=thread_ts)
+        await messenger.ephemeral(channel, user, message, thread_ts=thread_ts)
     except SlackDeliveryError:
-        await _whisper_via(respond, reply.message)
+        await _whisper_via(respond, message)
 
 
 async def _whisper_via(respond: Any, message: render.SlackMessage) -> None:
@@ -111,16 +113,17 @@ async def _ask_break_glass(
 
 async def handle_action_select(ack: Any, body: dict[str, Any], context: Any) -> None:
     await ack()
-    ops: GpuOps = context["gpuops"]
+    ops: CommandService = context["gpuops"]
     messenger: Messenger = context["messenger"]
     action = parse(BlockAction, body)
     if action is None or action.view is None:
         return  # a select outside our modal: nothing to update
     option = action.actions[0].selected_option or {}
     selected = str(option.get("value", ""))[:64]
-    view = await ops.rebuild_action_modal(
+    form = await ops.forms.with_action(
         action.user.id, action.view.private_metadata, selected, state_values(action.view)
     )
+    view = render.change_form(form)
     try:
         await messenger.update_view(action.view.id, view)
     except SlackDeliveryError as exc:

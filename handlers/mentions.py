@@ -7,7 +7,8 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 
-from bot.core.service import GpuOps
+from bot.core.service import CommandService
+from bot.slack import blocks as render
 from bot.slack.messenger import Messenger, SlackDeliveryError
 from handlers.commands import internal_error
 from handlers.payloads import AppMention, parse
@@ -20,7 +21,7 @@ def register(app: AsyncApp) -> None:
 
 
 async def handle_mention(event: dict[str, Any], context: Any, logger: Any) -> None:
-    ops: GpuOps = context["gpuops"]
+    ops: CommandService = context["gpuops"]
     messenger: Messenger = context["messenger"]
     mention = parse(AppMention, event)
     if mention is None:
@@ -33,12 +34,11 @@ async def handle_mention(event: dict[str, Any], context: Any, logger: Any) -> No
         logger.exception("a mention failed unexpectedly")
         reply = internal_error(exc)
     thread_ts = mention.thread_ts or mention.ts
+    message = render.reply_message(reply)
     try:
         if reply.public:
-            await messenger.post(mention.channel, reply.message, thread_ts=thread_ts)
+            await messenger.post(mention.channel, message, thread_ts=thread_ts)
         else:
-            await messenger.ephemeral(
-                mention.channel, mention.user, reply.message, thread_ts=thread_ts
-            )
+            await messenger.ephemeral(mention.channel, mention.user, message, thread_ts=thread_ts)
     except SlackDeliveryError as exc:
         logger.warning("could not answer a mention in %s: %s", mention.channel, exc.code)

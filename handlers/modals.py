@@ -8,8 +8,10 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 
-from bot.core.requests.workflow import NeedsBreakGlass, Reply
-from bot.core.service import GpuOps, ReadySubmission, SubmissionErrors
+from bot.core.answers import Reply, error
+from bot.core.forms import ReadySubmission, SubmissionErrors
+from bot.core.requests.decisions import NeedsBreakGlass
+from bot.core.service import CommandService
 from bot.slack import blocks as render
 from bot.slack.messenger import Messenger, SlackDeliveryError
 from handlers.payloads import ViewSubmission, parse, state_values
@@ -24,7 +26,7 @@ def register(app: AsyncApp) -> None:
 
 
 async def handle_change_submission(ack: Any, body: dict[str, Any], context: Any) -> None:
-    ops: GpuOps = context["gpuops"]
+    ops: CommandService = context["gpuops"]
     messenger: Messenger = context["messenger"]
     submission = parse(ViewSubmission, body)
     if submission is None:
@@ -35,7 +37,7 @@ async def handle_change_submission(ack: Any, body: dict[str, Any], context: Any)
         return
     result = await ops.check_submission(
         submission.user.id,
-        submission.view.callback_id,
+        render.form_kind(submission.view.callback_id),
         submission.view.private_metadata,
         state_values(submission.view),
     )
@@ -50,17 +52,18 @@ async def handle_change_submission(ack: Any, body: dict[str, Any], context: Any)
 async def tell(messenger: Messenger, where: ReadySubmission | str, user: str, reply: Reply) -> None:
     """Whisper to the person in the channel; DM them if the bot cannot post there."""
     channel = where.channel if isinstance(where, ReadySubmission) else where
+    message = render.reply_message(reply)
     try:
-        await messenger.ephemeral(channel, user, reply.message)
+        await messenger.ephemeral(channel, user, message)
     except SlackDeliveryError as exc:
         try:
-            await messenger.post(user, reply.message)
+            await messenger.post(user, message)
         except SlackDeliveryError:
             log.error("could not tell %s the outcome of a form (%s)", user, exc.code)
 
 
 async def handle_break_glass(ack: Any, body: dict[str, Any], context: Any) -> None:
-    ops: GpuOps = context["gpuops"]
+    ops: CommandService = context["gpuops"]
     messenger: Messenger = context["messenger"]
     submission = parse(ViewSubmission, body)
     values = state_values(submission.view) if submission else {}
@@ -72,7 +75,7 @@ async def handle_break_glass(ack: Any, body: dict[str, Any], context: Any) -> No
         return
     meta = _metadata(submission.view.private_metadata)
     await ack()
-    result = await ops.workflow.decide(
+    result = await ops.decide(
         user=submission.user.id,
         channel=meta.get("channel", ""),
         request_id=meta.get("request_id", ""),
@@ -86,7 +89,7 @@ async def handle_break_glass(ack: Any, body: dict[str, Any], context: Any) -> No
             messenger,
             meta.get("channel", submission.user.id),
             submission.user.id,
-            Reply(render.error("Break glass needs a reason.")),
+            error("Break glass needs a reason."),
         )
 
 

@@ -87,7 +87,7 @@ class LogTrap(logging.Handler):
                 or "Error handling request" in text  # aiohttp: an exception escaped
                 or "Task exception was never retrieved" in text
                 or (
-                    "failed:" in text and record.name == "bot.core.requests.workflow"
+                    "failed:" in text and record.name == "bot.core.requests.tasks"
                 )  # a background task
             ):
                 found.append(f"{record.name} {record.levelname}: {text[:300]}")

@@ -105,7 +105,7 @@ async def test_an_unexpected_error_is_never_silence(
     async def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("a bug, with secret detail xoxb-should-not-show")
 
-    monkeypatch.setattr(stack.runtime.ops, "show", broken)
+    monkeypatch.setattr(stack.runtime.ops.queries, "show", broken)
     answer = await whisper(stack, "U04DAVE", "C0INCIDENT", "show together-prod tc-h100-reserved")
     assert "internal error" in answer.text and "RuntimeError" in answer.text
     assert "xoxb" not in answer.text and "Traceback" not in answer.text

@@ -113,7 +113,7 @@ async def settle(stack: LocalStack, within: float = 15.0) -> None:
             busy = _bolt_listeners()
             if not busy:
                 await asyncio.sleep(0)
-                if not _bolt_listeners() and not stack.runtime.workflow._tasks:
+                if not _bolt_listeners() and not stack.runtime.workflow.tasks:
                     return
                 continue
             await asyncio.wait(busy)

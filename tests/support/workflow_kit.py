@@ -19,6 +19,7 @@ from pathlib import Path
 
 import httpx
 
+from bot.core.answers import Notice
 from bot.core.store.db import ChangeRequestRecord, RequestState, Store
 from bot.local.demo.stack import LocalStack
 from bot.local.slack.models import Ephemeral, Message
@@ -137,8 +138,9 @@ async def open_direct(
         inputs=inputs,
         reason=None,
     )
-    match = REQUEST_ID.search(reply.message.text)
-    assert match is not None and "waiting for approval" in reply.message.text, reply
+    assert isinstance(reply.content, Notice), reply
+    match = REQUEST_ID.search(reply.content.text)
+    assert match is not None and "waiting for approval" in reply.content.text, reply
     record = await stack.runtime.store.get_request(match.group(0))
     assert record is not None and record.root_ts is not None
     prompt = find_prompt(stack, channel, record.root_ts)

@@ -1,0 +1,142 @@
+"""The guard every command and request goes through: who may do what on which cluster,
+refusals (shown and audited), fetching a cluster and planning a change with the refusal a
+person can act on."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from bot.core.answers import Reply, error
+from bot.core.policy import Authorizer, Policy, Role
+from bot.core.store.db import Store
+from bot.providers.base import ChangeInputError, ChangePlan, ClusterState, ProviderAdapter
+from bot.providers.errors import ProviderError, RuleViolation
+from bot.redact import redact
+
+AdapterLookup = Callable[[str], ProviderAdapter]
+
+
+class Refusal(Exception):
+    """A request refused before anything changed; the text is shown and audited."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: str = "refused",
+        field: str | None = None,
+        mentions: tuple[str, ...] = (),
+    ) -> None:
+        self.message = message
+        self.kind = kind
+        self.field = field
+        self.mentions = mentions  # user ids in the text shown as real mentions
+        super().__init__(message)
+
+    def reply(self) -> Reply:
+        return error(self.message, mentions=self.mentions)
+
+
+class Access:
+    """Authorization, the cluster allowlist, the audit trail and the provider lookups that
+    the command service and the change workflow share."""
+
+    def __init__(
+        self, *, policy: Policy, authorizer: Authorizer, store: Store, adapter_for: AdapterLookup
+    ) -> None:
+        self.policy = policy
+        self.authorizer = authorizer
+        self.store = store
+        self.adapter_for = adapter_for
+
+    def provider_of(self, project: str) -> str:
+        cfg = self.policy.projects.get(project)
+        return cfg.provider if cfg is not None else "unknown"
+
+    async def audit(
+        self,
+        actor: str,
+        event: str,
+        *,
+        project: str | None = None,
+        cluster_id: str | None = None,
+        request_id: str | None = None,
+        outcome: str | None = None,
+        **detail: Any,
+    ) -> None:
+        await self.store.append_audit(
+            actor=actor,
+            event=event,
+            project=project,
+            cluster_id=cluster_id,
+            request_id=request_id,
+            outcome=outcome,
+            detail={k: redact(v) if isinstance(v, str) else v for k, v in detail.items()},
+        )
+
+    async def refuse(
+        self,
+        user: str,
+        channel: str,
+        refusal: Refusal,
+        *,
+        project: str | None = None,
+        cluster_id: str | None = None,
+        request_id: str | None = None,
+        command: str = "",
+    ) -> Reply:
+        """Audit a refusal and return what the person sees."""
+        await self.audit(
+            user,
+            "refused",
+            project=project,
+            cluster_id=cluster_id,
+            request_id=request_id,
+            outcome=refusal.kind,
+            reason=refusal.message,
+            channel=channel,
+            command=command,
+        )
+        return refusal.reply()
+
+    async def require(
+        self, user: str, project: str, channel: str, needed: Role, *, doing: str = "this"
+    ) -> Role:
+        decision = await self.authorizer.check(user, project, channel, needed, action=doing)
+        if not decision.allowed or decision.role is None:
+            raise Refusal(decision.reason, kind="not_authorized")
+        return decision.role
+
+    def require_cluster_allowed(self, project: str, cluster_id: str) -> None:
+        if not self.authorizer.cluster_allowed(project, cluster_id):
+            raise Refusal(
+                f"cluster {cluster_id} is not in the allowlist of project {project}.",
+                kind="cluster_not_allowed",
+            )
+
+    async def fetch(self, project: str, cluster_id: str) -> ClusterState:
+        try:
+            return await self.adapter_for(project).get_cluster(cluster_id)
+        except ChangeInputError as exc:  # e.g. an E2E cluster id that is not a number
+            raise Refusal(
+                "; ".join(exc.errors.values()) or f"{cluster_id} is not a valid cluster id",
+                kind="invalid",
+                field="cluster_id",
+            ) from None
+        except ProviderError as exc:
+            raise Refusal(
+                f"could not fetch {cluster_id}: {exc.user_message}", kind=f"provider_{exc.kind}"
+            ) from None
+
+    def make_plan(
+        self, project: str, state: ClusterState, action: str, inputs: Mapping[str, Any]
+    ) -> ChangePlan:
+        try:
+            return self.adapter_for(project).plan(state, action, inputs)
+        except ChangeInputError as exc:
+            lines = "; ".join(f"{k}: {v}" for k, v in exc.errors.items())
+            first = next(iter(exc.errors), None)
+            raise Refusal(f"invalid change — {lines}", kind="invalid", field=first) from None
+        except RuleViolation as exc:
+            raise Refusal(exc.message, kind="rule", field=exc.field) from None

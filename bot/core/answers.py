@@ -1,0 +1,70 @@
+"""What the core answers the person who asked: a ``Reply`` whose content is data the core
+owns (a notice, a cluster card, a listing), rendered by each surface in its own way."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from bot.core.policy import Role
+from bot.core.store.db import AuditEntry
+from bot.providers.base import ClusterSummary
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A sentence the core composed (it may embed user text, which a surface escapes);
+    ``error`` marks a refusal or a failure. ``mentions`` are user ids written ``<@id>`` in
+    the text that a surface may show as real mentions."""
+
+    text: str
+    error: bool = False
+    mentions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ClusterCard:
+    """One cluster's summary, shown for someone."""
+
+    summary: ClusterSummary
+    shown_by: str | None = None
+
+
+@dataclass(frozen=True)
+class ClusterListing:
+    """Per project, its clusters, or the text of why they could not be listed."""
+
+    groups: Mapping[str, Sequence[ClusterSummary] | str]
+
+
+@dataclass(frozen=True)
+class AuditListing:
+    """Audit entries, newest first."""
+
+    entries: Sequence[AuditEntry]
+
+
+@dataclass(frozen=True)
+class HelpCard:
+    """What a person may do: their role in each project they can reach here (never empty)."""
+
+    roles: Mapping[str, Role]
+
+
+Content = Notice | ClusterCard | ClusterListing | AuditListing | HelpCard
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What the person who acted should see; ``public`` shows it to the whole channel."""
+
+    content: Content
+    public: bool = False
+
+
+def notice(text: str, *, public: bool = False) -> Reply:
+    return Reply(Notice(text), public=public)
+
+
+def error(text: str, *, mentions: tuple[str, ...] = ()) -> Reply:
+    return Reply(Notice(text, error=True, mentions=mentions))

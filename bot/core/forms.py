@@ -1,0 +1,281 @@
+"""Change forms as data: which fields a form shows and with what values, and checking a
+submission into a change ready to request. Surfaces build the form itself (a Slack modal)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from bot.core.access import Access, Refusal
+from bot.core.policy import Role
+from bot.core.registry import MissingCredential
+from bot.providers.base import ClusterState, ClusterSummary, FieldSpec
+
+FormKind = Literal["update", "action"]
+SUBMIT_TIMEOUT = 2.0  # seconds to re-fetch a cluster while the surface waits to acknowledge
+_CONTEXT_KEYS = ("project", "cluster_id", "channel")
+
+
+@dataclass(frozen=True)
+class FormRequest:
+    """A command that lacks parameters: ask for them in a form."""
+
+    kind: FormKind
+    project: str
+    cluster_id: str
+    channel: str
+    action: str | None = None
+    prefill: dict[str, str] = field(default_factory=dict)
+    reason: str | None = None
+
+    def metadata(self) -> dict[str, Any]:
+        return {"project": self.project, "cluster_id": self.cluster_id, "channel": self.channel}
+
+
+@dataclass(frozen=True)
+class FormView:
+    """What a form shows: the cluster, the action (and the choice of actions), its fields
+    with their current or typed values, and the context to keep with it."""
+
+    kind: FormKind
+    summary: ClusterSummary
+    actions: list[str]
+    action: str | None
+    specs: list[FieldSpec]
+    values: dict[str, Any]
+    metadata: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class FormMessage:
+    """A form that cannot be filled in (a refusal): only this text."""
+
+    kind: FormKind
+    text: str
+    metadata: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SubmissionErrors:
+    """Per field, what is wrong with a submitted form."""
+
+    errors: dict[str, str]
+
+
+@dataclass(frozen=True)
+class ReadySubmission:
+    """A checked submission, ready to be requested."""
+
+    project: str
+    cluster_id: str
+    channel: str
+    action: str
+    inputs: dict[str, str]
+    reason: str | None
+
+
+def parse_metadata(raw: str | None) -> dict[str, str]:
+    try:
+        data = json.loads(raw or "{}")
+    except ValueError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: str(v) for k, v in data.items() if k in _CONTEXT_KEYS}
+
+
+def shown_values(current: Mapping[str, Any], specs: list[FieldSpec]) -> dict[str, Any]:
+    """The cluster's values a form was prefilled with (kept in its metadata): a prefilled
+    input submitted as it was is not a change, even if the cluster changed while the form
+    was open."""
+    shown: dict[str, Any] = {}
+    for spec in specs:
+        value = current.get(spec.name)
+        if isinstance(value, list | tuple):
+            shown[spec.name] = [str(v) for v in value]
+        elif value is not None:
+            shown[spec.name] = str(value)
+    return shown
+
+
+def parse_shown(raw: str | None) -> dict[str, Any]:
+    try:
+        data = json.loads(raw or "{}")
+    except ValueError:
+        return {}
+    shown = data.get("shown") if isinstance(data, dict) else None
+    if not isinstance(shown, dict):
+        return {}
+    return {
+        str(k): v
+        for k, v in shown.items()
+        if isinstance(v, str) or (isinstance(v, list) and all(isinstance(i, str) for i in v))
+    }
+
+
+def changed_inputs(
+    specs: list[FieldSpec],
+    current: Mapping[str, Any],
+    values: Mapping[str, str | None],
+    shown: Mapping[str, Any],
+) -> tuple[dict[str, str], set[str]]:
+    """The typed values that change something, and the names of those that do not."""
+    inputs: dict[str, str] = {}
+    unchanged: set[str] = set()
+    for spec in specs:
+        raw = (values.get(spec.name) or "").strip()
+        if not raw:
+            continue
+        if _same_value(raw, current.get(spec.name)) or _same_value(raw, shown.get(spec.name)):
+            unchanged.add(spec.name)
+            continue
+        inputs[spec.name] = raw
+    return inputs, unchanged
+
+
+def _same_value(raw: str, current: Any) -> bool:
+    if current is None:
+        return False
+    if isinstance(current, list | tuple):
+        shown = ",".join(str(v) for v in current)
+        return raw.replace(" ", "") == shown
+    return raw == str(current)
+
+
+class Forms:
+    """Opens, refreshes and checks change forms for a person."""
+
+    def __init__(self, access: Access) -> None:
+        self.access = access
+        self._states: dict[tuple[str, str], ClusterState] = {}
+
+    def fields_of(self, project: str, action: str) -> list[FieldSpec]:
+        """The fields of ``action`` in ``project``; none for an unknown action or project."""
+        try:
+            adapter = self.access.adapter_for(project)
+            return adapter.fields_for(action) if action in adapter.actions() else []
+        except (KeyError, MissingCredential):
+            return []
+
+    async def open(self, user: str, request: FormRequest) -> FormView | FormMessage:
+        try:
+            await self.access.require(user, request.project, request.channel, Role.viewer)
+            self.access.require_cluster_allowed(request.project, request.cluster_id)
+            state = await self.access.fetch(request.project, request.cluster_id)
+        except Refusal as refusal:
+            return FormMessage(request.kind, refusal.message, request.metadata())
+        self._states[(request.project, request.cluster_id)] = state
+        prefill = {**request.prefill, **({"reason": request.reason} if request.reason else {})}
+        return self._view(request.kind, state, request.action, prefill, request.metadata())
+
+    async def with_action(
+        self, user: str, metadata_raw: str | None, action: str, values: Mapping[str, str | None]
+    ) -> FormView | FormMessage:
+        """The action form again after the person chose ``action``, keeping what they typed."""
+        meta = parse_metadata(metadata_raw)
+        request = FormRequest(
+            kind="action",
+            project=meta.get("project", ""),
+            cluster_id=meta.get("cluster_id", ""),
+            channel=meta.get("channel", ""),
+            action=action,
+        )
+        try:
+            state = await self._state_for_submit(
+                user, request.channel, request.project, request.cluster_id
+            )
+        except Refusal as refusal:
+            return FormMessage("action", refusal.message, request.metadata())
+        typed = {k: v for k, v in values.items() if v and k not in ("action", "reason")}
+        return self._view("action", state, action, typed, request.metadata())
+
+    def _view(
+        self,
+        kind: FormKind,
+        state: ClusterState,
+        action: str | None,
+        prefill: Mapping[str, str],
+        metadata: Mapping[str, Any],
+    ) -> FormView:
+        adapter = self.access.adapter_for(state.summary.project)
+        actions = [] if kind == "update" else list(adapter.actions())
+        specs = self.fields_of(
+            state.summary.project, "update" if kind == "update" else action or ""
+        )
+        return FormView(
+            kind=kind,
+            summary=state.summary,
+            actions=actions,
+            action=action,
+            specs=specs,
+            values={**state.current, **prefill},
+            metadata={**metadata, "shown": shown_values(state.current, specs)},
+        )
+
+    async def _state_for_submit(
+        self, user: str, channel: str, project: str, cluster_id: str
+    ) -> ClusterState:
+        """The cluster as fresh as the surface's time to acknowledge allows."""
+        await self.access.require(user, project, channel, Role.operator)
+        self.access.require_cluster_allowed(project, cluster_id)
+        cached = self._states.get((project, cluster_id))
+        try:
+            state = await asyncio.wait_for(self.access.fetch(project, cluster_id), SUBMIT_TIMEOUT)
+        except TimeoutError:
+            if cached is None:
+                raise Refusal(
+                    f"{project} did not answer in time; try again.", kind="provider_timeout"
+                ) from None
+            return cached
+        self._states[(project, cluster_id)] = state
+        return state
+
+    async def check(
+        self,
+        user: str,
+        kind: FormKind,
+        metadata_raw: str | None,
+        values: Mapping[str, str | None],
+    ) -> SubmissionErrors | ReadySubmission:
+        """Check a submitted form: per-field errors, or the change to request."""
+        meta = parse_metadata(metadata_raw)
+        project, cluster_id, channel = (meta.get(k, "") for k in _CONTEXT_KEYS)
+        first_field = "action" if kind == "action" else "num_gpus"
+        if not (project and cluster_id and channel):
+            return SubmissionErrors(
+                {first_field: "This form lost its context; run the command again."}
+            )
+        action = "update" if kind == "update" else (values.get("action") or "")
+        if not action:
+            return SubmissionErrors({"action": "Choose an action."})
+        try:
+            state = await self._state_for_submit(user, channel, project, cluster_id)
+            if action not in self.access.adapter_for(project).actions():
+                return SubmissionErrors({"action": f"Unknown action {action}."})
+            specs = self.fields_of(project, action)
+            shown = parse_shown(metadata_raw)
+            inputs, unchanged = changed_inputs(specs, state.current, values, shown)
+            missing = [s.name for s in specs if s.required and s.name not in inputs]
+            if missing:
+                return SubmissionErrors(
+                    {
+                        name: "Already the cluster's current value: change it."
+                        if name in unchanged
+                        else "Required for this action."
+                        for name in missing
+                    }
+                )
+            if action == "update" and not inputs:
+                return SubmissionErrors(
+                    {first_field: "Nothing changed: every field is the cluster's current value."}
+                )
+            self.access.make_plan(project, state, action, inputs)
+        except Refusal as refusal:
+            known = {s.name for s in self.fields_of(project, action)}
+            where = refusal.field if refusal.field in known else first_field
+            return SubmissionErrors({where: refusal.message[:1900]})
+        reason = (values.get("reason") or "").strip() or None
+        return ReadySubmission(project, cluster_id, channel, action, inputs, reason)

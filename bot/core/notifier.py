@@ -1,0 +1,79 @@
+"""The core's outbound port: what it tells people about change requests, in chat-neutral
+terms. Slack implements it (bot.slack.notifier); the demo console and App Home are other
+readers of the same events. Answers to the person who acted are return values, not this."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal, Protocol
+
+from bot.core.store.db import ChangeRequestRecord
+from bot.providers.base import ClusterSummary
+
+EventKind = Literal[
+    "withdrawn",  # gpuops withdrew it before anyone could act (it could not be shown)
+    "approved",
+    "break_glass",  # an admin approved their own request, with a reason
+    "denied",
+    "cancelled",
+    "refused",  # it could not go on (stale preview, requester revoked, cluster busy)
+    "expired",
+    "executing",
+    "finished",  # the provider answered, or did not: see the record's state
+    "interrupted",  # its executor is gone: ended without being (re)sent
+]
+Tone = Literal["good", "warning"]
+
+
+@dataclass(frozen=True)
+class RequestEvent:
+    """Why a request changed state: what happened, who did it, and the words for it."""
+
+    kind: EventKind
+    actor: str  # a user id, or "gpuops"
+    text: str | None = None  # why, or what the provider said
+    left_pending: bool = False  # it was waiting for a decision: the approval prompt is done
+
+
+class NotDelivered(Exception):
+    """The surface could not show something; ``user_message`` says what a person can do."""
+
+    def __init__(self, reason: str, user_message: str) -> None:
+        self.reason = reason
+        self.user_message = user_message
+        super().__init__(reason)
+
+
+class Notifier(Protocol):
+    """What the core tells people about a change request, wherever they read it."""
+
+    async def request_opened(self, record: ChangeRequestRecord) -> str:
+        """Show a new request where it was asked for; its handle. Raises NotDelivered."""
+        ...
+
+    async def approval_requested(self, record: ChangeRequestRecord, expire_minutes: int) -> str:
+        """Ask approvers to decide; the prompt's handle. Raises NotDelivered."""
+        ...
+
+    async def request_changed(self, record: ChangeRequestRecord, event: RequestEvent) -> None:
+        """The request moved to ``record.state`` because of ``event``."""
+        ...
+
+    async def follow_up_note(self, record: ChangeRequestRecord, text: str, tone: Tone) -> None:
+        """A line about the cluster after the change (steady, or no longer followed)."""
+        ...
+
+    async def result(self, record: ChangeRequestRecord, summary: ClusterSummary) -> str | None:
+        """The cluster after the change; the summary's handle, None if it was not shown."""
+        ...
+
+    async def status(
+        self, record: ChangeRequestRecord, summary: ClusterSummary, as_of: datetime
+    ) -> None:
+        """The cluster's status changed while it is followed: update the shown summary."""
+        ...
+
+    async def mirror(self, record: ChangeRequestRecord, headline: str, channel: str) -> bool:
+        """Repeat the request in the project's notify channel; False if it failed."""
+        ...

@@ -1,0 +1,84 @@
+"""Read-only commands as data: help (roles per project), the cluster list, one cluster's
+summary and the audit trail. Surfaces render the answers; nothing here changes a cluster."""
+
+from __future__ import annotations
+
+import asyncio
+
+from bot.core.access import Access, Refusal
+from bot.core.answers import AuditListing, ClusterCard, ClusterListing, HelpCard, Reply, notice
+from bot.core.policy import Role
+from bot.core.registry import MissingCredential
+from bot.providers.base import ClusterState, ClusterSummary
+from bot.providers.errors import ProviderError
+
+NO_ACCESS = (
+    "gpuops: you have no access to any project in this channel. Ask a gpuops admin "
+    "for a grant (the policy file maps Slack users and groups to projects)."
+)
+
+
+class Queries:
+    """Answers help, list, show and audit for a person in a channel."""
+
+    def __init__(self, access: Access) -> None:
+        self.access = access
+        self.authorizer = access.authorizer
+
+    async def help(self, user: str, channel: str) -> Reply:
+        roles: dict[str, Role] = {}
+        for project in await self.authorizer.projects_for(user, channel):
+            role = await self.authorizer.role_for(user, project, channel)
+            if role is not None:
+                roles[project] = role
+        if not roles:
+            return notice(NO_ACCESS)
+        return Reply(HelpCard(roles))
+
+    async def list_clusters(self, user: str, channel: str, project: str | None) -> Reply:
+        if project is not None:
+            await self.access.require(user, project, channel, Role.viewer)
+            projects = [project]
+        else:
+            projects = await self.authorizer.projects_for(user, channel)
+            if not projects:
+                raise Refusal(
+                    "you have no projects you can view in this channel.", kind="not_authorized"
+                )
+        results = await asyncio.gather(*(self._list_one(p) for p in projects))
+        return Reply(ClusterListing(dict(zip(projects, results, strict=True))))
+
+    async def _list_one(self, project: str) -> list[ClusterSummary] | str:
+        try:
+            clusters = await self.access.adapter_for(project).list_clusters()
+        except ProviderError as exc:
+            return exc.user_message
+        except MissingCredential as exc:
+            return str(exc)
+        return [c for c in clusters if self.authorizer.cluster_allowed(project, c.cluster_id)]
+
+    async def cluster(self, user: str, channel: str, project: str, cluster_id: str) -> ClusterState:
+        """A cluster the person may view, fetched now."""
+        await self.access.require(user, project, channel, Role.viewer)
+        self.access.require_cluster_allowed(project, cluster_id)
+        return await self.access.fetch(project, cluster_id)
+
+    async def show(self, user: str, channel: str, project: str, cluster_id: str) -> Reply:
+        state = await self.cluster(user, channel, project, cluster_id)
+        return Reply(ClusterCard(state.summary, shown_by=user), public=True)
+
+    async def audit(self, user: str, channel: str, project: str | None, limit: int) -> Reply:
+        store = self.access.store
+        if project is not None:
+            await self.access.require(user, project, channel, Role.admin)
+            entries = await store.list_audit(project=project, limit=limit)
+        else:
+            projects = await self.authorizer.projects_for(user, channel, Role.admin)
+            if not projects:
+                raise Refusal(
+                    "reading the audit trail needs the admin role.", kind="not_authorized"
+                )
+            batches = [await store.list_audit(project=p, limit=limit) for p in projects]
+            newest_first = sorted((e for b in batches for e in b), key=lambda e: e.at, reverse=True)
+            entries = newest_first[:limit]
+        return Reply(AuditListing(entries))

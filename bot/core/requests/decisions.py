@@ -1,0 +1,256 @@
+"""Deciding a pending request: approve (re-checking that the preview still holds), deny,
+cancel, and break glass — an admin approving their own request with a reason."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from bot.core.access import Refusal
+from bot.core.answers import Reply
+from bot.core.notifier import EventKind
+from bot.core.policy import Role
+from bot.core.requests.execution import Execution
+from bot.core.requests.settle import Change, RequestDeps, settle
+from bot.core.requests.sweeper import Sweeper
+from bot.core.requests.view import state_words
+from bot.core.store.db import ChangeRequestRecord, RequestState
+from bot.metrics import APPROVAL_DECISIONS
+from bot.providers.base import ChangePlan
+
+Decision = Literal["approve", "deny", "cancel"]
+_PENDING = frozenset({RequestState.PENDING})
+_APPROVED_ONCE = frozenset(
+    {
+        RequestState.APPROVED,
+        RequestState.EXECUTING,
+        RequestState.SUCCEEDED,
+        RequestState.FAILED,
+        RequestState.UNKNOWN,
+    }
+)
+
+
+@dataclass(frozen=True)
+class NeedsBreakGlass:
+    """The requester (an admin) pressed Approve on their own request: ask for a reason."""
+
+    request_id: str
+
+
+class _AskBreakGlass(Exception):
+    """An admin approving their own request must first give a break-glass reason."""
+
+
+def already_decided_refusal(record: ChangeRequestRecord) -> Refusal:
+    """The refusal for a click on a request that is no longer pending."""
+    words = state_words(str(record.state))
+    who = record.decided_by or ""
+    if record.state in _APPROVED_ONCE and record.needs_approval and who:
+        text = f"{record.id} was already approved by <@{who}> ({words})."
+    elif who and record.state in (RequestState.DENIED, RequestState.CANCELLED):
+        text = f"{record.id} was already {words} by <@{who}>."
+    else:
+        text = f"{record.id} is already {words}."
+    return Refusal(text, kind="already_decided", mentions=(who,) if who else ())
+
+
+def stale_text(old: ChangePlan, fresh: ChangePlan) -> str:
+    changed = [
+        f"{key} was {old.fingerprint.get(key)!s}, now {fresh.fingerprint.get(key)!s}"
+        for key in sorted(set(old.fingerprint) | set(fresh.fingerprint))
+        if old.fingerprint.get(key) != fresh.fingerprint.get(key)
+    ]
+    detail = "; ".join(changed) or "the change it would make differs"
+    return f"stale: the cluster changed since the preview ({detail}). Request it again."
+
+
+class Decisions:
+    """Approve, deny and cancel, each deciding a request at most once across replicas."""
+
+    def __init__(self, deps: RequestDeps, execution: Execution, sweeper: Sweeper) -> None:
+        self.deps = deps
+        self.execution = execution
+        self.sweeper = sweeper
+
+    async def decide(
+        self,
+        *,
+        user: str,
+        channel: str,
+        request_id: str,
+        decision: Decision,
+        break_glass_reason: str | None = None,
+    ) -> Reply | NeedsBreakGlass | None:
+        """Act on a decision button; a reply for the decider, or None when all is shown."""
+        deps = self.deps
+        record = await deps.store.get_request(request_id)
+        if record is None:
+            unknown = Refusal(f"there is no change request {request_id}.", kind="unknown_request")
+            return await deps.access.refuse(user, channel, unknown)
+        if (
+            record.state is RequestState.PENDING
+            and record.expires_at
+            and record.expires_at <= deps.clock()
+        ):
+            # Past its deadline but not yet swept: it expires now, not gets decided.
+            await self.sweeper.expire_due()
+            record = await deps.store.get_request(record.id) or record
+        if record.state is not RequestState.PENDING:
+            refusal = already_decided_refusal(record)
+            return await deps.access.refuse(
+                user, channel, refusal, project=record.project, request_id=record.id
+            )
+        try:
+            if decision == "cancel":
+                await self._may_cancel(user, channel, record)
+                return await self._close(record, user, RequestState.CANCELLED)
+            break_glass = await self._may_decide(
+                user, channel, record, decision, break_glass_reason
+            )
+        except Refusal as refusal:
+            APPROVAL_DECISIONS.labels("refused").inc()
+            return await deps.access.refuse(
+                user,
+                channel,
+                refusal,
+                project=record.project,
+                cluster_id=record.cluster_id,
+                request_id=record.id,
+            )
+        except _AskBreakGlass:
+            return NeedsBreakGlass(record.id)
+        if decision == "deny":
+            return await self._close(record, user, RequestState.DENIED)
+        return await self._approve(record, user, break_glass, break_glass_reason)
+
+    async def _may_cancel(self, user: str, channel: str, record: ChangeRequestRecord) -> None:
+        if user == record.requester:
+            return
+        check = await self.deps.access.authorizer.check(user, record.project, channel, Role.admin)
+        if not check.allowed:
+            raise Refusal(
+                f"only the requester (<@{record.requester}>) or an admin of {record.project} "
+                f"can cancel {record.id}.",
+                kind="not_authorized",
+                mentions=(record.requester,),
+            )
+
+    async def _may_decide(
+        self,
+        user: str,
+        channel: str,
+        record: ChangeRequestRecord,
+        decision: Decision,
+        break_glass_reason: str | None,
+    ) -> bool:
+        """Check the decider; True when this is a break-glass self-approval."""
+        role = await self.deps.access.require(
+            user, record.project, channel, Role.approver, doing=f"{decision} requests"
+        )
+        if user != record.requester:
+            return False
+        if decision == "approve" and self.deps.policy.approvals.break_glass and role >= Role.admin:
+            if break_glass_reason and break_glass_reason.strip():
+                return True
+            raise _AskBreakGlass()
+        raise Refusal(
+            f"you requested {record.id}; another approver of {record.project} must {decision} it.",
+            kind="self_approval",
+        )
+
+    async def _settle_decision(self, record: ChangeRequestRecord, change: Change) -> Reply | None:
+        """Settle a decision; the already-decided refusal when someone was faster."""
+        if await settle(self.deps, record, change) is not None:
+            return None
+        current = await self.deps.store.get_request(record.id) or record
+        return already_decided_refusal(current).reply()
+
+    async def _close(
+        self, record: ChangeRequestRecord, user: str, to: RequestState
+    ) -> Reply | None:
+        event: EventKind = "denied" if to is RequestState.DENIED else "cancelled"
+        closed = Change(
+            event,
+            user,
+            _PENDING,
+            to,
+            event,
+            outcome=event,
+            fields={"decided_by": user, "decision_note": None},
+            decision=event,
+            mirror=f"Change {event}",
+        )
+        return await self._settle_decision(record, closed)
+
+    async def _approve(
+        self, record: ChangeRequestRecord, user: str, break_glass: bool, reason: str | None
+    ) -> Reply | None:
+        refused = await self._recheck(record, user)
+        if refused is not None:
+            return refused
+        note = f"Break glass: {user} approved their own request. Reason: {reason}"
+        approved = Change(
+            "break_glass" if break_glass else "approved",
+            user,
+            _PENDING,
+            RequestState.APPROVED,
+            "approved",
+            outcome="approved",
+            text=note if break_glass else None,
+            fields={"decided_by": user, "decision_note": reason, "break_glass": break_glass},
+            detail={"break_glass": break_glass, "reason": reason or ""},
+            decision="approved",
+            mirror=note if break_glass else None,
+        )
+        if await settle(self.deps, record, approved) is None:
+            current = await self.deps.store.get_request(record.id) or record
+            APPROVAL_DECISIONS.labels("refused").inc()
+            return already_decided_refusal(current).reply()
+        await self.execution.execute(record.id, actor=user)
+        return None
+
+    async def _recheck(self, record: ChangeRequestRecord, user: str) -> Reply | None:
+        """Before approving: the requester may still request it and the preview still
+        holds; otherwise the request fails and the decider is told why."""
+        access = self.deps.access
+        try:
+            await access.require(record.requester, record.project, record.channel, Role.operator)
+        except Refusal as refusal:
+            why = f"the requester no longer may request this change: {refusal.message}"
+            return await self._fail_pending(record, user, why, "requester_revoked")
+        try:
+            state = await access.fetch(record.project, record.cluster_id)
+        except Refusal as refusal:  # the provider did not answer: not a stale preview
+            why = (
+                f"the cluster could not be re-checked before running the change — "
+                f"{refusal.message}. Nothing was changed; request it again."
+            )
+            return await self._fail_pending(record, user, why, refusal.kind)
+        try:
+            fresh = access.make_plan(record.project, state, record.action, record.plan["inputs"])
+        except Refusal as refusal:
+            why = f"stale: the change no longer applies — {refusal.message}"
+            return await self._fail_pending(record, user, why, "stale")
+        old = ChangePlan.model_validate(record.plan["plan"])
+        if fresh.fingerprint != old.fingerprint or fresh.body != old.body:
+            return await self._fail_pending(record, user, stale_text(old, fresh), "stale")
+        return None
+
+    async def _fail_pending(
+        self, record: ChangeRequestRecord, user: str, why: str, kind: str
+    ) -> Reply:
+        failed = Change(
+            "refused",
+            user,
+            _PENDING,
+            RequestState.FAILED,
+            "refused",
+            outcome=kind,
+            text=why,
+            fields={"decided_by": user, "decision_note": kind, "result_message": why},
+            detail={"reason": why},
+            decision="refused",
+        )
+        already = await self._settle_decision(record, failed)
+        return already or Refusal(f"{record.id} was not approved: {why}").reply()

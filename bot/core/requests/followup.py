@@ -1,0 +1,75 @@
+"""After a change: poll the cluster until it is steady, updating its summary as its status
+changes (one replica polls a request, under a lease)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from bot.core.requests.settle import RequestDeps
+from bot.core.store.db import ChangeRequestRecord
+from bot.providers.base import ClusterSummary
+from bot.providers.errors import ProviderError
+
+_FAILURES_BEFORE_GIVING_UP = 5
+
+
+class FollowUp:
+    """Follows a changed cluster until it is steady or the follow-up time is up."""
+
+    def __init__(self, deps: RequestDeps) -> None:
+        self.deps = deps
+
+    async def follow_up(self, request_id: str) -> None:
+        lease = f"poll:{request_id}"
+        ttl = max(self.deps.poll_seconds * 3, 10.0)
+        if not await self.deps.store.acquire_lease(lease, self.deps.instance_id, ttl):
+            return
+        try:
+            await self._poll_until_steady(request_id, lease, ttl)
+        finally:
+            await self.deps.store.release_lease(lease, self.deps.instance_id)
+
+    async def _poll_until_steady(self, request_id: str, lease: str, ttl: float) -> None:
+        deps = self.deps
+        record = await deps.store.get_request(request_id)
+        if record is None:
+            return
+        adapter = deps.access.adapter_for(record.project)
+        deadline = deps.clock() + timedelta(minutes=deps.followup_minutes)
+        last_status: str | None = None
+        failures = 0
+        while deps.clock() < deadline:
+            await asyncio.sleep(deps.poll_seconds)
+            await deps.store.acquire_lease(lease, deps.instance_id, ttl)
+            try:
+                summary = (await adapter.get_cluster(record.cluster_id)).summary
+            except ProviderError as exc:
+                failures += 1
+                if failures >= _FAILURES_BEFORE_GIVING_UP:
+                    await deps.notifier.follow_up_note(
+                        record,
+                        f"Stopped following {record.cluster_id}: {exc.user_message}",
+                        "warning",
+                    )
+                    return
+                continue
+            failures = 0
+            if summary.status != last_status:
+                last_status = summary.status
+                await self._show_status(record, summary)
+            if summary.steady:
+                await deps.notifier.follow_up_note(
+                    record, f"{summary.name} is {summary.status}.", "good"
+                )
+                return
+        await deps.notifier.follow_up_note(
+            record,
+            f"{record.cluster_id} is still {last_status} after {deps.followup_minutes:g} "
+            "minutes; stopped following.",
+            "warning",
+        )
+
+    async def _show_status(self, record: ChangeRequestRecord, summary: ClusterSummary) -> None:
+        fresh = await self.deps.store.get_request(record.id) or record
+        await self.deps.notifier.status(fresh, summary, self.deps.clock())

@@ -1,0 +1,124 @@
+"""Opening a change request: check and plan it, store it, show it with its preview, ask for
+approval when policy says so, or run it at once; withdraw it if it cannot be shown."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from bot.core.access import Refusal
+from bot.core.answers import Reply, error, notice
+from bot.core.notifier import NotDelivered
+from bot.core.policy import Role
+from bot.core.requests.execution import Execution
+from bot.core.requests.settle import Change, RequestDeps, mirror, settle
+from bot.core.requests.view import state_words
+from bot.core.store.db import ChangeRequestRecord, RequestState
+from bot.metrics import APPROVALS_PENDING, CHANGE_REQUESTS
+from bot.providers.base import ChangePlan
+
+
+class Lifecycle:
+    """Turns a checked change into a request that waits for approval or runs."""
+
+    def __init__(self, deps: RequestDeps, execution: Execution) -> None:
+        self.deps = deps
+        self.execution = execution
+
+    async def request_change(
+        self,
+        *,
+        user: str,
+        channel: str,
+        project: str,
+        cluster_id: str,
+        action: str,
+        inputs: Mapping[str, Any],
+        reason: str | None,
+        command: str = "",
+    ) -> Reply:
+        access = self.deps.access
+        try:
+            await access.require(user, project, channel, Role.operator)
+            access.require_cluster_allowed(project, cluster_id)
+            state = await access.fetch(project, cluster_id)
+            plan = access.make_plan(project, state, action, inputs)
+        except Refusal as refusal:
+            CHANGE_REQUESTS.labels(access.provider_of(project), "refused").inc()
+            return await access.refuse(
+                user, channel, refusal, project=project, cluster_id=cluster_id, command=command
+            )
+        return await self._open(user, channel, plan, reason)
+
+    async def _open(self, user: str, channel: str, plan: ChangePlan, reason: str | None) -> Reply:
+        deps = self.deps
+        needs_approval = deps.policy.requires_approval(plan.project, plan.kinds)
+        expire_minutes = deps.policy.approvals.expire_after_minutes
+        record = await deps.store.create_request(
+            provider=plan.provider,
+            project=plan.project,
+            cluster_id=plan.cluster_id,
+            cluster_name=plan.cluster_name,
+            action=plan.action,
+            plan={"plan": plan.model_dump(mode="json"), "inputs": dict(plan.body)},
+            kinds=plan.kinds,
+            needs_approval=needs_approval,
+            requester=user,
+            channel=channel,
+            reason=reason,
+            expires_at=deps.clock() + timedelta(minutes=expire_minutes) if needs_approval else None,
+            state=RequestState.PENDING if needs_approval else RequestState.APPROVED,
+        )
+        await deps.access.audit(
+            user,
+            "requested",
+            project=plan.project,
+            cluster_id=plan.cluster_id,
+            request_id=record.id,
+            outcome=str(record.state),
+            preview=plan.preview_text(),
+            kinds=plan.kinds,
+            reason=reason or "",
+            channel=channel,
+        )
+        try:
+            root_ts = await deps.notifier.request_opened(record)
+            record = await deps.store.update_fields(record.id, root_ts=root_ts) or record
+            if needs_approval:
+                # Without the prompt nobody can approve it: withdraw it rather than let it
+                # wait for an approval that cannot come.
+                prompt_ts = await deps.notifier.approval_requested(record, expire_minutes)
+                record = await deps.store.update_fields(record.id, prompt_ts=prompt_ts) or record
+        except NotDelivered as exc:
+            shown = "the approval prompt" if record.root_ts else "in the channel"
+            await self._withdraw(record, f"could not post {shown} ({exc.reason})")
+            return error(f"{exc.user_message} Nothing was changed (request {record.id} withdrawn).")
+        if needs_approval:
+            APPROVALS_PENDING.inc()
+            await mirror(deps, record, "Change requested")
+            return notice(
+                f"Request {record.id} is waiting for approval in the thread: {plan.preview_text()}"
+            )
+        await mirror(deps, record, "Change requested (no approval needed)")
+        await self.execution.execute(record.id, actor=user)
+        # Say how it went here too: the thread may be out of the bot's reach by now.
+        final = await deps.store.get_request(record.id) or record
+        outcome = state_words(str(final.state))
+        if final.result_message:
+            outcome += f": {final.result_message}"
+        return notice(f"Request {record.id} ran — see the thread for the result ({outcome}).")
+
+    async def _withdraw(self, record: ChangeRequestRecord, why: str) -> None:
+        withdrawn = Change(
+            "withdrawn",
+            "gpuops",
+            frozenset({RequestState.PENDING, RequestState.APPROVED}),
+            RequestState.CANCELLED,
+            "withdrawn",
+            outcome="cancelled",
+            text=why,
+            fields={"decided_by": "gpuops", "decision_note": why, "result_message": why},
+            detail={"reason": why},
+        )
+        await settle(self.deps, record, withdrawn)

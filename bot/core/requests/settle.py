@@ -1,0 +1,98 @@
+"""The one procedure by which a change request changes state: compare-and-set in the store,
+count it, audit it, tell the notifier, and mirror it to the project's notify channel."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from bot.core.access import Access
+from bot.core.notifier import EventKind, Notifier, RequestEvent
+from bot.core.policy import Policy
+from bot.core.requests.tasks import BackgroundTasks, InFlight
+from bot.core.store.db import TERMINAL_STATES, ChangeRequestRecord, RequestState, Store
+from bot.metrics import APPROVAL_DECISIONS, APPROVALS_PENDING, CHANGE_REQUESTS
+
+
+@dataclass
+class RequestDeps:
+    """What every part of the change workflow shares. ``clock`` may be replaced (tests)."""
+
+    policy: Policy
+    store: Store
+    access: Access
+    notifier: Notifier
+    instance_id: str
+    poll_seconds: float
+    followup_minutes: float = 30.0
+    exec_lease_seconds: float = 30.0
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    tasks: BackgroundTasks = field(default_factory=BackgroundTasks)
+    in_flight: InFlight = field(default_factory=InFlight)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One state change: where it may come from, where it goes, and what it records.
+
+    ``decision`` is the approval-decision label when the request leaves ``pending`` by it;
+    a change into a final state is counted in ``gpuops_change_requests_total``."""
+
+    kind: EventKind
+    actor: str
+    from_states: frozenset[RequestState]
+    to: RequestState
+    audit_event: str
+    outcome: str | None = None
+    text: str | None = None
+    fields: Mapping[str, Any] = field(default_factory=dict)
+    detail: Mapping[str, Any] = field(default_factory=dict)
+    decision: str | None = None
+    mirror: str | None = None
+
+
+async def settle(
+    deps: RequestDeps, record: ChangeRequestRecord, change: Change
+) -> ChangeRequestRecord | None:
+    """Apply ``change`` if the request is still in one of its ``from_states``; the request
+    as changed, or None when it had moved meanwhile (then nothing is counted or told)."""
+    done = await deps.store.transition(
+        record.id, from_states=change.from_states, to=change.to, **change.fields
+    )
+    if done is None:
+        return None
+    if change.decision is not None:
+        APPROVALS_PENDING.dec()
+        APPROVAL_DECISIONS.labels(change.decision).inc()
+    if change.to in TERMINAL_STATES:
+        CHANGE_REQUESTS.labels(record.provider, str(change.to)).inc()
+    await deps.access.audit(
+        change.actor,
+        change.audit_event,
+        project=record.project,
+        cluster_id=record.cluster_id,
+        request_id=record.id,
+        outcome=change.outcome,
+        **change.detail,
+    )
+    event = RequestEvent(
+        change.kind, change.actor, change.text, left_pending=change.decision is not None
+    )
+    await deps.notifier.request_changed(done, event)
+    if change.mirror is not None:
+        await mirror(deps, done, change.mirror)
+    return done
+
+
+async def mirror(deps: RequestDeps, record: ChangeRequestRecord, headline: str) -> None:
+    """Repeat the request in its project's notify channel (if it has one elsewhere)."""
+    project = deps.policy.projects.get(record.project)
+    channel = getattr(project, "notify_channel", None)
+    if not channel or channel == record.channel:
+        return
+    if not await deps.notifier.mirror(record, headline, channel):
+        await deps.access.audit(
+            "gpuops", "mirror_failed", project=record.project, request_id=record.id, channel=channel
+        )

@@ -1,0 +1,134 @@
+"""Housekeeping every replica runs: expire requests nobody decided in time, end requests
+whose executor is gone (never re-run), keep the pending gauge true, prune delivery keys."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+
+from bot.core.requests.settle import Change, RequestDeps, settle
+from bot.core.store.db import ChangeRequestRecord, RequestState
+from bot.metrics import APPROVALS_PENDING
+
+log = logging.getLogger(__name__)
+
+DELIVERY_MEMORY = timedelta(days=1)  # Slack redelivers within minutes; a day is plenty
+_RESTARTED_WHILE_SENDING = (
+    "gpuops restarted while this change was being sent; its outcome is unknown. Check the "
+    "cluster before requesting it again — it will not be re-run."
+)
+_RESTARTED_BEFORE_SENDING = (
+    "gpuops restarted after this change was approved and before sending it; nothing was "
+    "sent. Request it again if it is still needed."
+)
+
+
+class Sweeper:
+    """Expiry, recovery of interrupted and orphaned requests, and the periodic sweep."""
+
+    def __init__(self, deps: RequestDeps) -> None:
+        self.deps = deps
+
+    async def expire_due(self) -> int:
+        deps = self.deps
+        minutes = deps.policy.approvals.expire_after_minutes
+        due = await deps.store.list_requests(
+            states={RequestState.PENDING}, expires_before=deps.clock()
+        )
+        expired = 0
+        for record in due:
+            text = (
+                f"Expired: nobody approved {record.id} within {minutes} minutes. "
+                "Nothing was changed."
+            )
+            change = Change(
+                "expired",
+                "gpuops",
+                frozenset({RequestState.PENDING}),
+                RequestState.EXPIRED,
+                "expired",
+                outcome="expired",
+                text=text,
+                decision="expired",
+                mirror="Change request expired",
+            )
+            if await settle(deps, record, change) is not None:
+                expired += 1
+        return expired
+
+    async def recover_interrupted(self) -> int:
+        """Mark ``executing`` requests whose executor is gone as ``unknown`` (never re-run),
+        and fail ``approved`` ones whose bot died before sending them."""
+        recovered = await self._fail_orphaned_approvals()
+        for record in await self.deps.store.list_requests(states={RequestState.EXECUTING}):
+            if record.id not in self.deps.in_flight and await self._end_interrupted(
+                record, RequestState.EXECUTING, RequestState.UNKNOWN, _RESTARTED_WHILE_SENDING
+            ):
+                recovered += 1
+        return recovered
+
+    async def _fail_orphaned_approvals(self) -> int:
+        """An ``approved`` request that no replica went on to send (its bot died between
+        the approval and the provider call) was never sent: fail it and free its cluster,
+        which it may hold. Only when older than a lease period and its lease is free."""
+        deps = self.deps
+        before = deps.clock() - timedelta(seconds=deps.exec_lease_seconds)
+        closed = 0
+        for record in await deps.store.list_requests(states={RequestState.APPROVED}):
+            if record.id in deps.in_flight or record.updated_at > before:
+                continue
+            if await self._end_interrupted(
+                record, RequestState.APPROVED, RequestState.FAILED, _RESTARTED_BEFORE_SENDING
+            ):
+                closed += 1
+        return closed
+
+    async def _end_interrupted(
+        self, record: ChangeRequestRecord, state: RequestState, to: RequestState, why: str
+    ) -> bool:
+        """End a request whose executor is gone (its lease is free), free its cluster and
+        say so in its thread. False when a live replica holds it or it moved meanwhile."""
+        deps = self.deps
+        lease = f"exec:{record.id}"
+        if not await deps.store.acquire_lease(lease, deps.instance_id, deps.exec_lease_seconds):
+            return False  # a live replica is sending it, or about to
+        change = Change(
+            "interrupted",
+            "gpuops",
+            frozenset({state}),
+            to,
+            "result",
+            outcome=str(to),
+            text=why,
+            fields={"result_message": why},
+            detail={"reason": why},
+        )
+        try:
+            done = await settle(deps, record, change)
+        finally:
+            await deps.store.release_lease(lease, deps.instance_id)
+        if done is None:
+            return False
+        await deps.store.unlock_cluster(
+            record.provider, record.project, record.cluster_id, record.id
+        )
+        return True
+
+    async def refresh_pending_gauge(self) -> None:
+        pending = await self.deps.store.list_requests(states={RequestState.PENDING}, limit=10_000)
+        APPROVALS_PENDING.set(len(pending))
+
+    async def sweep_once(self) -> None:
+        await self.expire_due()
+        await self.recover_interrupted()
+        await self.refresh_pending_gauge()
+        await self.deps.store.prune_deliveries(self.deps.clock() - DELIVERY_MEMORY)
+
+    async def sweep_forever(self, every: float) -> None:
+        while True:
+            try:
+                await self.sweep_once()
+            except Exception:
+                log.exception("sweeper round failed")
+            await asyncio.sleep(every)

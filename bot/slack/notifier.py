@@ -1,0 +1,137 @@
+"""SlackNotifier: the core's Notifier told in Slack — a request is a root message in its
+channel, its approval prompt and notes are replies in the thread, and changes edit them."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from datetime import datetime
+
+from bot.core.notifier import EventKind, NotDelivered, RequestEvent, Tone
+from bot.core.requests.view import view_of
+from bot.core.store.db import ChangeRequestRecord, RequestState
+from bot.providers.base import ClusterSummary
+from bot.slack import blocks
+from bot.slack.blocks import SlackMessage
+from bot.slack.messenger import Messenger, SlackDeliveryError
+
+log = logging.getLogger(__name__)
+
+_DECISION_WORDS: dict[EventKind, tuple[str, str]] = {
+    "approved": (":white_check_mark:", "Approved"),
+    "denied": (":no_entry_sign:", "Denied"),
+    "cancelled": (":heavy_multiplication_x:", "Cancelled"),
+}
+_NOTE_ICONS: dict[EventKind, str] = {
+    "break_glass": ":rotating_light:",
+    "refused": ":x:",
+    "expired": ":alarm_clock:",
+    "interrupted": ":warning:",
+}
+_RESULT_ICONS = {
+    RequestState.SUCCEEDED: ":large_green_circle:",
+    RequestState.FAILED: ":red_circle:",
+}
+_TONE_ICONS: dict[Tone, str] = {"good": ":large_green_circle:", "warning": ":warning:"}
+
+
+class SlackNotifier:
+    """Implements bot.core.notifier.Notifier with Block Kit messages through a Messenger."""
+
+    def __init__(self, messenger: Messenger) -> None:
+        self.messenger = messenger
+
+    async def request_opened(self, record: ChangeRequestRecord) -> str:
+        return await self._post_or_raise(record.channel, blocks.request_root(view_of(record)))
+
+    async def approval_requested(self, record: ChangeRequestRecord, expire_minutes: int) -> str:
+        prompt = blocks.approval_prompt(view_of(record), expire_minutes=expire_minutes)
+        return await self._post_or_raise(record.channel, prompt, thread_ts=record.root_ts)
+
+    async def request_changed(self, record: ChangeRequestRecord, event: RequestEvent) -> None:
+        if event.left_pending and record.prompt_ts:
+            # Replace the prompt's buttons with the outcome so nobody clicks a decided request.
+            await self._edit(
+                record.channel, record.prompt_ts, blocks.approval_closed(view_of(record))
+            )
+        if record.root_ts:
+            await self._edit(record.channel, record.root_ts, blocks.request_root(view_of(record)))
+        note = self._thread_note(record, event)
+        if note is not None:
+            await self._post_or_log(record.channel, note, thread_ts=record.root_ts)
+
+    @staticmethod
+    def _thread_note(record: ChangeRequestRecord, event: RequestEvent) -> SlackMessage | None:
+        if event.kind in _DECISION_WORDS:
+            icon, what = _DECISION_WORDS[event.kind]
+            return blocks.decision_note(icon, what, event.actor)
+        if event.text is None:
+            return None
+        if event.kind == "finished":
+            icon = _RESULT_ICONS.get(record.state, ":warning:")
+        elif event.kind in _NOTE_ICONS:
+            icon = _NOTE_ICONS[event.kind]
+        else:
+            return None  # withdrawn or executing: the edited root says it
+        return blocks.thread_note(event.text, icon=icon)
+
+    async def follow_up_note(self, record: ChangeRequestRecord, text: str, tone: Tone) -> None:
+        note = blocks.thread_note(text, icon=_TONE_ICONS[tone])
+        await self._post_or_log(record.channel, note, thread_ts=record.root_ts)
+
+    async def result(self, record: ChangeRequestRecord, summary: ClusterSummary) -> str | None:
+        message = self._summary(record, summary)
+        return await self._post_or_log(record.channel, message, thread_ts=record.root_ts)
+
+    async def status(
+        self, record: ChangeRequestRecord, summary: ClusterSummary, as_of: datetime
+    ) -> None:
+        message = self._summary(record, summary, f"status as of {as_of:%H:%M:%S} UTC")
+        if record.summary_ts:
+            try:
+                await self.messenger.update(record.channel, record.summary_ts, message)
+                return
+            except SlackDeliveryError:
+                pass  # the summary is gone or not editable: post the status as a new reply
+        await self._post_or_log(record.channel, message, thread_ts=record.root_ts)
+
+    async def mirror(self, record: ChangeRequestRecord, headline: str, channel: str) -> bool:
+        root = blocks.request_root(view_of(record))
+        message = SlackMessage(
+            text=f"{blocks.escape(headline)} — {root.text}",
+            blocks=[blocks.context(blocks.escape(headline)), *root.blocks],
+        )
+        return await self._post_or_log(channel, message) is not None
+
+    @staticmethod
+    def _summary(
+        record: ChangeRequestRecord, summary: ClusterSummary, note: str | None = None
+    ) -> SlackMessage:
+        return blocks.cluster_summary(
+            summary,
+            requested_by=record.requester,
+            approved_by=record.decided_by if record.needs_approval else None,
+            request_id=record.id,
+            note=note,
+        )
+
+    async def _post_or_raise(
+        self, channel: str, message: SlackMessage, *, thread_ts: str | None = None
+    ) -> str:
+        try:
+            return await self.messenger.post(channel, message, thread_ts=thread_ts)
+        except SlackDeliveryError as exc:
+            raise NotDelivered(exc.code, exc.user_message) from exc
+
+    async def _post_or_log(
+        self, channel: str, message: SlackMessage, *, thread_ts: str | None = None
+    ) -> str | None:
+        try:
+            return await self.messenger.post(channel, message, thread_ts=thread_ts)
+        except SlackDeliveryError as exc:
+            log.warning("could not post in %s: %s", channel, exc.code)
+            return None
+
+    async def _edit(self, channel: str, ts: str, message: SlackMessage) -> None:
+        with contextlib.suppress(SlackDeliveryError):
+            await self.messenger.update(channel, ts, message)
