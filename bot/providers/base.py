@@ -12,8 +12,22 @@ from pydantic import BaseModel, ConfigDict, Field
 ProviderName = Literal["together", "e2e"]
 
 
+Detail = str | int | None
+
+
+class Fact(BaseModel):
+    """One labelled line of a cluster summary, as plain text (the renderer escapes it)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    label: str
+    value: str
+
+
 class ClusterSummary(BaseModel):
-    """What a person needs to see about a cluster, whichever provider it is at."""
+    """What a person needs to see about a cluster, whichever provider it is at: the neutral
+    identity and state, and the provider's own lines as ordered ``facts`` that a renderer
+    shows as they come, without knowing the provider."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -26,22 +40,16 @@ class ClusterSummary(BaseModel):
     gpu_type: str | None = None
     region: str | None = None
     billing: str | None = None
-    # Together
-    cluster_type: str | None = None
-    num_gpus: int | None = None
-    num_reserved_gpus: int | None = None
-    desired_preemptible_gpus: int | None = None
-    allocated_preemptible_gpus: int | None = None
-    num_capacity_pool_gpus: int | None = None
-    capacity_pool_id: str | None = None
-    reservation_end_time: str | None = None
-    # E2E
-    nodes: int | None = None
-    gpus: int | None = None
-    cpus: int | None = None
-    memory: str | None = None
-    image: str | None = None
-    sku: str | None = None
+    size: str | None = None  # one line's worth of size: "24 GPUs", "2 nodes"
+    facts: tuple[Fact, ...] = ()  # shown after status and provider/project, in this order
+    # The provider's values behind the facts, by API field name (what its rules and callers
+    # read; never shown as such).
+    details: dict[str, Detail] = Field(default_factory=dict)
+
+
+def count_text(value: int | None) -> str:
+    """A count for a fact line: the number, or a dash when the provider did not say."""
+    return "—" if value is None else str(value)
 
 
 FieldKind = Literal["int", "int_list", "choice", "datetime"]

@@ -81,11 +81,22 @@ async def test_adapter_state_and_summary(sim: E2ESimulator) -> None:
     summary = state.summary
     assert summary.provider == "e2e" and summary.project == "e2e-delhi"
     assert (summary.cluster_id, summary.name) == ("101", "train-h100-a")
-    assert (summary.nodes, summary.gpus, summary.cpus, summary.memory) == (2, 16, 416, "4000 GB")
-    assert summary.image == "Ubuntu Slurm v2-slurm25.11-ubuntu24.04 (id 2)"
-    assert (summary.sku, summary.gpu_type) == ("GDC.8xH10080-208.2000GB_SXM_v1", "H100")
+    details = summary.details
+    assert (details["nodes"], details["gpus"], details["cpus"]) == (2, 16, 416)
+    assert details["memory"] == "4000 GB"
+    assert details["image"] == "Ubuntu Slurm v2-slurm25.11-ubuntu24.04 (id 2)"
+    assert (details["sku"], summary.gpu_type) == ("GDC.8xH10080-208.2000GB_SXM_v1", "H100")
     assert (summary.region, summary.billing) == ("Delhi", "hourly · 1995.2 INR/h")
     assert summary.steady is True
+    assert summary.size == "2 nodes"
+    assert [(f.label, f.value) for f in summary.facts] == [
+        ("Nodes / GPUs", "2 nodes · 16 x H100"),
+        ("CPUs / memory", "416 CPUs · 4000 GB"),
+        ("Image", "Ubuntu Slurm v2-slurm25.11-ubuntu24.04 (id 2)"),
+        ("SKU", "GDC.8xH10080-208.2000GB_SXM_v1"),
+        ("Region", "Delhi"),
+        ("Billing", "hourly · 1995.2 INR/h"),
+    ]
 
 
 async def test_unknown_cluster_is_not_found(sim: E2ESimulator) -> None:
@@ -204,11 +215,12 @@ async def test_scaled_cluster_settles_back_to_running() -> None:
         outcome = await adapter.apply(adapter.plan(state, "scale_cluster", {"additional_nodes": 2}))
         assert outcome.summary is not None
         assert (outcome.summary.status, outcome.summary.steady) == ("Scaling", False)
-        assert outcome.summary.nodes == 4
+        assert outcome.summary.details["nodes"] == 4
         await asyncio.sleep(0.25)
         later = await adapter.get_cluster("101")
         await adapter.aclose()
-    assert (later.summary.status, later.summary.steady, later.summary.nodes) == ("Running", True, 4)
+    assert (later.summary.status, later.summary.steady) == ("Running", True)
+    assert later.summary.details["nodes"] == 4
 
 
 def _page(ids: list[int], total_pages: int | None) -> dict[str, Any]:

@@ -162,7 +162,9 @@ def test_doc_example_list_and_detail_parse_with_the_models() -> None:
 
     from_list = to_summary(item, "p", location="Delhi")
     from_detail = to_summary(detail, "p", location="Delhi")
-    for name in ("nodes", "gpus", "cpus", "memory", "sku", "gpu_type", "billing", "image"):
+    assert from_list.details == from_detail.details
+    assert set(from_detail.details) == {"nodes", "gpus", "cpus", "memory", "sku", "image"}
+    for name in ("gpu_type", "billing", "region", "size", "facts"):
         assert getattr(from_list, name) == getattr(from_detail, name), name
     assert from_detail.billing == "hourly · 1995.2 INR/h"
     assert (from_list.status, from_list.steady) == ("Creating", False)

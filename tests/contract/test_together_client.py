@@ -422,7 +422,7 @@ async def test_adapter_get_plan_apply(sim: TogetherSimulator, client: TogetherCl
     assert plan.body == {"num_gpus": 48, "num_capacity_pool_gpus": 24}
     outcome = await adapter.apply(plan)
     assert outcome.message == "Together accepted the update"
-    assert outcome.summary is not None and outcome.summary.num_gpus == 48
+    assert outcome.summary is not None and outcome.summary.details["num_gpus"] == 48
     assert not outcome.summary.steady
     assert sim.clusters["tc-b200-pool"]["num_capacity_pool_gpus"] == 24
     assert [r.body for r in sim.calls("update")] == [plan.body]
@@ -446,9 +446,9 @@ async def test_adapter_lists_summaries(client: TogetherClient) -> None:
     summaries = {s.cluster_id: s for s in await adapter.list_clusters()}
     assert summaries["tc-booting"].steady is False
     assert summaries["tc-h100-sched"].billing == "SCHEDULED_CAPACITY"
-    assert summaries["tc-b200-pool"].capacity_pool_id == "pool-b200-1"
-    assert summaries["tc-h200-ondemand"].capacity_pool_id is None
-    assert summaries["tc-h200-ondemand"].cluster_type == ClusterType.SLURM
+    assert summaries["tc-b200-pool"].details["capacity_pool_id"] == "pool-b200-1"
+    assert summaries["tc-h200-ondemand"].details["capacity_pool_id"] is None
+    assert summaries["tc-h200-ondemand"].details["cluster_type"] == ClusterType.SLURM
     await adapter.aclose()
 
 

@@ -54,7 +54,7 @@ def _state(status: str = "Running", cluster_id: str = "101", **current: Any) -> 
         name="train-h100-a",
         status=status,
         steady=is_steady(status),
-        nodes=values["no_of_nodes"],
+        details={"nodes": values["no_of_nodes"]},
     )
     return ClusterState(summary=summary, current=values)
 
@@ -323,7 +323,8 @@ def test_models_tolerate_unknown_statuses_fields_and_odd_values() -> None:
     assert detail.model_extra == {"brand_new_field": {"x": 1}}
     summary = to_summary(detail, "p")
     assert (summary.status, summary.steady) == ("Hibernating", False)
-    assert (summary.sku, summary.billing, summary.region) == (None, None, None)
+    assert (summary.details["sku"], summary.billing, summary.region) == (None, None, None)
+    assert summary.size == "3 nodes"
 
     item = E2EClusterListItem.model_validate({"id": 3, "no_of_gpu": "eight", "status": None})
     assert (item.no_of_gpu, item.status) == (None, "Unknown")
@@ -354,10 +355,20 @@ def test_list_item_summary_multiplies_per_node_counts() -> None:
         }
     )
     summary = to_summary(item, "proj")
-    assert (summary.nodes, summary.gpus, summary.cpus, summary.memory) == (3, 24, 624, "6000 GB")
+    details = summary.details
+    assert (details["nodes"], details["gpus"], details["cpus"]) == (3, 24, 624)
+    assert details["memory"] == "6000 GB"
     assert summary.billing == "committed 30 days · 5000 INR"
     assert summary.region == "Chennai"
-    assert summary.image == "NeMo v4 (id 4)"
+    assert details["image"] == "NeMo v4 (id 4)"
+    assert [(f.label, f.value) for f in summary.facts] == [
+        ("Nodes / GPUs", "3 nodes · 24 x H100"),
+        ("CPUs / memory", "624 CPUs · 6000 GB"),
+        ("Image", "NeMo v4 (id 4)"),
+        ("SKU", "S"),
+        ("Region", "Chennai"),
+        ("Billing", "committed 30 days · 5000 INR"),
+    ]
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 
-from bot.core.requests.view import RequestView
-from bot.providers.base import ClusterSummary, FieldSpec
+from bot.providers.base import ClusterSummary, Fact, FieldSpec
 from bot.slack import blocks as render
 
 HOSTILE = "<!channel> <@U0EVIL> <https://evil.example|click me> & <!here>"
@@ -31,12 +30,11 @@ def _together(**kw: object) -> ClusterSummary:
         gpu_type="H100_SXM",
         region="us-central-8",
         billing="RESERVED",
-        cluster_type="KUBERNETES",
-        num_gpus=16,
-        num_reserved_gpus=16,
-        desired_preemptible_gpus=0,
-        allocated_preemptible_gpus=0,
-        num_capacity_pool_gpus=0,
+        size="16 GPUs",
+        facts=(
+            Fact(label="GPUs", value="16 total · 16 reserved"),
+            Fact(label="Region", value="us-central-8"),
+        ),
     )
     base.update(kw)
     return ClusterSummary.model_validate(base)
@@ -50,7 +48,12 @@ def test_escape_neutralises_slack_control_sequences() -> None:
 
 def test_summary_escapes_provider_text_in_blocks_and_fallback() -> None:
     message = render.cluster_summary(
-        _together(name=HOSTILE, status=HOSTILE, region=HOSTILE),
+        _together(
+            name=HOSTILE,
+            status=HOSTILE,
+            size=HOSTILE,
+            facts=(Fact(label=HOSTILE, value=HOSTILE),),
+        ),
         requested_by="U01ALICE",
         note=HOSTILE,
     )
@@ -58,36 +61,37 @@ def test_summary_escapes_provider_text_in_blocks_and_fallback() -> None:
     assert "<@U01ALICE>" in json.dumps(message.blocks)  # a real user id is still a mention
 
 
-def test_e2e_summary_shows_nodes_gpus_cpus_memory_image_sku() -> None:
+def test_summary_shows_the_provider_facts_in_order_whatever_the_provider() -> None:
+    facts = (
+        ("Nodes / GPUs", "2 nodes · 16 x H100"),
+        ("CPUs / memory", "416 CPUs · 4000 GB"),
+        ("Image", "Ubuntu Slurm v2"),
+        ("SKU", "GDC.8xH100"),
+        ("Region", "Delhi"),
+        ("Billing", "hourly"),
+    )
     s = ClusterSummary(
         provider="e2e",
         project="e2e-delhi",
         cluster_id="101",
         name="train",
         status="Running",
-        steady=True,
-        nodes=2,
-        gpus=16,
-        cpus=416,
-        memory="4000 GB",
-        image="Ubuntu Slurm v2",
-        sku="GDC.8xH100",
-        gpu_type="H100",
-        region="Delhi",
-        billing="hourly",
+        steady=False,
+        size="2 nodes",
+        facts=tuple(Fact(label=label, value=value) for label, value in facts),
     )
-    blob = json.dumps(render.cluster_summary(s).blocks)
-    for expected in (
-        "2 nodes",
-        "16 x H100",
-        "416 CPUs",
-        "4000 GB",
-        "Ubuntu Slurm v2",
-        "GDC.8xH100",
-        "Delhi",
-        "hourly",
-    ):
-        assert expected in blob
+    message = render.cluster_summary(s)
+    assert render.summary_pairs(s) == [
+        ("Status", "Running (changing)"),
+        ("Provider / project", "e2e / e2e-delhi"),
+        *facts,
+    ]
+    blob = json.dumps(message.blocks, ensure_ascii=False)
+    for label, value in facts:
+        assert f"*{label}*" in blob and value in blob
+    assert message.text.endswith("· e2e/e2e-delhi · 2 nodes")
+    listing = render.cluster_list({"e2e-delhi": [s]})
+    assert "• `101` train — Running · 2 nodes · —" in listing.text
 
 
 def test_user_ref_only_mentions_real_ids() -> None:
@@ -95,7 +99,7 @@ def test_user_ref_only_mentions_real_ids() -> None:
     assert render.user_ref("<!channel>") == "&lt;!channel&gt;"
 
 
-def _request(**kw: object) -> RequestView:
+def _request(**kw: object) -> render.RequestView:
     base: dict[str, object] = dict(
         id="CR-ABC123",
         state="pending",
@@ -110,7 +114,7 @@ def _request(**kw: object) -> RequestView:
         needs_approval=True,
     )
     base.update(kw)
-    return RequestView(**base)  # type: ignore[arg-type]
+    return render.RequestView(**base)  # type: ignore[arg-type]
 
 
 def test_request_root_escapes_reason_and_preview() -> None:

@@ -416,14 +416,22 @@ def test_summary_and_current_values() -> None:
         "us-central-8",
         "B200_SXM",
     )
-    assert (summary.num_gpus, summary.num_reserved_gpus, summary.num_capacity_pool_gpus) == (
-        32,
-        16,
-        16,
-    )
-    assert (summary.desired_preemptible_gpus, summary.allocated_preemptible_gpus) == (8, 0)
-    assert summary.capacity_pool_id == "pool-b200-1"
-    assert summary.reservation_end_time == "2026-09-26T12:00:00Z"
+    details = summary.details
+    assert (details["num_gpus"], details["num_reserved_gpus"]) == (32, 16)
+    assert details["num_capacity_pool_gpus"] == 16
+    assert (details["desired_preemptible_gpus"], details["allocated_preemptible_gpus"]) == (8, 0)
+    assert details["capacity_pool_id"] == "pool-b200-1"
+    assert details["reservation_end_time"] == "2026-09-26T12:00:00Z"
+    assert summary.size == "32 GPUs"
+    assert [(f.label, f.value) for f in summary.facts] == [
+        ("GPU type", "B200_SXM"),
+        ("GPUs", "32 total · 16 reserved"),
+        ("Preemptible", "8 desired · 0 allocated"),
+        ("Capacity pool", "16 (pool-b200-1)"),
+        ("Type", "KUBERNETES"),
+        ("Region", "us-central-8"),
+        ("Billing", "RESERVED · ends 2026-09-26T12:00:00Z"),
+    ]
     current = cluster_state(target, "ml-prod").current
     assert current == {
         "cluster_type": "KUBERNETES",

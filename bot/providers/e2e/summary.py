@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from bot.providers.base import (
     ClusterSummary,
+    Fact,
+    count_text,
 )
 from bot.providers.e2e.models import (
     MEMORY_PATTERN,
@@ -72,6 +74,22 @@ def to_summary(cluster: E2ECluster, project: str, *, location: str | None = None
         gpus = _times(cluster.no_of_gpu, nodes)
         cpus = _times(cluster.no_of_cpu, nodes)
         memory = _memory_times(cluster.node_memory, nodes)
+    region = location or (plan.location if plan else None)
+    billing = _billing_text(plan)
+    gpu_type = specs.gpu_card_type if specs else None
+    image = _image_text(cluster.image_version)
+    sku = specs.name if specs else None
+    facts = (
+        Fact(
+            label="Nodes / GPUs",
+            value=f"{nodes_text(nodes)} · {count_text(gpus)} x {gpu_type or 'GPU'}",
+        ),
+        Fact(label="CPUs / memory", value=f"{count_text(cpus)} CPUs · {memory or '—'}"),
+        Fact(label="Image", value=image or "—"),
+        Fact(label="SKU", value=sku or "—"),
+        Fact(label="Region", value=region or "—"),
+        Fact(label="Billing", value=billing or "—"),
+    )
     return ClusterSummary(
         provider=PROVIDER,
         project=project,
@@ -79,13 +97,22 @@ def to_summary(cluster: E2ECluster, project: str, *, location: str | None = None
         name=cluster.name,
         status=cluster.status,
         steady=is_steady(cluster.status),
-        gpu_type=specs.gpu_card_type if specs else None,
-        region=location or (plan.location if plan else None),
-        billing=_billing_text(plan),
-        nodes=nodes,
-        gpus=gpus,
-        cpus=cpus,
-        memory=memory,
-        image=_image_text(cluster.image_version),
-        sku=specs.name if specs else None,
+        gpu_type=gpu_type,
+        region=region,
+        billing=billing,
+        size=nodes_text(nodes) if nodes is not None else None,
+        facts=facts,
+        details={
+            "nodes": nodes,
+            "gpus": gpus,
+            "cpus": cpus,
+            "memory": memory,
+            "image": image,
+            "sku": sku,
+        },
     )
+
+
+def nodes_text(nodes: int | None) -> str:
+    """``1 node``, ``3 nodes``, ``— nodes``."""
+    return f"{count_text(nodes)} node" + ("" if nodes == 1 else "s")

@@ -50,9 +50,13 @@ class _Target:
         return cls(
             name=state.summary.name,
             billing_type=state.summary.billing,
-            capacity_pool_id=state.summary.capacity_pool_id or None,
+            capacity_pool_id=_text_or_none(state.summary.details.get("capacity_pool_id")),
             current=current,
         )
+
+
+def _text_or_none(value: object) -> str | None:
+    return str(value) if value else None
 
 
 def _aware(value: datetime) -> datetime:

@@ -7,6 +7,9 @@ from typing import Any
 from bot.providers.base import (
     ClusterState,
     ClusterSummary,
+    Detail,
+    Fact,
+    count_text,
 )
 from bot.providers.together.models import (
     CURRENT_SOURCE,
@@ -20,6 +23,17 @@ from bot.providers.together.models import (
 # -- summaries -----------------------------------------------------------------------------
 def to_summary(cluster: TogetherCluster, project: str) -> ClusterSummary:
     end = cluster.reservation_end_time
+    end_text = rfc3339(end) if end is not None else None
+    details: dict[str, Detail] = {
+        "cluster_type": cluster.cluster_type,
+        "num_gpus": cluster.num_gpus,
+        "num_reserved_gpus": cluster.num_reserved_gpus,
+        "desired_preemptible_gpus": cluster.desired_preemptible_gpus,
+        "allocated_preemptible_gpus": cluster.allocated_preemptible_gpus,
+        "num_capacity_pool_gpus": cluster.num_capacity_pool_gpus,
+        "capacity_pool_id": cluster.capacity_pool_id or None,
+        "reservation_end_time": end_text,
+    }
     return ClusterSummary(
         provider=PROVIDER,
         project=project,
@@ -30,14 +44,35 @@ def to_summary(cluster: TogetherCluster, project: str) -> ClusterSummary:
         gpu_type=cluster.gpu_type,
         region=cluster.region,
         billing=cluster.billing_type,
-        cluster_type=cluster.cluster_type,
-        num_gpus=cluster.num_gpus,
-        num_reserved_gpus=cluster.num_reserved_gpus,
-        desired_preemptible_gpus=cluster.desired_preemptible_gpus,
-        allocated_preemptible_gpus=cluster.allocated_preemptible_gpus,
-        num_capacity_pool_gpus=cluster.num_capacity_pool_gpus,
-        capacity_pool_id=cluster.capacity_pool_id or None,
-        reservation_end_time=rfc3339(end) if end is not None else None,
+        size=f"{cluster.num_gpus} GPUs",
+        facts=_facts(cluster, end_text),
+        details=details,
+    )
+
+
+def _facts(cluster: TogetherCluster, end_text: str | None) -> tuple[Fact, ...]:
+    pool = count_text(cluster.num_capacity_pool_gpus)
+    if cluster.capacity_pool_id:
+        pool += f" ({cluster.capacity_pool_id})"
+    billing = cluster.billing_type or "—"
+    if end_text:
+        billing += f" · ends {end_text}"
+    return (
+        Fact(label="GPU type", value=cluster.gpu_type or "—"),
+        Fact(
+            label="GPUs",
+            value=f"{count_text(cluster.num_gpus)} total · "
+            f"{count_text(cluster.num_reserved_gpus)} reserved",
+        ),
+        Fact(
+            label="Preemptible",
+            value=f"{count_text(cluster.desired_preemptible_gpus)} desired · "
+            f"{count_text(cluster.allocated_preemptible_gpus)} allocated",
+        ),
+        Fact(label="Capacity pool", value=pool),
+        Fact(label="Type", value=cluster.cluster_type or "—"),
+        Fact(label="Region", value=cluster.region or "—"),
+        Fact(label="Billing", value=billing),
     )
 
 
