@@ -7,10 +7,20 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
-from bot.providers.base import ChangePlan, ClusterSummary, FieldSpec
+from bot.core.answers import (
+    AuditListing,
+    ClusterCard,
+    ClusterListing,
+    HelpCard,
+    Notice,
+    Reply,
+)
+from bot.core.forms import FormKind, FormMessage, FormView
+from bot.core.policy import Role
+from bot.core.requests.view import STATE_WORDS, RequestView
+from bot.providers.base import ClusterSummary, FieldSpec
 
 Block = dict[str, Any]
 
@@ -30,17 +40,6 @@ STATE_ICONS = {
     "denied": ":no_entry_sign:",
     "expired": ":alarm_clock:",
     "cancelled": ":heavy_multiplication_x:",
-}
-STATE_WORDS = {
-    "pending": "pending approval",
-    "approved": "approved",
-    "executing": "running",
-    "succeeded": "done",
-    "failed": "failed",
-    "unknown": "outcome unknown",
-    "denied": "denied",
-    "expired": "expired",
-    "cancelled": "cancelled",
 }
 
 
@@ -212,29 +211,6 @@ def _list_row(s: ClusterSummary) -> str:
 
 
 # -- change requests -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RequestView:
-    """What the renderer needs of a change request (built from the store record)."""
-
-    id: str
-    state: str
-    provider: str
-    project: str
-    cluster_id: str
-    cluster_name: str
-    action: str
-    preview: list[str]
-    requester: str
-    channel: str
-    needs_approval: bool
-    reason: str | None = None
-    decided_by: str | None = None
-    decision_note: str | None = None
-    result_message: str | None = None
-    break_glass: bool = False
-    expires_at: datetime | None = None
 
 
 def _state_line(r: RequestView) -> str:
@@ -435,6 +411,25 @@ def _form(callback_id: str, title: str, blocks: list[Block], metadata: Mapping[s
     }
 
 
+FORM_CALLBACKS: dict[FormKind, str] = {"update": "gpu_update", "action": "gpu_action"}
+
+
+def form_kind(callback_id: str) -> FormKind:
+    """The kind of change form a modal callback id stands for."""
+    return "action" if callback_id == FORM_CALLBACKS["action"] else "update"
+
+
+def change_form(form: FormView | FormMessage) -> Block:
+    """The modal for a change form, or for the refusal that stands in its place."""
+    if isinstance(form, FormMessage):
+        return message_modal(FORM_CALLBACKS[form.kind], "gpuops", form.text, form.metadata)
+    if form.kind == "update":
+        return update_modal(form.summary, form.specs, form.values, form.metadata)
+    return action_modal(
+        form.summary, form.actions, form.action, form.specs, form.values, form.metadata
+    )
+
+
 def update_modal(
     summary: ClusterSummary,
     specs: Sequence[FieldSpec],
@@ -450,7 +445,7 @@ def update_modal(
     ]
     blocks += [_input_block(s, current.get(s.name), required=False) for s in specs]
     blocks.append(_reason_block(current.get("reason")))
-    return _form("gpu_update", "Update cluster", blocks, metadata)
+    return _form(FORM_CALLBACKS["update"], "Update cluster", blocks, metadata)
 
 
 def action_modal(
@@ -485,8 +480,62 @@ def action_modal(
     prefill = {k: v for k, v in current.items() if k in {s.name for s in specs}}
     blocks += [_input_block(s, prefill.get(s.name), required=s.required) for s in specs]
     blocks.append(_reason_block(current.get("reason")))
-    return _form("gpu_action", "Cluster action", blocks, metadata)
+    return _form(FORM_CALLBACKS["action"], "Cluster action", blocks, metadata)
 
 
-def plan_lines(plan: ChangePlan) -> list[str]:
-    return [line.text() for line in plan.lines]
+# -- answers ------------------------------------------------------------------------------
+
+
+def help_message(card: HelpCard) -> SlackMessage:
+    """What the person may do, by their highest role, and their projects."""
+    top = max(card.roles.values())
+    lines = [
+        "*What you can do here*",
+        "• `/gpu help` — this help",
+        "• `/gpu list [project]` — clusters you can see (only you see the answer)",
+        "• `/gpu show <project> <cluster_id>` — post a cluster summary here",
+    ]
+    if top >= Role.operator:
+        lines += [
+            '• `/gpu update <project> <cluster_id> [field=value …] [reason="…"]` — '
+            "Together: num_gpus, num_reserved_gpus, num_preemptible_gpus, "
+            "num_capacity_pool_gpus, cluster_type, reservation_end_time (no fields: a form)",
+            "• `/gpu action <project> <cluster_id> [<action>] [field=value …]` — E2E: "
+            "update_ssh_keys, update_image, restart_workers, restart_cluster, scale_cluster, "
+            "attach_ip, detach_ip, add_security_group, remove_security_group (missing: a form)",
+            "  Risky changes wait for a second person's approval in the thread.",
+        ]
+    if top >= Role.approver:
+        lines.append("• Approve or deny others' requests with the buttons in their thread")
+    if top >= Role.admin:
+        lines.append("• `/gpu audit [project] [limit]` — the audit trail")
+    lines.append(
+        "Values: integers as digits, lists comma-separated (`ssh_key_ids=11,12`), "
+        "times RFC 3339 (`reservation_end_time=2026-12-31T00:00:00Z`)."
+    )
+    lines.append(
+        "Your projects: "
+        + ", ".join(f"{escape(p)} ({r.name})" for p, r in sorted(card.roles.items()))
+    )
+    text = "\n".join(lines)
+    return SlackMessage(text=text, blocks=[section(text)])
+
+
+def notice_message(content: Notice) -> SlackMessage:
+    if content.error:
+        return error(content.text, mentions=content.mentions)
+    return notice(content.text)
+
+
+def reply_message(reply: Reply) -> SlackMessage:
+    """The Slack message for a core answer."""
+    content = reply.content
+    if isinstance(content, Notice):
+        return notice_message(content)
+    if isinstance(content, ClusterCard):
+        return cluster_summary(content.summary, shown_by=content.shown_by)
+    if isinstance(content, ClusterListing):
+        return cluster_list(content.groups)
+    if isinstance(content, AuditListing):
+        return audit_list(content.entries)
+    return help_message(content)

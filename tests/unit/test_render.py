@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from bot.core.requests.view import RequestView
 from bot.providers.base import ClusterSummary, Fact, FieldSpec
 from bot.slack import blocks as render
 
@@ -99,7 +100,7 @@ def test_user_ref_only_mentions_real_ids() -> None:
     assert render.user_ref("<!channel>") == "&lt;!channel&gt;"
 
 
-def _request(**kw: object) -> render.RequestView:
+def _request(**kw: object) -> RequestView:
     base: dict[str, object] = dict(
         id="CR-ABC123",
         state="pending",
@@ -114,7 +115,7 @@ def _request(**kw: object) -> render.RequestView:
         needs_approval=True,
     )
     base.update(kw)
-    return render.RequestView(**base)  # type: ignore[arg-type]
+    return RequestView(**base)  # type: ignore[arg-type]
 
 
 def test_request_root_escapes_reason_and_preview() -> None:
