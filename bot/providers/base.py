@@ -68,6 +68,26 @@ class FieldSpec(BaseModel):
     hint: str = ""
 
 
+class ProviderChanges(BaseModel):
+    """What a provider can change, known without a credential (for help text and command
+    checks): the command word that asks for it, its actions and each action's fields."""
+
+    model_config = ConfigDict(frozen=True)
+
+    provider: ProviderName
+    title: str  # how people name the provider: "Together", "E2E"
+    command: str  # the /gpu word for a change: "update" or "action"
+    actions: tuple[str, ...]
+    fields: dict[str, tuple[FieldSpec, ...]]  # action → its fields, in form order
+
+    def field_names(self) -> list[str]:
+        """Every field any action takes, once each, in the order the actions list them."""
+        names: dict[str, None] = {}
+        for action in self.actions:
+            names.update((spec.name, None) for spec in self.fields.get(action, ()))
+        return list(names)
+
+
 class ClusterState(BaseModel):
     """A fetched cluster: the summary plus the current value of every settable field
     (for modal prefill, the 'before' of a preview and the stale check)."""

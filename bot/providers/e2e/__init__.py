@@ -2,6 +2,7 @@
 the provider-neutral adapter, one module each."""
 
 from bot.providers.e2e.adapter import (
+    CHANGES,
     E2EAdapter,
 )
 from bot.providers.e2e.client import (
@@ -52,6 +53,7 @@ __all__ = [
     "ACTIONS",
     "ACTION_ADAPTER",
     "ACTION_FIELDS",
+    "CHANGES",
     "CLUSTERS_PATH",
     "E2E_DEFAULT_BASE_URL",
     "FIELD_SPECS",

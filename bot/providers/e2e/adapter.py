@@ -18,6 +18,7 @@ from bot.providers.base import (
     ClusterSummary,
     FieldSpec,
     PreviewLine,
+    ProviderChanges,
     ProviderName,
 )
 from bot.providers.e2e.client import E2EClient
@@ -105,6 +106,18 @@ def _current_of(cluster: E2EClusterDetail) -> dict[str, Any]:
     }
 
 
+CHANGES = ProviderChanges(
+    provider=PROVIDER,
+    title="E2E",
+    command="action",
+    actions=ACTIONS,
+    fields={
+        action: tuple(FIELD_SPECS[name] for name in names)
+        for action, names in ACTION_FIELDS.items()
+    },
+)
+
+
 class E2EAdapter:
     """The provider-neutral face (bot.providers.base.ProviderAdapter) of one E2E project."""
 
@@ -130,7 +143,7 @@ class E2EAdapter:
             raise ChangeInputError(
                 {"action": f"unknown action {action!r}; choose one of {', '.join(ACTIONS)}"}
             )
-        return [FIELD_SPECS[name] for name in ACTION_FIELDS[action]]
+        return list(CHANGES.fields[action])
 
     def plan(self, state: ClusterState, action: str, raw: Mapping[str, Any]) -> ChangePlan:
         if action not in ACTION_FIELDS:

@@ -1,7 +1,7 @@
 """Together AI Instant Clusters: wire models, HTTP client, update rules (SPEC §1.1) and the
 provider-neutral adapter, one module each."""
 
-from bot.providers.together.adapter import TogetherAdapter
+from bot.providers.together.adapter import CHANGES, TogetherAdapter
 from bot.providers.together.client import (
     TogetherClient,
     build_together_transport,
@@ -26,6 +26,7 @@ from bot.providers.together.rules import check_update, classify, parse_update
 from bot.providers.together.summary import cluster_state, current_values, to_summary
 
 __all__ = [
+    "CHANGES",
     "GPUS_PER_NODE",
     "PROVIDER",
     "STEADY_STATUSES",

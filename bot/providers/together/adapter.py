@@ -21,6 +21,7 @@ from bot.providers.base import (
     ClusterSummary,
     FieldSpec,
     PreviewLine,
+    ProviderChanges,
     ProviderName,
 )
 from bot.providers.errors import (
@@ -78,6 +79,15 @@ _FIELD_SPECS: tuple[FieldSpec, ...] = (
 )
 
 
+CHANGES = ProviderChanges(
+    provider=PROVIDER,
+    title="Together",
+    command="update",
+    actions=("update",),
+    fields={"update": _FIELD_SPECS},
+)
+
+
 class TogetherAdapter:
     """The provider-neutral face (ProviderAdapter) of one project's Together client.
 
@@ -112,11 +122,11 @@ class TogetherAdapter:
         return cluster_state(cluster, self.project)
 
     def actions(self) -> list[str]:
-        return ["update"]
+        return list(CHANGES.actions)
 
     def fields_for(self, action: str) -> list[FieldSpec]:
         self._require_update(action)
-        return list(_FIELD_SPECS)
+        return list(CHANGES.fields[action])
 
     def plan(self, state: ClusterState, action: str, raw: Mapping[str, Any]) -> ChangePlan:
         self._require_update(action)
