@@ -46,10 +46,12 @@ async def handle_change_submission(ack: Any, body: dict[str, Any], context: Any)
         return
     await ack()
     reply = await ops.submit(submission.user.id, result)
-    await tell(messenger, result, submission.user.id, reply)
+    await whisper_or_dm(messenger, result, submission.user.id, reply)
 
 
-async def tell(messenger: Messenger, where: ReadySubmission | str, user: str, reply: Reply) -> None:
+async def whisper_or_dm(
+    messenger: Messenger, where: ReadySubmission | str, user: str, reply: Reply
+) -> None:
     """Whisper to the person in the channel; DM them if the bot cannot post there."""
     channel = where.channel if isinstance(where, ReadySubmission) else where
     message = render.reply_message(reply)
@@ -83,9 +85,11 @@ async def handle_break_glass(ack: Any, body: dict[str, Any], context: Any) -> No
         break_glass_reason=reason,
     )
     if isinstance(result, Reply):
-        await tell(messenger, meta.get("channel", submission.user.id), submission.user.id, result)
+        await whisper_or_dm(
+            messenger, meta.get("channel", submission.user.id), submission.user.id, result
+        )
     elif isinstance(result, NeedsBreakGlass):
-        await tell(
+        await whisper_or_dm(
             messenger,
             meta.get("channel", submission.user.id),
             submission.user.id,

@@ -21,7 +21,6 @@ from bot.core.grammar import (
 )
 from bot.core.policy import Role
 from bot.core.queries import Queries
-from bot.core.requests.decisions import Decision, NeedsBreakGlass
 from bot.core.requests.workflow import ChangeWorkflow
 from bot.metrics import COMMANDS
 from bot.pacing import Pacer
@@ -41,6 +40,7 @@ class CommandService:
         self.workflow = workflow
         self.queries = Queries(access)
         self.forms = Forms(access)
+        self.decide = workflow.decide  # approve, deny or cancel a request (ChangeWorkflow)
         # Commands' work after the ack, a few at a time (see bot.pacing).
         self.pacer = Pacer()
 
@@ -127,7 +127,7 @@ class CommandService:
             s.required and not fields.get(s.name) for s in self.forms.fields_of(project, action)
         )
 
-    # -- forms and decisions ----------------------------------------------------------
+    # -- forms ----------------------------------------------------------
     async def check_submission(
         self, user: str, kind: FormKind, metadata_raw: str | None, values: Mapping[str, str | None]
     ) -> SubmissionErrors | ReadySubmission:
@@ -143,23 +143,6 @@ class CommandService:
             inputs=ready.inputs,
             reason=ready.reason,
             command=f"modal {ready.action}",
-        )
-
-    async def decide(
-        self,
-        *,
-        user: str,
-        channel: str,
-        request_id: str,
-        decision: Decision,
-        break_glass_reason: str | None = None,
-    ) -> Reply | NeedsBreakGlass | None:
-        return await self.workflow.decide(
-            user=user,
-            channel=channel,
-            request_id=request_id,
-            decision=decision,
-            break_glass_reason=break_glass_reason,
         )
 
     # -- mentions ---------------------------------------------------------------------

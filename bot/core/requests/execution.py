@@ -92,16 +92,13 @@ class Execution:
                 f"another change ({holder.id}) is running on {record.cluster_id}; "
                 "request again when it has finished."
             )
-            busy = Change(
+            busy = Change.ended_by_gpuops(
                 "refused",
-                "gpuops",
-                frozenset({RequestState.APPROVED}),
+                {RequestState.APPROVED},
                 RequestState.FAILED,
-                "refused",
+                why,
+                audit_event="refused",
                 outcome="cluster_busy",
-                text=why,
-                fields={"result_message": why},
-                detail={"reason": why},
             )
             await settle(self.deps, record, busy)
             return False

@@ -110,15 +110,14 @@ class Lifecycle:
         return notice(f"Request {record.id} ran — see the thread for the result ({outcome}).")
 
     async def _withdraw(self, record: ChangeRequestRecord, why: str) -> None:
-        withdrawn = Change(
+        withdrawn = Change.ended_by_gpuops(
             "withdrawn",
-            "gpuops",
-            frozenset({RequestState.PENDING, RequestState.APPROVED}),
+            {RequestState.PENDING, RequestState.APPROVED},
             RequestState.CANCELLED,
-            "withdrawn",
+            why,
+            audit_event="withdrawn",
             outcome="cancelled",
-            text=why,
-            fields={"decided_by": "gpuops", "decision_note": why, "result_message": why},
-            detail={"reason": why},
+            decided_by="gpuops",
+            decision_note=why,
         )
         await settle(self.deps, record, withdrawn)

@@ -3,7 +3,7 @@ count it, audit it, tell the notifier, and mirror it to the project's notify cha
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -51,6 +51,31 @@ class Change:
     detail: Mapping[str, Any] = field(default_factory=dict)
     decision: str | None = None
     mirror: str | None = None
+
+    @classmethod
+    def ended_by_gpuops(
+        cls,
+        kind: EventKind,
+        from_states: Iterable[RequestState],
+        to: RequestState,
+        why: str,
+        *,
+        audit_event: str,
+        outcome: str,
+        **fields: Any,
+    ) -> Change:
+        """gpuops ends a request for a reason of its own, kept as its result message."""
+        return cls(
+            kind,
+            "gpuops",
+            frozenset(from_states),
+            to,
+            audit_event,
+            outcome=outcome,
+            text=why,
+            fields={"result_message": why, **fields},
+            detail={"reason": why},
+        )
 
 
 async def settle(

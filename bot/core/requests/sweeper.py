@@ -93,16 +93,8 @@ class Sweeper:
         lease = f"exec:{record.id}"
         if not await deps.store.acquire_lease(lease, deps.instance_id, deps.exec_lease_seconds):
             return False  # a live replica is sending it, or about to
-        change = Change(
-            "interrupted",
-            "gpuops",
-            frozenset({state}),
-            to,
-            "result",
-            outcome=str(to),
-            text=why,
-            fields={"result_message": why},
-            detail={"reason": why},
+        change = Change.ended_by_gpuops(
+            "interrupted", {state}, to, why, audit_event="result", outcome=str(to)
         )
         try:
             done = await settle(deps, record, change)
