@@ -20,7 +20,8 @@ from bot.core.answers import (
 from bot.core.forms import FormKind, FormMessage, FormView
 from bot.core.policy import Role
 from bot.core.requests.view import STATE_WORDS, RequestView
-from bot.providers.base import ClusterSummary, FieldSpec
+from bot.providers.base import ClusterSummary, FieldSpec, ProviderChanges
+from bot.providers.catalog import PROVIDER_CHANGES
 
 Block = dict[str, Any]
 
@@ -486,6 +487,17 @@ def action_modal(
 # -- answers ------------------------------------------------------------------------------
 
 
+def _change_help(changes: ProviderChanges) -> str:
+    """The help line of one provider's change command, from what the provider says it takes."""
+    single = changes.actions == (changes.command,)
+    usage = f"/gpu {changes.command} <project> <cluster_id>" + ("" if single else " [<action>]")
+    names = changes.field_names() if single else list(changes.actions)
+    form = "no fields: a form" if single else "missing: a form"
+    return (
+        f'• `{usage} [field=value …] [reason="…"]` — {changes.title}: {", ".join(names)} ({form})'
+    )
+
+
 def help_message(card: HelpCard) -> SlackMessage:
     """What the person may do, by their highest role, and their projects."""
     top = max(card.roles.values())
@@ -496,15 +508,8 @@ def help_message(card: HelpCard) -> SlackMessage:
         "• `/gpu show <project> <cluster_id>` — post a cluster summary here",
     ]
     if top >= Role.operator:
-        lines += [
-            '• `/gpu update <project> <cluster_id> [field=value …] [reason="…"]` — '
-            "Together: num_gpus, num_reserved_gpus, num_preemptible_gpus, "
-            "num_capacity_pool_gpus, cluster_type, reservation_end_time (no fields: a form)",
-            "• `/gpu action <project> <cluster_id> [<action>] [field=value …]` — E2E: "
-            "update_ssh_keys, update_image, restart_workers, restart_cluster, scale_cluster, "
-            "attach_ip, detach_ip, add_security_group, remove_security_group (missing: a form)",
-            "  Risky changes wait for a second person's approval in the thread.",
-        ]
+        lines += [_change_help(changes) for changes in PROVIDER_CHANGES.values()]
+        lines.append("  Risky changes wait for a second person's approval in the thread.")
     if top >= Role.approver:
         lines.append("• Approve or deny others' requests with the buttons in their thread")
     if top >= Role.admin:

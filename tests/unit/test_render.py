@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 
+from bot.core.answers import HelpCard
+from bot.core.policy import Role
 from bot.core.requests.view import RequestView
 from bot.providers.base import ClusterSummary, Fact, FieldSpec
+from bot.providers.catalog import PROVIDER_CHANGES
 from bot.slack import blocks as render
 
 HOSTILE = "<!channel> <@U0EVIL> <https://evil.example|click me> & <!here>"
@@ -194,3 +197,22 @@ def test_composed_notices_link_bare_channels_but_nothing_else() -> None:
     _assert_inert(_all_text(message))
     spoof = render.error("<#C0INCIDENT|click-me> <#C0X><@U0EVIL>")
     assert "<#C0INCIDENT|" not in spoof.text and "<@U0EVIL>" not in spoof.text
+
+
+def test_help_lists_what_each_provider_says_it_can_change() -> None:
+    text = render.help_message(HelpCard(roles={"together-prod": Role.operator})).text
+    together, e2e = PROVIDER_CHANGES["together"], PROVIDER_CHANGES["e2e"]
+    assert (
+        '`/gpu update <project> <cluster_id> [field=value …] [reason="…"]` — Together: '
+        + ", ".join(together.field_names())
+        + " (no fields: a form)"
+    ) in text
+    assert (
+        '`/gpu action <project> <cluster_id> [<action>] [field=value …] [reason="…"]` — E2E: '
+        + ", ".join(e2e.actions)
+        + " (missing: a form)"
+    ) in text
+    for name in [*together.field_names(), *e2e.actions]:
+        assert name in text
+    viewer = render.help_message(HelpCard(roles={"together-prod": Role.viewer})).text
+    assert "/gpu update" not in viewer and "/gpu action" not in viewer
