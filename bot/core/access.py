@@ -1,6 +1,7 @@
-"""The guard every command and request goes through: who may do what on which cluster,
-refusals (shown and audited), fetching a cluster and planning a change with the refusal a
-person can act on."""
+"""The guard every command and change request goes through.
+
+Who may do what on which cluster, refusals (shown and audited), fetching a cluster and
+planning a change with a refusal a person can act on."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""What the core answers the person who asked: a ``Reply`` whose content is data the core
-owns (a notice, a cluster card, a listing), rendered by each surface in its own way."""
+"""What the core answers the person who asked, as data each surface renders.
+
+A ``Reply`` holds a notice, a cluster card or a listing; a surface decides how it looks."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Change forms as data: which fields a form shows and with what values, and checking a
-submission into a change ready to request. Surfaces build the form itself (a Slack modal)."""
+"""Change forms as data: the fields a form shows, and checking a submitted one.
+
+Surfaces build the form itself (in Slack, a modal: bot.slack.blocks.change_form)."""
 
 from __future__ import annotations
 

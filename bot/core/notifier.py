@@ -1,6 +1,7 @@
-"""The core's outbound port: what it tells people about change requests, in chat-neutral
-terms. Slack implements it (bot.slack.notifier); the demo console and App Home are other
-readers of the same events. Answers to the person who acted are return values, not this."""
+"""The core's outbound port: what it tells people about change requests.
+
+In chat-neutral terms: Slack implements it (bot.slack.notifier); the demo console and App
+Home are other readers of the same events. Answers to whoever acted are return values."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Read-only commands as data: help (roles per project), the cluster list, one cluster's
-summary and the audit trail. Surfaces render the answers; nothing here changes a cluster."""
+"""Read-only commands as data: help, the cluster list, one cluster, the audit trail.
+
+Surfaces render the answers; nothing here changes a cluster."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""The chat-neutral entry point of gpuops: what a command, a form, a decision or a mention
-asks for, and what the person should see. Surfaces translate their payloads to these calls
-and render the answers; nothing here knows a chat platform."""
+"""The chat-neutral entry point: commands, forms, decisions and mentions.
+
+Surfaces translate their payloads to these calls and render the answers; nothing here
+knows a chat platform."""
 
 from __future__ import annotations
 

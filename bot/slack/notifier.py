@@ -1,5 +1,7 @@
-"""SlackNotifier: the core's Notifier told in Slack — a request is a root message in its
-channel, its approval prompt and notes are replies in the thread, and changes edit them."""
+"""SlackNotifier: the core's Notifier told in Slack messages.
+
+A request is a root message in its channel; its approval prompt and notes are replies in
+the thread, and its changes edit them."""
 
 from __future__ import annotations
 

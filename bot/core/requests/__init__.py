@@ -1,1 +1,1 @@
-"""bot.core.requests."""
+"""Change requests: open, decide, execute, follow up, sweep (see workflow.py)."""

@@ -1,5 +1,7 @@
-"""Deciding a pending request: approve (re-checking that the preview still holds), deny,
-cancel, and break glass — an admin approving their own request with a reason."""
+"""Deciding a pending change request: approve, deny, cancel, break glass.
+
+Approving re-checks that the preview still holds; break glass is an admin approving their
+own request with a reason."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""Executing an approved change: lock its cluster, hold the execution lease (with a
-heartbeat), send it once, and settle the outcome — ``unknown`` when it may have applied."""
+"""Executing an approved change exactly once.
+
+Lock its cluster, hold the execution lease (with a heartbeat), send it, and settle the
+outcome — ``unknown`` when it may have applied."""
 
 from __future__ import annotations
 

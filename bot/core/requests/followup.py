@@ -1,5 +1,6 @@
-"""After a change: poll the cluster until it is steady, updating its summary as its status
-changes (one replica polls a request, under a lease)."""
+"""After a change: poll the cluster until it is steady, updating its summary.
+
+One replica polls a request, under a lease."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""Opening a change request: check and plan it, store it, show it with its preview, ask for
-approval when policy says so, or run it at once; withdraw it if it cannot be shown."""
+"""Opening a change request.
+
+Check and plan it, store it, show it with its preview, ask for approval when policy says
+so or run it at once; withdraw it if it cannot be shown."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""The one procedure by which a change request changes state: compare-and-set in the store,
-count it, audit it, tell the notifier, and mirror it to the project's notify channel."""
+"""The one procedure by which a change request changes state.
+
+Compare-and-set in the store, count it, audit it, tell the notifier, and mirror it to the
+project's notify channel."""
 
 from __future__ import annotations
 

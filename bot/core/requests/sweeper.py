@@ -1,5 +1,7 @@
-"""Housekeeping every replica runs: expire requests nobody decided in time, end requests
-whose executor is gone (never re-run), keep the pending gauge true, prune delivery keys."""
+"""Housekeeping every replica runs on change requests.
+
+Expire requests nobody decided in time, end requests whose executor is gone (never
+re-run), keep the pending gauge true, prune delivery keys."""
 
 from __future__ import annotations
 

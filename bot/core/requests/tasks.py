@@ -1,5 +1,6 @@
-"""Background work of the change workflow: spawned tasks (follow-ups, heartbeats) and the
-changes this process is sending now, so shutdown can drain or wait for them."""
+"""Background work of the change workflow, drained or awaited on shutdown.
+
+Spawned tasks (follow-ups, heartbeats) and the changes this process is sending now."""
 
 from __future__ import annotations
 
