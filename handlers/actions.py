@@ -3,7 +3,6 @@ gpu_action modal."""
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -75,32 +74,7 @@ async def _whisper_via(respond: Any, message: render.SlackMessage) -> None:
 async def _ask_break_glass(
     messenger: Messenger, respond: Any, action: BlockAction, request_id: str
 ) -> None:
-    view = {
-        "type": "modal",
-        "callback_id": "gpu_break_glass",
-        "title": {"type": "plain_text", "text": "Break glass"},
-        "submit": {"type": "plain_text", "text": "Approve my own"},
-        "close": {"type": "plain_text", "text": "Cancel"},
-        "private_metadata": json.dumps({"request_id": request_id, "channel": action.channel_id}),
-        "blocks": [
-            render.section(
-                ":rotating_light: You are approving your own request "
-                f"`{render.escape(request_id)}`."
-                " This is announced in the thread and the audit channel."
-            ),
-            {
-                "type": "input",
-                "block_id": "reason",
-                "label": {"type": "plain_text", "text": "Why can't this wait for a second person?"},
-                "element": {
-                    "type": "plain_text_input",
-                    "action_id": "reason",
-                    "min_length": 10,
-                    "max_length": 500,
-                },
-            },
-        ],
-    }
+    view = render.break_glass_modal(request_id, action.channel_id)
     try:
         if not action.trigger_id:
             raise SlackDeliveryError("views.open", "no_trigger", None)

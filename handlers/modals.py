@@ -20,9 +20,9 @@ log = logging.getLogger(__name__)
 
 
 def register(app: AsyncApp) -> None:
-    app.view("gpu_update")(handle_change_submission)
-    app.view("gpu_action")(handle_change_submission)
-    app.view("gpu_break_glass")(handle_break_glass)
+    for callback_id in render.FORM_CALLBACKS.values():
+        app.view(callback_id)(handle_change_submission)
+    app.view(render.BREAK_GLASS_CALLBACK)(handle_break_glass)
 
 
 async def handle_change_submission(ack: Any, body: dict[str, Any], context: Any) -> None:

@@ -413,6 +413,7 @@ def _form(callback_id: str, title: str, blocks: list[Block], metadata: Mapping[s
 
 
 FORM_CALLBACKS: dict[FormKind, str] = {"update": "gpu_update", "action": "gpu_action"}
+BREAK_GLASS_CALLBACK = "gpu_break_glass"
 
 
 def form_kind(callback_id: str) -> FormKind:
@@ -429,6 +430,36 @@ def change_form(form: FormView | FormMessage) -> Block:
     return action_modal(
         form.summary, form.actions, form.action, form.specs, form.values, form.metadata
     )
+
+
+def break_glass_modal(request_id: str, channel: str | None) -> Block:
+    """Ask an admin approving their own request why it cannot wait for a second person."""
+    return {
+        "type": "modal",
+        "callback_id": BREAK_GLASS_CALLBACK,
+        "title": {"type": "plain_text", "text": "Break glass"},
+        "submit": {"type": "plain_text", "text": "Approve my own"},
+        "close": {"type": "plain_text", "text": "Cancel"},
+        "private_metadata": json.dumps({"request_id": request_id, "channel": channel}),
+        "blocks": [
+            section(
+                ":rotating_light: You are approving your own request "
+                f"`{escape(request_id)}`."
+                " This is announced in the thread and the audit channel."
+            ),
+            {
+                "type": "input",
+                "block_id": "reason",
+                "label": {"type": "plain_text", "text": "Why can't this wait for a second person?"},
+                "element": {
+                    "type": "plain_text_input",
+                    "action_id": "reason",
+                    "min_length": 10,
+                    "max_length": 500,
+                },
+            },
+        ],
+    }
 
 
 def update_modal(
