@@ -16,11 +16,13 @@ from bot.local.simulators.base import Fault, FaultKind
 from tests.support.workflow_kit import (
     BOB,
     CAROL,
+    CHANNEL,
     DAVE,
     audit_trail,
     click,
     events,
     next_ephemeral,
+    open_direct,
     poll_until,
     request,
     serve_process,
@@ -263,3 +265,32 @@ async def test_one_change_at_a_time_per_cluster(stack: LocalStack) -> None:
     await wait_state(store, first.id, S.UNKNOWN)  # the hung call ends with a 504
     await wait_unlocked(store, "e2e", "e2e-delhi", "101")
     assert e2e_puts(stack) == [{"action": "scale_cluster", "additional_nodes": 1}]
+
+
+async def test_a_failure_while_starting_a_change_leaves_it_to_recovery(
+    sqlite_stack: LocalStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stack = sqlite_stack
+    workflow, store = stack.runtime.workflow, stack.runtime.store
+    opened = await open_direct(
+        stack, DAVE, "e2e-delhi", "101", "scale_cluster", {"additional_nodes": "1"}
+    )
+    access = workflow.deps.access
+    real_audit = access.audit
+
+    async def audit(actor: str, event: str, **fields: Any) -> None:
+        if event == "executing":
+            raise RuntimeError("the audit table went away")
+        await real_audit(actor, event, **fields)
+
+    monkeypatch.setattr(access, "audit", audit)
+    with pytest.raises(RuntimeError):
+        await workflow.decide(user=BOB, channel=CHANNEL, request_id=opened.id, decision="approve")
+    assert e2e_puts(stack) == []  # never sent
+    # this process no longer counts it as being sent, and its lease is free: recovery ends it
+    assert await workflow.wait_for_executions(grace=0.1) == set()
+    assert await workflow.recover_interrupted() == 1
+    record = await wait_state(store, opened.id, S.UNKNOWN)
+    assert record.result_message and RESTART_NOTE in record.result_message
+    await wait_unlocked(store, "e2e", "e2e-delhi", "101")
+    assert e2e_puts(stack) == []

@@ -20,6 +20,16 @@ from bot.redact import redact
 log = logging.getLogger(__name__)
 
 
+def _start(actor: str) -> Change:
+    return Change(
+        "executing",
+        actor,
+        frozenset({RequestState.APPROVED}),
+        RequestState.EXECUTING,
+        "executing",
+    )
+
+
 class Execution:
     """Sends approved changes, each exactly once across replicas."""
 
@@ -38,34 +48,25 @@ class Execution:
         # recover_interrupted must never find it executing without a live holder.
         lease = f"exec:{record.id}"
         deps.in_flight.start(record.id)
-        running = None
-        if await deps.store.acquire_lease(lease, deps.instance_id, deps.exec_lease_seconds):
-            running = await settle(
-                deps,
-                record,
-                Change(
-                    "executing",
-                    actor,
-                    frozenset({RequestState.APPROVED}),
-                    RequestState.EXECUTING,
-                    "executing",
-                ),
-            )
-        if running is None:
-            deps.in_flight.done(record.id)
-            await deps.store.release_lease(lease, deps.instance_id)
-            current = await deps.store.get_request(request_id)
-            if current is not None and current.state in TERMINAL_STATES:
-                await self._unlock(record)
-            return
-        heartbeat = deps.tasks.spawn(self._heartbeat(lease), f"heartbeat-{record.id}")
+        heartbeat: asyncio.Task[None] | None = None
+        running: ChangeRequestRecord | None = None
         try:
-            await self._run(running)
+            if await deps.store.acquire_lease(lease, deps.instance_id, deps.exec_lease_seconds):
+                heartbeat = deps.tasks.spawn(self._heartbeat(lease), f"heartbeat-{record.id}")
+                running = await settle(deps, record, _start(actor))
+            if running is not None:
+                await self._run(running)
         finally:
-            heartbeat.cancel()
+            if heartbeat is not None:
+                heartbeat.cancel()
             deps.in_flight.done(record.id)
-            await self._unlock(record)
+            if running is not None or await self._ended(record.id):
+                await self._unlock(record)
             await deps.store.release_lease(lease, deps.instance_id)
+
+    async def _ended(self, request_id: str) -> bool:
+        current = await self.deps.store.get_request(request_id)
+        return current is not None and current.state in TERMINAL_STATES
 
     async def _unlock(self, record: ChangeRequestRecord) -> None:
         await self.deps.store.unlock_cluster(
