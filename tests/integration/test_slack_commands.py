@@ -11,7 +11,7 @@ from bot.local.simulators.base import Fault, FaultKind
 from bot.local.slack.models import Message
 from tests.conftest import StackFactory
 from tests.support.slack_support import (
-    block_text,
+    blocks_json,
     bot_messages,
     provider_writes,
     refusals,
@@ -34,7 +34,7 @@ async def test_show_together_posts_the_summary_in_the_channel(sqlite_stack: Loca
     assert posted.source == "response_url" and posted.thread_ts is None
     assert stack.slack.response_posts[-1].response_type == "in_channel"
     assert "train-b200-pool (tc-b200-pool)" in posted.text and "32 GPUs" in posted.text
-    blocks = block_text(posted.blocks)
+    blocks = blocks_json(posted.blocks)
     for shown in ("B200_SXM", "32 total · 16 reserved", "pool-b200-1", "RESERVED", "<@U04DAVE>"):
         assert shown in blocks, shown
     assert stack.slack.ephemerals_for("U04DAVE") == []
@@ -46,7 +46,7 @@ async def test_show_e2e_posts_nodes_sku_and_location(sqlite_stack: LocalStack) -
     posted = await stack.slack.wait_for(lambda: next(iter(bot_messages(stack, "C0INCIDENT")), None))
     assert "train-h100-a (101)" in posted.text and "Running" in posted.text
     assert "2 nodes" in posted.text
-    blocks = block_text(posted.blocks)
+    blocks = blocks_json(posted.blocks)
     for shown in ("2 nodes", "H100", "Delhi", "GDC.8xH10080"):
         assert shown in blocks, shown
     assert provider_writes(stack) == []
@@ -58,7 +58,7 @@ async def test_show_e2e_posts_nodes_sku_and_location(sqlite_stack: LocalStack) -
 async def test_list_is_ephemeral_and_covers_both_providers(sqlite_stack: LocalStack) -> None:
     stack = sqlite_stack
     answer = await whisper(stack, "U04DAVE", "C0INCIDENT", "list")
-    shown = block_text(answer.blocks)
+    shown = blocks_json(answer.blocks)
     assert "*together-prod*" in shown and "*e2e-delhi*" in shown
     for cluster in TOGETHER_PROD + E2E_DELHI:
         assert cluster in shown, cluster
@@ -78,8 +78,8 @@ async def test_list_shows_only_projects_the_user_may_view(make_stack: StackFacto
     assert policy != DEMO_POLICY
     stack = await make_stack(policy_yaml=policy)
     answer = await whisper(stack, "U04DAVE", "C0INCIDENT", "list")
-    assert "e2e-delhi" in answer.text + block_text(answer.blocks)
-    assert "together-prod" not in block_text(answer.blocks)
+    assert "e2e-delhi" in answer.text + blocks_json(answer.blocks)
+    assert "together-prod" not in blocks_json(answer.blocks)
     assert "tc-h100-reserved" not in answer.text
     assert stack.together.calls("list") == []  # not even asked
 
@@ -127,9 +127,9 @@ async def test_together_update_end_to_end(sqlite_stack: LocalStack) -> None:
     request_id = root.text.rsplit(" ", 1)[-1]
     assert request_id.startswith("CR-") and request_id in answer.text
     first = root.edits[0] if root.edits else root
-    assert "num_gpus 8 → 16" in first.text and "num_gpus 8 → 16" in block_text(first.blocks)
+    assert "num_gpus 8 → 16" in first.text and "num_gpus 8 → 16" in blocks_json(first.blocks)
     assert "U04DAVE" in first.text and "tc-h200-ondemand" in first.text
-    assert root.text.startswith("[done]") and "*done*" in block_text(root.blocks)
+    assert root.text.startswith("[done]") and "*done*" in blocks_json(root.blocks)
 
     # The result and the cluster summary are in the root's thread.
     replies = stack.slack.replies("C0INCIDENT", root.ts)
@@ -137,8 +137,8 @@ async def test_together_update_end_to_end(sqlite_stack: LocalStack) -> None:
     assert any("Together accepted the update" in m.text for m in replies)
     summary = _summary_in(replies, "infer-h200 (tc-h200-ondemand)")
     assert "16 GPUs" in summary.text
-    assert "requested by <@U04DAVE>" in block_text(summary.blocks)
-    assert request_id in block_text(summary.blocks)
+    assert "requested by <@U04DAVE>" in blocks_json(summary.blocks)
+    assert request_id in blocks_json(summary.blocks)
 
     # Mirrored in the project's notify channel: the request and its result.
     mirrors = [m.text for m in roots(stack, "C0GPUAUDIT")]
@@ -209,7 +209,7 @@ async def test_e2e_add_security_group_end_to_end(sqlite_stack: LocalStack) -> No
     assert (
         "· 1 node" in summary.text
         and "1 nodes" not in summary.text
-        and "A100" in block_text(summary.blocks)
+        and "A100" in blocks_json(summary.blocks)
     )
     assert root.text.startswith("[done]")
 
@@ -276,7 +276,7 @@ async def test_list_shows_the_other_provider_when_one_fails(sqlite_stack: LocalS
         Fault(route="list", kind=FaultKind.SERVER_ERROR, status=503, times=-1)
     )
     answer = await whisper(stack, "U04DAVE", "C0INCIDENT", "list")
-    blocks = block_text(answer.blocks)
+    blocks = blocks_json(answer.blocks)
     assert "train-h100-a" in blocks  # E2E answered
     assert "*together-prod*" in blocks and "HTTP 503" in blocks  # Together's failure, named
     assert "tc-h100-reserved" not in blocks

@@ -8,7 +8,7 @@ import json
 
 from bot.local.demo.stack import LocalStack
 from tests.support.slack_support import (
-    block_text,
+    blocks_json,
     input_block,
     opened_modal,
     provider_writes,
@@ -57,7 +57,7 @@ async def test_update_without_fields_opens_a_prefilled_gpu_update_modal(
     assert input_block(view, "cluster_type")["element"]["initial_option"]["value"] == "KUBERNETES"
     end = input_block(view, "reservation_end_time")["element"]["initial_value"]
     assert end == cluster["reservation_end_time"]
-    assert "train-h100-reserved" in block_text(view.blocks)
+    assert "train-h100-reserved" in blocks_json(view.blocks)
     assert provider_writes(stack) == [] and stack.slack.ephemerals == []
 
 
@@ -107,7 +107,7 @@ async def test_update_modal_submissions(sqlite_stack: LocalStack) -> None:
     assert put.body == {"num_preemptible_gpus": 8}
     [root] = roots(stack, "C0INCIDENT")
     assert "num_preemptible_gpus 0 → 8" in root.text
-    assert "burst capacity for the eval run" in block_text(root.blocks)
+    assert "burst capacity for the eval run" in blocks_json(root.blocks)
 
 
 async def test_action_modal_select_then_submit_creates_a_request(sqlite_stack: LocalStack) -> None:
@@ -151,7 +151,7 @@ async def test_action_modal_select_then_submit_creates_a_request(sqlite_stack: L
     [root] = roots(stack, "C0INCIDENT")
     assert "scale_cluster: 2 → 4 nodes" in root.text and request.id in root.text
     prompt = stack.slack.replies("C0INCIDENT", root.ts)
-    assert any("approve_request" in block_text(m.blocks) for m in prompt)
+    assert any("approve_request" in blocks_json(m.blocks) for m in prompt)
     assert provider_writes(stack) == []  # waits for a second person
 
 

@@ -11,7 +11,7 @@ import pytest
 from bot.local.demo.stack import LocalStack
 from bot.local.slack.sender import Tamper
 from tests.support.slack_support import (
-    block_text,
+    blocks_json,
     bot_messages,
     opened_modal,
     provider_writes,
@@ -47,10 +47,10 @@ async def test_hostile_cluster_names_and_reasons_are_neutralised(sqlite_stack: L
     await stack.sender.command("U04DAVE", "C0INCIDENT", "show together-prod tc-h100-reserved")
     shown = await stack.slack.wait_for(lambda: next(iter(bot_messages(stack, "C0INCIDENT")), None))
     assert "&lt;!channel&gt; &lt;@U0EVIL&gt;" in shown.text  # shown, as text
-    assert "\u2039!channel\u203a" in block_text(shown.blocks)  # the header (plain_text)
+    assert "\u2039!channel\u203a" in blocks_json(shown.blocks)  # the header (plain_text)
 
     listed = await whisper(stack, "U04DAVE", "C0INCIDENT", "list")
-    assert "&lt;@U0EVIL&gt;" in block_text(listed.blocks)
+    assert "&lt;@U0EVIL&gt;" in blocks_json(listed.blocks)
 
     await whisper(
         stack,
@@ -68,8 +68,8 @@ async def test_hostile_cluster_names_and_reasons_are_neutralised(sqlite_stack: L
     assert len(provider_writes(stack)) == 1  # the Together scale-up ran; the scale waits
     request_roots = [m for m in roots(stack, "C0INCIDENT") if "asks for" in m.text]
     assert len(request_roots) == 2
-    assert all("&lt;https://evil.example|click&gt;" in block_text(m.blocks) for m in request_roots)
-    assert any("_Reason:_" in block_text(m.blocks) for m in request_roots)
+    assert all("&lt;https://evil.example|click&gt;" in blocks_json(m.blocks) for m in request_roots)
+    assert any("_Reason:_" in blocks_json(m.blocks) for m in request_roots)
 
     await whisper(stack, "U01ALICE", "C0INCIDENT", "audit")
     root = await stack.slack.post_user_message("C0INCIDENT", "U04DAVE", "incident thread")
@@ -82,7 +82,7 @@ async def test_hostile_cluster_names_and_reasons_are_neutralised(sqlite_stack: L
 
     await stack.sender.command("U04DAVE", "C0INCIDENT", "update together-prod tc-h100-reserved")
     form = await opened_modal(stack, "U04DAVE", "gpu_update")
-    assert "&lt;@U0EVIL&gt;" in block_text(form.blocks)
+    assert "&lt;@U0EVIL&gt;" in blocks_json(form.blocks)
     await stack.sender.command("U04DAVE", "C0INCIDENT", "action e2e-delhi 101")
     await opened_modal(stack, "U04DAVE", "gpu_action")
 
@@ -98,11 +98,11 @@ async def test_escaped_text_is_escaped_exactly_once_in_list_and_audit(
     stack.together.clusters["tc-h200-ondemand"]["cluster_name"] = HOSTILE
     listed = await whisper(stack, "U04DAVE", "C0INCIDENT", "list together-prod")
     assert "&lt;!channel&gt; &lt;@U0EVIL&gt;" in listed.text
-    assert "&amp;" not in listed.text and "&amp;" not in block_text(listed.blocks)
+    assert "&amp;" not in listed.text and "&amp;" not in blocks_json(listed.blocks)
 
     await whisper(stack, "U06MALLORY", "C0INCIDENT", "update together-prod x num_gpus=8")
     trail = await whisper(stack, "U01ALICE", "C0INCIDENT", "audit together-prod")
-    assert "<@U06MALLORY>" in block_text(trail.blocks)  # the actor, a real mention
+    assert "<@U06MALLORY>" in blocks_json(trail.blocks)  # the actor, a real mention
     assert "refused" in trail.text and "&amp;" not in trail.text
     assert_nothing_raw(stack)
 
@@ -153,7 +153,7 @@ async def test_a_forged_approval_click_is_refused(sqlite_stack: LocalStack) -> N
     prompt = next(
         m
         for m in stack.slack.replies("C0INCIDENT", request.root_ts)
-        if "approve_request" in block_text(m.blocks)
+        if "approve_request" in blocks_json(m.blocks)
     )
     for tamper in (Tamper.WRONG_SIGNATURE, Tamper.STALE_TIMESTAMP):
         click = await stack.sender.block_action(

@@ -20,11 +20,11 @@ from tests.support.workflow_kit import (
     MALLORY,
     Opened,
     audit_trail,
-    block_text,
     buttons,
     click,
     events,
     next_ephemeral,
+    readable_text,
     request,
     thread_texts,
     wait_mirror,
@@ -57,7 +57,7 @@ async def test_approved_scale_cluster_runs_once_with_the_whole_story_in_the_thre
     prompt = stack.slack.message(CHANNEL, opened.prompt_ts or "")
     assert root is not None and prompt is not None
     assert root.text.startswith("[pending approval]") and opened.id in root.text
-    assert "scale_cluster: 2 → 4 nodes" in root.text and "<@U04DAVE>" in block_text(root)
+    assert "scale_cluster: 2 → 4 nodes" in root.text and "<@U04DAVE>" in readable_text(root)
     assert prompt.thread_ts == opened.root_ts
     assert buttons(prompt) == dict.fromkeys(DECISION_BUTTONS, opened.id)
     assert stack.e2e.calls("action", "PUT") == []
@@ -75,7 +75,7 @@ async def test_approved_scale_cluster_runs_once_with_the_whole_story_in_the_thre
     assert root_states(stack, opened) == ["pending approval", "approved", "running", "done"]
     summary = await wait_reply(stack, opened, "train-h100-a (101)")
     assert "4 nodes" in summary.text and record.summary_ts == summary.ts
-    who = block_text(summary)
+    who = readable_text(summary)
     assert "requested by <@U04DAVE>" in who and "approved by <@U02BOB>" in who
     texts = thread_texts(stack, opened)
     assert opened.prompt_ts is not None
@@ -165,7 +165,7 @@ async def test_deny_closes_the_request_and_a_late_click_is_told_who_decided(
     await wait_root(stack, opened, "denied")
     record = await wait_state(stack.runtime.store, opened.id, S.DENIED)
     assert record.decided_by == BOB
-    assert "by <@U02BOB>" in block_text(stack.slack.message(CHANNEL, opened.root_ts))  # type: ignore[arg-type]
+    assert "by <@U02BOB>" in readable_text(stack.slack.message(CHANNEL, opened.root_ts))  # type: ignore[arg-type]
     await wait_reply(stack, opened, "Denied by <@U02BOB>.")
     seen = len(stack.slack.ephemerals_for(CAROL))
     await click(stack, opened, CAROL)
@@ -322,7 +322,7 @@ async def test_audit_trail_is_shown_to_admins_only(stack: LocalStack) -> None:
     await stack.sender.command(ALICE, CHANNEL, "audit e2e-delhi")
     shown = await next_ephemeral(stack, ALICE, seen)
     assert shown.source == "response_url"
-    text = block_text_of(shown.blocks)
+    text = readable_text(shown)
     assert f"*denied* `{opened.id}` e2e-delhi/101 denied" in text
     assert f"*requested* `{opened.id}` e2e-delhi/101 pending" in text
 
@@ -335,11 +335,3 @@ async def test_audit_trail_is_shown_to_admins_only(stack: LocalStack) -> None:
         await stack.sender.command(user, CHANNEL, command)
         refused = await next_ephemeral(stack, user, seen)
         assert why in refused.text and opened.id not in refused.text
-
-
-def block_text_of(blocks: list[dict[str, object]] | None) -> str:
-    return "\n".join(
-        str(b["text"]["text"])  # type: ignore[index]
-        for b in blocks or []
-        if isinstance(b.get("text"), dict)
-    )

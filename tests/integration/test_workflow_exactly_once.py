@@ -13,6 +13,7 @@ from bot.core.store.db import RequestState as S
 from bot.local.demo.stack import LocalStack
 from bot.local.slack.sender import SlackSender
 from tests.conftest import StackFactory
+from tests.support.slack_support import roots
 from tests.support.workflow_kit import (
     BOB,
     CAROL,
@@ -22,7 +23,6 @@ from tests.support.workflow_kit import (
     click,
     next_ephemeral,
     open_direct,
-    roots,
     twice_at_once_sender,
     wait_mirror,
     wait_reply,

@@ -17,9 +17,9 @@ from tests.support.workflow_kit import (
     BOB,
     CHANNEL,
     DAVE,
-    block_text,
     click,
     poll_until,
+    readable_text,
     request,
     wait_mirror,
     wait_reply,
@@ -44,7 +44,7 @@ async def test_follow_up_edits_the_summary_until_the_cluster_is_ready(
     assert len(edits) >= 2 and len(summary.versions) == len(edits) + 1
     assert statuses[0] == "WaitingForDataPlaneNodes" and statuses[-1] == "Ready"
     assert "InstallingDrivers" in statuses
-    assert "status as of" in block_text(summary) and "16 GPUs" in summary.text
+    assert "status as of" in readable_text(summary) and "16 GPUs" in summary.text
     assert ready.ts > summary.ts and float(ready.posted_at) >= float(summary.edited_at or 0)
     await stack.runtime.workflow.drain()  # the poller has stopped
     assert [m.text for m in stack.slack.replies(CHANNEL, opened.root_ts)].count(ready.text) == 1

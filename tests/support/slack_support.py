@@ -60,7 +60,7 @@ async def refusals(stack: LocalStack, actor: str) -> list[AuditEntry]:
     ]
 
 
-def block_text(blocks: list[dict[str, Any]] | None) -> str:
+def blocks_json(blocks: list[dict[str, Any]] | None) -> str:
     """All the text in a list of blocks, as one string (for substring assertions)."""
     return json.dumps(blocks or [], ensure_ascii=False)
 

@@ -24,6 +24,7 @@ from bot.core.store.db import ChangeRequestRecord, RequestState, Store
 from bot.local.demo.stack import LocalStack
 from bot.local.slack.models import Ephemeral, Message
 from bot.local.slack.sender import SenderResult, SlackSender
+from tests.support.slack_support import roots
 
 CHANNEL = "C0INCIDENT"
 NOTIFY_CHANNEL = "C0GPUAUDIT"  # the demo policy's notify_channel for both projects
@@ -49,14 +50,6 @@ class Opened:
     prompt_ts: str | None
 
 
-def roots(stack: LocalStack, channel: str) -> list[Message]:
-    return [
-        m
-        for m in stack.slack.messages.get(channel, [])
-        if m.user == stack.slack.bot_user_id and m.thread_ts is None
-    ]
-
-
 def buttons(message: Message) -> dict[str, str]:
     """action_id → value of the buttons on a message."""
     found: dict[str, str] = {}
@@ -67,7 +60,7 @@ def buttons(message: Message) -> dict[str, str]:
     return found
 
 
-def block_text(message: Message) -> str:
+def readable_text(message: Message | Ephemeral) -> str:
     """Every text in a message's blocks, joined (what a person reads)."""
     found: list[str] = []
 
