@@ -1,0 +1,1 @@
+"""The gpuops test suite."""

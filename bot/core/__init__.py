@@ -1,1 +1,1 @@
-"""bot.core."""
+"""The chat-neutral core: requests, approvals, execution, policy, store; no Slack code."""

@@ -1,0 +1,1 @@
+"""Provider clients (Together, E2E) behind one adapter interface."""

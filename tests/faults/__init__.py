@@ -1,1 +1,1 @@
-"""tests.faults."""
+"""Fault tests: provider and Slack fault matrices, fuzzing, leak scan."""

@@ -1,1 +1,1 @@
-"""tests.support."""
+"""Helpers shared by the tests: driving the local stack, kits per provider, spec loading."""

@@ -1,1 +1,1 @@
-"""tests.unit."""
+"""Unit tests of pure logic: parsing, policy, rules, rendering."""

@@ -1,3 +1,5 @@
+"""`gpuops check-config`: the grant table it prints and the errors it reports."""
+
 from __future__ import annotations
 
 import io

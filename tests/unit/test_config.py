@@ -1,3 +1,5 @@
+"""Settings from the environment and .env: defaults, validation, secrets kept secret."""
+
 from __future__ import annotations
 
 from pathlib import Path

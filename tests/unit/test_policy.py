@@ -1,3 +1,5 @@
+"""The policy file: validation with key paths, roles, grants, deny-by-default authorization."""
+
 from __future__ import annotations
 
 import logging

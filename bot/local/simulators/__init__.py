@@ -1,0 +1,1 @@
+"""Together and E2E provider simulators: real HTTP servers with fault injection."""
