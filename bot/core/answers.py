@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from bot.core.paging import Page
 from bot.core.policy import Role
 from bot.core.store.db import AuditEntry
 from bot.providers.base import ClusterSummary
@@ -33,16 +34,19 @@ class ClusterCard:
 
 @dataclass(frozen=True)
 class ClusterListing:
-    """Per project, its clusters, or the text of why they could not be listed."""
+    """Per project, its clusters, or the text of why they could not be listed — one page of
+    them when ``page`` is given (a project may continue on the next page)."""
 
     groups: Mapping[str, Sequence[ClusterSummary] | str]
+    page: Page | None = None
 
 
 @dataclass(frozen=True)
 class AuditListing:
-    """Audit entries, newest first."""
+    """Audit entries, newest first — one page of them when ``page`` is given."""
 
     entries: Sequence[AuditEntry]
+    page: Page | None = None
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,14 @@
 """The /gpu command grammar (SPEC §4.1), independent of Slack.
 
     /gpu help
-    /gpu list [project]
+    /gpu list [project] [page=N]
     /gpu show <project> <cluster_id>
     /gpu update <project> <cluster_id> [field=value …]
     /gpu action <project> <cluster_id> [<action>] [field=value …]
-    /gpu audit [project] [limit]
+    /gpu audit [project] [limit] [page=N]
 
-``reason="…"`` may be added to update and action: it is recorded and shown.
+``reason="…"`` (at most 500 characters) may be added to update and action: it is recorded
+and shown. ``page=N`` asks for a further page of a long answer.
 """
 
 from __future__ import annotations
@@ -20,18 +21,21 @@ from pydantic import BaseModel, Field
 
 MAX_AUDIT_LIMIT = 100
 DEFAULT_AUDIT_LIMIT = 20
+MAX_REASON = 500
+MAX_PAGE = 10_000
 _TOKEN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")
+_DIGITS = re.compile(r"^[0-9]{1,9}\Z")
 _FIELD = re.compile(r"^[a-z_]{1,64}$")
 # Slack turns typed quotes into typographic ones; shlex needs the plain kind.
 _QUOTES = str.maketrans({"\u201c": '"', "\u201d": '"', "\u2018": "'", "\u2019": "'"})
 
 USAGE = {
     "help": "/gpu help",
-    "list": "/gpu list [project]",
+    "list": "/gpu list [project] [page=N]",
     "show": "/gpu show <project> <cluster_id>",
     "update": '/gpu update <project> <cluster_id> [field=value …] [reason="…"]',
     "action": '/gpu action <project> <cluster_id> [<action>] [field=value …] [reason="…"]',
-    "audit": "/gpu audit [project] [limit]",
+    "audit": "/gpu audit [project] [limit] [page=N]",
 }
 
 
@@ -46,6 +50,7 @@ class HelpCommand(BaseModel):
 class ListCommand(BaseModel):
     name: Literal["list"] = "list"
     project: str | None = None
+    page: int = 1
 
 
 class ShowCommand(BaseModel):
@@ -75,6 +80,7 @@ class AuditCommand(BaseModel):
     name: Literal["audit"] = "audit"
     project: str | None = None
     limit: int = DEFAULT_AUDIT_LIMIT
+    page: int = 1
 
 
 Command = HelpCommand | ListCommand | ShowCommand | UpdateCommand | ActionCommand | AuditCommand
@@ -101,12 +107,41 @@ def _assignments(words: list[str], usage: str) -> tuple[dict[str, str], str | No
         if not sep or not _FIELD.match(name):
             raise UsageError(f"`{word[:40]}` is not a `field=value` pair. Usage: `{usage}`")
         if name == "reason":
-            reason = value.strip()[:500] or None
+            reason = _reason(value)
             continue
         if name in fields:
             raise UsageError(f"`{name}` is given twice; give each field once.")
         fields[name] = value.strip()
     return fields, reason
+
+
+def _reason(value: str) -> str | None:
+    reason = value.strip()
+    if len(reason) > MAX_REASON:
+        raise UsageError(
+            f"a reason may be at most {MAX_REASON} characters; yours has {len(reason)}. "
+            "Shorten it and send the command again (the full story belongs in the thread)."
+        )
+    return reason or None
+
+
+def _page(words: list[str], usage: str) -> tuple[list[str], int]:
+    """The words without ``page=N``, and N (1 when not given)."""
+    given = [w for w in words if w.lower().startswith("page=")]
+    rest = [w for w in words if not w.lower().startswith("page=")]
+    if len(given) > 1:
+        raise UsageError(f"`page=` is given {len(given)} times; give it once. Usage: `{usage}`")
+    if not given:
+        if any(w.lower() == "page" for w in rest):
+            raise UsageError(f"write the page as `page=2` (no spaces). Usage: `{usage}`")
+        return rest, 1
+    value = given[0].partition("=")[2]
+    if not _DIGITS.match(value) or not 1 <= int(value) <= MAX_PAGE:
+        raise UsageError(
+            f"`{given[0][:40]}` is not a page: give a whole number from 1, such as `page=2`. "
+            f"Usage: `{usage}`"
+        )
+    return rest, int(value)
 
 
 def parse_command(text: str) -> Command:
@@ -115,9 +150,11 @@ def parse_command(text: str) -> Command:
         return HelpCommand()
     verb, args = words[0].lower(), words[1:]
     if verb == "list":
+        args, page = _page(args, USAGE["list"])
         if len(args) > 1:
-            raise UsageError(f"`list` takes at most a project. Usage: `{USAGE['list']}`")
-        return ListCommand(project=_token(args[0], "project", USAGE["list"]) if args else None)
+            raise UsageError(f"`list` takes at most a project and a page. Usage: `{USAGE['list']}`")
+        project = _token(args[0], "project", USAGE["list"]) if args else None
+        return ListCommand(project=project, page=page)
     if verb == "show":
         if len(args) != 2:
             raise UsageError(f"`show` needs a project and a cluster id. Usage: `{USAGE['show']}`")
@@ -156,12 +193,13 @@ def _parse_change(verb: str, args: list[str]) -> UpdateCommand | ActionCommand:
 
 def _parse_audit(args: list[str]) -> AuditCommand:
     usage = USAGE["audit"]
+    args, page = _page(args, usage)
     project: str | None = None
     limit = DEFAULT_AUDIT_LIMIT
     if len(args) > 2:
-        raise UsageError(f"`audit` takes a project and a limit at most. Usage: `{usage}`")
+        raise UsageError(f"`audit` takes a project, a limit and a page at most. Usage: `{usage}`")
     for arg in args:
-        if arg.isdigit():
+        if _DIGITS.match(arg):
             limit = int(arg)
             if not 1 <= limit <= MAX_AUDIT_LIMIT:
                 raise UsageError(f"limit must be between 1 and {MAX_AUDIT_LIMIT} (got {limit}).")
@@ -169,4 +207,4 @@ def _parse_audit(args: list[str]) -> AuditCommand:
             project = _token(arg, "project", usage)
         else:
             raise UsageError(f"`audit` takes one project. Usage: `{usage}`")
-    return AuditCommand(project=project, limit=limit)
+    return AuditCommand(project=project, limit=limit, page=page)

@@ -5,9 +5,12 @@ Surfaces render the answers; nothing here changes a cluster."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 from bot.core.access import Access, Refusal
 from bot.core.answers import AuditListing, ClusterCard, ClusterListing, HelpCard, Reply, notice
+from bot.core.grammar import DEFAULT_AUDIT_LIMIT
+from bot.core.paging import AUDIT_PAGE_SIZE, LIST_PAGE_SIZE, Page, counted_range, page_of
 from bot.core.policy import Role
 from bot.core.registry import MissingCredential
 from bot.providers.base import ClusterState, ClusterSummary
@@ -36,7 +39,9 @@ class Queries:
             return notice(NO_ACCESS)
         return Reply(HelpCard(roles))
 
-    async def list_clusters(self, user: str, channel: str, project: str | None) -> Reply:
+    async def list_clusters(
+        self, user: str, channel: str, project: str | None, page: int = 1
+    ) -> Reply:
         if project is not None:
             await self.access.require(user, project, channel, Role.viewer)
             projects = [project]
@@ -47,7 +52,25 @@ class Queries:
                     "you have no projects you can view in this channel.", kind="not_authorized"
                 )
         results = await asyncio.gather(*(self._list_one(p) for p in projects))
-        return Reply(ClusterListing(dict(zip(projects, results, strict=True))))
+        rows = [
+            (name, item)
+            for name, result in zip(projects, results, strict=True)
+            for item in (result if isinstance(result, list) and result else [result])
+        ]
+        shown, count, on_page = page_of(rows, page, LIST_PAGE_SIZE)
+        flags = [isinstance(item, ClusterSummary) for _, item in rows]
+        first, last, total = counted_range(flags, shown, LIST_PAGE_SIZE)
+        where = Page(
+            number=shown,
+            count=count,
+            first=first,
+            last=last,
+            total=total,
+            noun="clusters",
+            command="/gpu list" + (f" {project}" if project else ""),
+            asked=page if page > count else None,
+        )
+        return Reply(ClusterListing(_groups(on_page), where))
 
     async def _list_one(self, project: str) -> list[ClusterSummary] | str:
         try:
@@ -68,7 +91,9 @@ class Queries:
         state = await self.cluster(user, channel, project, cluster_id)
         return Reply(ClusterCard(state.summary, shown_by=user), public=True)
 
-    async def audit(self, user: str, channel: str, project: str | None, limit: int) -> Reply:
+    async def audit(
+        self, user: str, channel: str, project: str | None, limit: int, page: int = 1
+    ) -> Reply:
         store = self.access.store
         if project is not None:
             await self.access.require(user, project, channel, Role.admin)
@@ -80,6 +105,34 @@ class Queries:
                     "reading the audit trail needs the admin role.", kind="not_authorized"
                 )
             batches = [await store.list_audit(project=p, limit=limit) for p in projects]
-            newest_first = sorted((e for b in batches for e in b), key=lambda e: e.at, reverse=True)
-            entries = newest_first[:limit]
-        return Reply(AuditListing(entries))
+            merged = (e for b in batches for e in b)
+            entries = sorted(merged, key=lambda e: (e.at, e.id), reverse=True)[:limit]
+        shown, count, on_page = page_of(entries, page, AUDIT_PAGE_SIZE)
+        first = (shown - 1) * AUDIT_PAGE_SIZE + 1 if on_page else 0
+        command = "/gpu audit" + (f" {project}" if project else "")
+        where = Page(
+            number=shown,
+            count=count,
+            first=first,
+            last=first + len(on_page) - 1 if on_page else 0,
+            total=len(entries),
+            noun="entries",
+            command=command + (f" {limit}" if limit != DEFAULT_AUDIT_LIMIT else ""),
+            asked=page if page > count else None,
+        )
+        return Reply(AuditListing(on_page, where))
+
+
+def _groups(
+    rows: Sequence[tuple[str, ClusterSummary | list[ClusterSummary] | str]],
+) -> dict[str, list[ClusterSummary] | str]:
+    """A page's rows by project: its clusters on this page, an error text, or [] for none."""
+    groups: dict[str, list[ClusterSummary] | str] = {}
+    for project, item in rows:
+        if isinstance(item, ClusterSummary):
+            listed = groups.setdefault(project, [])
+            if isinstance(listed, list):
+                listed.append(item)
+        else:
+            groups[project] = item if isinstance(item, str) else []
+    return groups

@@ -73,13 +73,15 @@ class CommandService:
 
     async def _dispatch(self, user: str, channel: str, command: Command) -> CommandOutcome:
         if isinstance(command, ListCommand):
-            return await self.queries.list_clusters(user, channel, command.project)
+            return await self.queries.list_clusters(user, channel, command.project, command.page)
         if isinstance(command, ShowCommand):
             return await self.queries.show(user, channel, command.project, command.cluster_id)
         if isinstance(command, UpdateCommand | ActionCommand):
             return await self._change(user, channel, command)
         if isinstance(command, AuditCommand):
-            return await self.queries.audit(user, channel, command.project, command.limit)
+            return await self.queries.audit(
+                user, channel, command.project, command.limit, command.page
+            )
         return await self.queries.help(user, channel)
 
     async def _change(

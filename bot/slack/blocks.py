@@ -1,5 +1,6 @@
 """Block Kit rendering. Every string that comes from a user or a provider goes through
-``escape`` so it cannot mention, link or ping — in blocks and in the ``text`` fallback."""
+``escape`` so it cannot mention, link or ping — in blocks and in the ``text`` fallback — and
+long text is shortened by ``bot.slack.text`` (never mid-entity, never losing an id)."""
 
 from __future__ import annotations
 
@@ -18,10 +19,14 @@ from bot.core.answers import (
     Reply,
 )
 from bot.core.forms import FormKind, FormMessage, FormView
+from bot.core.paging import Page
 from bot.core.policy import Role
 from bot.core.requests.view import STATE_WORDS, RequestView
 from bot.providers.base import ClusterSummary, FieldSpec, ProviderChanges
 from bot.providers.catalog import PROVIDER_CHANGES
+from bot.slack.text import clip, fit_lines, pack_lines, shorten, shorten_plain
+from bot.slack.text import escape as escape  # surfaces escape through this module
+from bot.slack.text import plain as plain
 
 Block = dict[str, Any]
 
@@ -30,6 +35,11 @@ _SECTION_TEXT_MAX = 2900
 _FIELD_TEXT_MAX = 1900
 _PLAIN_TEXT_MAX = 150
 _FALLBACK_MAX = 3500
+# What one listing message may hold in all (its sections' text): well inside what Slack
+# accepts, so a page of rows always fits in one message.
+_MESSAGE_TEXT_BUDGET = 12_000
+_LIST_ROW_MAX = 240
+_AUDIT_ROW_MAX = 560
 
 STATE_ICONS = {
     "pending": ":hourglass_flowing_sand:",
@@ -44,18 +54,8 @@ STATE_ICONS = {
 }
 
 
-def escape(value: object) -> str:
-    """Neutralise Slack control sequences: ``<!channel>``, ``<@U…>``, ``<url|label>``."""
-    text = str(value)
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def plain(value: object) -> str:
-    """Text for plain_text objects: Slack does not parse them, and we make sure of it."""
-    return str(value).replace("<", "\u2039").replace(">", "\u203a")
-
-
 def _clip(text: str, limit: int) -> str:
+    """Plain text (titles, labels, options) in at most ``limit`` characters."""
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -78,25 +78,25 @@ class SlackMessage:
     blocks: list[Block] = field(default_factory=list)
 
     def as_kwargs(self) -> dict[str, Any]:
-        return {"text": _clip(self.text, _FALLBACK_MAX), "blocks": self.blocks}
+        return {"text": clip(self.text, _FALLBACK_MAX), "blocks": self.blocks}
 
 
 def section(mrkdwn: str) -> Block:
-    return {"type": "section", "text": {"type": "mrkdwn", "text": _clip(mrkdwn, _SECTION_TEXT_MAX)}}
+    return {"type": "section", "text": {"type": "mrkdwn", "text": clip(mrkdwn, _SECTION_TEXT_MAX)}}
 
 
 def fields_section(pairs: Sequence[tuple[str, str]]) -> Block:
     return {
         "type": "section",
         "fields": [
-            {"type": "mrkdwn", "text": _clip(f"*{label}*\n{value}", _FIELD_TEXT_MAX)}
+            {"type": "mrkdwn", "text": clip(f"*{label}*\n{value}", _FIELD_TEXT_MAX)}
             for label, value in pairs[:10]
         ],
     }
 
 
 def context(mrkdwn: str) -> Block:
-    return {"type": "context", "elements": [{"type": "mrkdwn", "text": _clip(mrkdwn, 2900)}]}
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": clip(mrkdwn, 2900)}]}
 
 
 def header(text: str) -> Block:
@@ -154,8 +154,7 @@ def cluster_summary(
     note: str | None = None,
     shown_by: str | None = None,
 ) -> SlackMessage:
-    title = f"{s.name} ({s.cluster_id})"
-    blocks: list[Block] = [header(title)]
+    blocks: list[Block] = [header(_titled(s.name, s.cluster_id, _PLAIN_TEXT_MAX))]
     pairs = summary_pairs(s)
     blocks.append(fields_section(pairs[:10]))
     if len(pairs) > 10:
@@ -173,42 +172,65 @@ def cluster_summary(
         who.append(escape(note))
     if who:
         blocks.append(context(" · ".join(who)))
-    text = f"{escape(title)} — {escape(s.status)} · {escape(s.provider)}/{escape(s.project)}" + (
-        f" · {escape(s.size)}" if s.size else ""
+    text = (
+        f"{shorten(s.name, 300)} ({escape(s.cluster_id)}) — {shorten(s.status, 100)} · "
+        f"{escape(s.provider)}/{escape(s.project)}"
+        + (f" · {shorten(s.size, 100)}" if s.size else "")
     )
     return SlackMessage(text=text, blocks=blocks)
 
 
-def cluster_list(groups: Mapping[str, Sequence[ClusterSummary] | str]) -> SlackMessage:
-    """Per project, its clusters (or an error text for a project that failed)."""
-    blocks: list[Block] = []
-    lines_text: list[str] = []
-    for project, content in groups.items():
-        blocks.append(section(f"*{escape(project)}*"))
+def _titled(name: str, cluster_id: str, limit: int) -> str:
+    """``name (id)`` in plain text within ``limit``: the name gives way, the id stays."""
+    suffix = f" ({plain(cluster_id)})"
+    return shorten_plain(name, max(limit - len(suffix), 1)) + suffix
+
+
+def cluster_list(
+    groups: Mapping[str, Sequence[ClusterSummary] | str], page: Page | None = None
+) -> SlackMessage:
+    """Per project, its clusters (or an error text for a project that failed): one page,
+    ending with where it sits and the command for the next page."""
+    headers = [f"*{escape(project)}*" for project in groups]
+    rows = sum(len(c) if not isinstance(c, str) and c else 1 for c in groups.values())
+    room = _MESSAGE_TEXT_BUDGET - sum(len(h) + 1 for h in headers)
+    budget = min(_LIST_ROW_MAX, room // max(rows, 1))
+    lines: list[str] = []
+    for title, content in zip(headers, groups.values(), strict=True):
+        lines.append(title)
         if isinstance(content, str):
-            blocks.append(context(f":x: {escape(content)}"))
-            lines_text.append(escape(f"{project}: {content}"))
-            continue
-        if not content:
-            blocks.append(context("no clusters"))
-            continue
-        rows = [_list_row(s) for s in content[:40]]
-        if len(content) > 40:
-            rows.append(f"… and {len(content) - 40} more")
-        blocks.append(section("\n".join(rows)))
-        lines_text.extend(rows)
-    if not blocks:
+            lines.append(f":x: {shorten(content, budget - 4)}")
+        elif not content:
+            lines.append("_no clusters_")
+        else:
+            lines.extend(_list_row(s, budget) for s in content)
+    if not lines:
         return notice("You have no projects you can view here.")
+    return _paged(lines, page)
+
+
+def _paged(lines: list[str], page: Page | None) -> SlackMessage:
+    """Rows packed into sections, between a past-the-end note and the page's context line."""
+    blocks = [section(text) for text in pack_lines(lines, _SECTION_TEXT_MAX)]
+    head: list[str] = []
+    if page is not None:
+        if page.past_end:
+            head.append(f":information_source: {escape(page.past_end)}")
+            blocks.insert(0, context(head[-1]))
+        head.append(escape(page.summary))
+        blocks.append(context(head[-1]))
     # The rows are escaped already: escaping again would show "&lt;" to the reader.
-    return SlackMessage(text="\n".join(lines_text)[:_FALLBACK_MAX], blocks=blocks[:50])
+    return SlackMessage(text=fit_lines([*head, *lines], _FALLBACK_MAX), blocks=blocks)
 
 
-def _list_row(s: ClusterSummary) -> str:
-    size = escape(s.size or "—")
-    return (
-        f"• `{escape(s.cluster_id)}` {escape(s.name)} — {escape(s.status)} · {size}"
-        f" · {escape(s.gpu_type or '—')}"
+def _list_row(s: ClusterSummary, budget: int) -> str:
+    """``• `id` name — status · size · GPU``: the name gives way, the id stays."""
+    prefix = f"• `{escape(s.cluster_id)}` "
+    suffix = (
+        f" — {shorten(s.status, 40)} · {shorten(s.size or '—', 40)}"
+        f" · {shorten(s.gpu_type or '—', 40)}"
     )
+    return prefix + shorten(s.name, max(budget - len(prefix) - len(suffix), 8)) + suffix
 
 
 # -- change requests -----------------------------------------------------------------------
@@ -229,21 +251,22 @@ def _state_line(r: RequestView) -> str:
 
 def request_root(r: RequestView) -> SlackMessage:
     what = "update" if r.action == "update" else f"`{escape(r.action)}`"
-    head = (
-        f"{user_ref(r.requester)} asks for {what} on *{escape(r.cluster_name)}* "
-        f"(`{escape(r.cluster_id)}`, {escape(r.provider)}/{escape(r.project)})"
-    )
-    preview = "\n".join(f"• `{escape(line)}`" for line in r.preview) or "• (no fields)"
-    blocks: list[Block] = [section(head), section(preview)]
+    where = f"(`{escape(r.cluster_id)}`, {escape(r.provider)}/{escape(r.project)})"
+    asks = f"{user_ref(r.requester)} asks for {what} on "
+    name = shorten(r.cluster_name, max(_SECTION_TEXT_MAX - len(asks) - len(where) - 3, 16))
+    preview_lines = [f"• `{shorten(line, 300)}`" for line in r.preview] or ["• (no fields)"]
+    preview = fit_lines(preview_lines, _SECTION_TEXT_MAX)
+    blocks: list[Block] = [section(f"{asks}*{name}* {where}"), section(preview)]
     if r.reason:
         blocks.append(section(f"_Reason:_ {escape(r.reason)}"))
     blocks.append(context(f"{_state_line(r)} · request `{escape(r.id)}`"))
     if r.result_message and r.state in ("failed", "unknown", "succeeded"):
         blocks.append(context(escape(r.result_message)))
     text = (
-        f"[{STATE_WORDS.get(r.state, r.state)}] {escape(r.requester)} asks for "
-        f"{escape(r.action)} on {escape(r.cluster_name)} ({escape(r.cluster_id)}): "
-        f"{escape('; '.join(r.preview))} — {escape(r.id)}"
+        f"[{STATE_WORDS.get(r.state, r.state)}] {user_ref(r.requester)} asks for "
+        f"{escape(r.action)} on {shorten(r.cluster_name, 200)} ({escape(r.cluster_id)}, "
+        f"{escape(r.provider)}/{escape(r.project)}): {shorten('; '.join(r.preview), 1500)}"
+        f" — {escape(r.id)}"
     )
     return SlackMessage(text=text, blocks=blocks)
 
@@ -292,8 +315,9 @@ def _button(label: str, action_id: str, value: str, style: str | None) -> Block:
     return button
 
 
-def thread_note(text: str, *, icon: str = "") -> SlackMessage:
-    safe = escape(text)
+def thread_note(text: str, *, icon: str = "", mentions: Iterable[str] = ()) -> SlackMessage:
+    """A note in a request's thread; ``<@id>`` of the given user ids stay mentions."""
+    safe = composed_text(text, mentions)
     return SlackMessage(text=safe, blocks=[section(f"{icon} {safe}".strip())])
 
 
@@ -304,27 +328,29 @@ def decision_note(icon: str, what: str, user: str, detail: str | None = None) ->
     return SlackMessage(text=text, blocks=[section(text)])
 
 
-def audit_list(entries: Iterable[Any]) -> SlackMessage:
-    rows = []
-    for e in entries:
-        when = e.at.strftime("%Y-%m-%d %H:%M:%SZ")
-        parts = [f"`{when}`", user_ref(e.actor) if e.actor else "—", f"*{escape(e.event)}*"]
-        if e.request_id:
-            parts.append(f"`{escape(e.request_id)}`")
-        if e.project:
-            parts.append(escape(e.project) + (f"/{escape(e.cluster_id)}" if e.cluster_id else ""))
-        if e.outcome:
-            parts.append(escape(e.outcome))
-        reason = e.detail.get("reason") if isinstance(e.detail, dict) else None
-        if reason:
-            parts.append(f"— {escape(reason)}")
-        rows.append(" ".join(parts))
-    if not rows:
+def audit_list(entries: Sequence[Any], page: Page | None = None) -> SlackMessage:
+    """Audit entries, newest first, one per line: one page, with its context line."""
+    if not entries:
         return notice("No audit entries match.")
-    return SlackMessage(
-        text="\n".join(rows)[:_FALLBACK_MAX],  # rows are escaped (and mentions are ids)
-        blocks=[section("\n".join(rows[i : i + 1])) for i in range(min(len(rows), 45))],
-    )
+    budget = min(_AUDIT_ROW_MAX, _MESSAGE_TEXT_BUDGET // len(entries))
+    return _paged([_audit_row(e, budget) for e in entries], page)
+
+
+def _audit_row(e: Any, budget: int) -> str:
+    """One entry in ``budget`` characters: the reason gives way to who, what and where."""
+    when = e.at.strftime("%Y-%m-%d %H:%M:%SZ")
+    parts = [f"`{when}`", user_ref(e.actor) if e.actor else "—", f"*{shorten(e.event, 60)}*"]
+    if e.request_id:
+        parts.append(f"`{escape(e.request_id)}`")
+    if e.project:
+        parts.append(escape(e.project) + (f"/{escape(e.cluster_id)}" if e.cluster_id else ""))
+    if e.outcome:
+        parts.append(shorten(e.outcome, 120))
+    row = " ".join(parts)
+    reason = e.detail.get("reason") if isinstance(e.detail, dict) else None
+    if reason:
+        row += f" — {shorten(reason, max(budget - len(row) - 3, 16))}"
+    return row
 
 
 # -- modals -------------------------------------------------------------------------------
@@ -535,7 +561,8 @@ def help_message(card: HelpCard) -> SlackMessage:
     lines = [
         "*What you can do here*",
         "• `/gpu help` — this help",
-        "• `/gpu list [project]` — clusters you can see (only you see the answer)",
+        "• `/gpu list [project] [page=N]` — clusters you can see (only you see the answer;"
+        " long lists end with the command for the next page)",
         "• `/gpu show <project> <cluster_id>` — post a cluster summary here",
     ]
     if top >= Role.operator:
@@ -544,7 +571,7 @@ def help_message(card: HelpCard) -> SlackMessage:
     if top >= Role.approver:
         lines.append("• Approve or deny others' requests with the buttons in their thread")
     if top >= Role.admin:
-        lines.append("• `/gpu audit [project] [limit]` — the audit trail")
+        lines.append("• `/gpu audit [project] [limit] [page=N]` — the audit trail, newest first")
     lines.append(
         "Values: integers as digits, lists comma-separated (`ssh_key_ids=11,12`), "
         "times RFC 3339 (`reservation_end_time=2026-12-31T00:00:00Z`)."
@@ -571,7 +598,7 @@ def reply_message(reply: Reply) -> SlackMessage:
     if isinstance(content, ClusterCard):
         return cluster_summary(content.summary, shown_by=content.shown_by)
     if isinstance(content, ClusterListing):
-        return cluster_list(content.groups)
+        return cluster_list(content.groups, content.page)
     if isinstance(content, AuditListing):
-        return audit_list(content.entries)
+        return audit_list(content.entries, content.page)
     return help_message(content)

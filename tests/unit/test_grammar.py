@@ -69,6 +69,15 @@ from bot.core.grammar import (
         ("audit 5", AuditCommand(limit=5)),
         ("audit p 7", AuditCommand(project="p", limit=7)),
         ("audit 7 p", AuditCommand(project="p", limit=7)),
+        ("list page=2", ListCommand(page=2)),
+        ("list together-prod page=3", ListCommand(project="together-prod", page=3)),
+        ("list PAGE=3 together-prod", ListCommand(project="together-prod", page=3)),
+        ("audit 100 page=5", AuditCommand(limit=100, page=5)),
+        ("audit page=2 p 40", AuditCommand(project="p", limit=40, page=2)),
+        (
+            f'update p c num_gpus=1 reason="{"r" * 500}"',
+            UpdateCommand(project="p", cluster_id="c", fields={"num_gpus": "1"}, reason="r" * 500),
+        ),
     ],
 )
 def test_parses(text: str, expected: object) -> None:
@@ -80,7 +89,25 @@ def test_parses(text: str, expected: object) -> None:
     [
         ("show p", "needs a project and a cluster id"),
         ("show", "Usage: `/gpu show <project> <cluster_id>`"),
-        ("list a b", "at most a project"),
+        ("list a b", "at most a project and a page"),
+        ("list page=0", "`page=0` is not a page: give a whole number from 1, such as `page=2`"),
+        ("list page=two", "`page=two` is not a page"),
+        ("list page=", "`page=` is not a page"),
+        ("list page=-1", "`page=-1` is not a page"),
+        ("list page=\u00b2", "is not a page"),
+        ("list page=1 page=2", "`page=` is given 2 times; give it once"),
+        ("list together-prod page 2", "write the page as `page=2`"),
+        ("audit 100 page=0", "Usage: `/gpu audit [project] [limit] [page=N]`"),
+        ("audit \u00b2", "is not a valid project"),
+        ("audit a 5 7", "a project, a limit and a page at most"),
+        (
+            f'update p c num_gpus=1 reason="{"r" * 501}"',
+            "a reason may be at most 500 characters; yours has 501",
+        ),
+        (
+            f'action e 101 scale_cluster additional_nodes=1 reason="{"<" * 734}"',
+            "at most 500 characters; yours has 734",
+        ),
         ("update p", "needs a project and a cluster id"),
         ("update p c num_gpus", "is not a `field=value` pair"),
         ("update p c num_gpus=1 num_gpus=2", "given twice"),
