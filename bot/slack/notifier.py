@@ -75,7 +75,7 @@ class SlackNotifier:
             icon = _NOTE_ICONS[event.kind]
         else:
             return None  # withdrawn or executing: the edited root says it
-        return blocks.thread_note(event.text, icon=icon)
+        return blocks.thread_note(event.text, icon=icon, mentions=(event.actor,))
 
     async def follow_up_note(self, record: ChangeRequestRecord, text: str, tone: Tone) -> None:
         note = blocks.thread_note(text, icon=_TONE_ICONS[tone])
@@ -99,9 +99,9 @@ class SlackNotifier:
 
     async def mirror(self, record: ChangeRequestRecord, headline: str, channel: str) -> bool:
         root = blocks.request_root(view_of(record))
+        said = blocks.composed_text(headline, (record.requester, record.decided_by or ""))
         message = SlackMessage(
-            text=f"{blocks.escape(headline)} — {root.text}",
-            blocks=[blocks.context(blocks.escape(headline)), *root.blocks],
+            text=f"{said} — {root.text}", blocks=[blocks.context(said), *root.blocks]
         )
         return await self._post_or_log(channel, message) is not None
 

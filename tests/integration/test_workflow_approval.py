@@ -301,7 +301,7 @@ async def test_break_glass_lets_an_admin_approve_their_own_with_a_reason(
         {"action": "scale_cluster", "additional_nodes": 1}
     ]
     announced = await wait_reply(stack, opened, "Break glass")
-    assert reason in announced.text
+    assert reason in announced.text and f"Break glass: <@{ALICE}> approved" in announced.text
     audit_channel = [m.text for m in stack.slack.messages.get("C0GPUAUDIT", [])]
     assert any(t.startswith("Break glass") and reason in t for t in audit_channel)
     approved = [

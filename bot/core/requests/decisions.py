@@ -191,7 +191,7 @@ class Decisions:
         refused = await self._recheck(record, user)
         if refused is not None:
             return refused
-        note = f"Break glass: {user} approved their own request. Reason: {reason}"
+        note = f"Break glass: <@{user}> approved their own request. Reason: {reason}"
         approved = Change(
             "break_glass" if break_glass else "approved",
             user,
