@@ -9,6 +9,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from bot.providers.pricing import NodePrice
+
 ProviderName = Literal["together", "e2e"]
 
 
@@ -40,6 +42,7 @@ class ClusterSummary(BaseModel):
     gpu_type: str | None = None
     region: str | None = None
     billing: str | None = None
+    node_price: NodePrice | None = None  # what one node costs, when the provider says
     size: str | None = None  # one line's worth of size: "24 GPUs", "2 nodes"
     facts: tuple[Fact, ...] = ()  # shown after status and provider/project, in this order
     # The provider's values behind the facts, by API field name (what its rules and callers

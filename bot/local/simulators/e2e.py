@@ -80,6 +80,8 @@ A100 = SimSku(
     price_id=3420,
     unit_price=1270.0,
 )
+COMMITTED_DAYS = 30
+COMMITTED_PRICE = 850000.0  # per node for the committed term (a sample value)
 
 # id -> (name, version, framework, slug)
 IMAGE_VERSIONS: dict[int, tuple[str, str, str, str]] = {
@@ -114,6 +116,8 @@ class SimCluster:
     status: str
     nodes: int
     sku: SimSku = H100
+    # "hourly", "committed" (COMMITTED_DAYS at COMMITTED_PRICE per node) or "none" (no plan)
+    plan: str = "hourly"
     image_version_id: int = 2
     ssh_key_ids: list[int] = field(default_factory=lambda: [1001])
     security_group_ids: list[int] = field(default_factory=lambda: [601])
@@ -210,9 +214,9 @@ class E2ESimulator(SimulatorServer):
             SimCluster(101, "train-h100-a", delhi, RUNNING, 2),
             SimCluster(102, "train-h100-b", delhi, "Creating", 4),
             SimCluster(103, "train-a100-small", delhi, RUNNING, 1, sku=A100),
-            SimCluster(104, "train-h100-c", delhi, RUNNING, 1),
+            SimCluster(104, "train-h100-c", delhi, RUNNING, 1, plan="none"),
             SimCluster(105, "eval-h100", delhi, RUNNING, 2, image_version_id=3),
-            SimCluster(106, "train-a100-big", delhi, RUNNING, 4, sku=A100),
+            SimCluster(106, "train-a100-big", delhi, RUNNING, 4, sku=A100, plan="committed"),
             SimCluster(201, "train-chennai-a", chennai, RUNNING, 1),
         ]
         self.clusters = {c.id: c for c in seeds if c.project_id in self.projects}
@@ -410,7 +414,7 @@ class E2ESimulator(SimulatorServer):
 
     def _sku_details(self, cluster: SimCluster) -> dict[str, Any]:
         sku = cluster.sku
-        return {
+        details: dict[str, Any] = {
             "specs": {
                 "sku_id": sku.sku_id,
                 "name": sku.name,
@@ -429,16 +433,27 @@ class E2ESimulator(SimulatorServer):
                 "variant": "e2e",
                 "no_of_nodes": 1,
             },
-            "plan": {
-                "sku_item_price_id": sku.price_id,
-                "sku_type": "hourly",
-                "committed_days": 0,
-                "unit_price": sku.unit_price,
-                "currency": "INR",
-                "is_active": True,
-                "description": "Hourly Compute Instance: distributed_job",
-                "location": self.projects[cluster.project_id],
-            },
+        }
+        plan = self._plan(cluster)
+        if plan is not None:
+            details["plan"] = plan
+        return details
+
+    def _plan(self, cluster: SimCluster) -> dict[str, Any] | None:
+        sku = cluster.sku
+        if cluster.plan == "none":
+            return None
+        committed = cluster.plan == "committed"
+        return {
+            "sku_item_price_id": sku.price_id + 1 if committed else sku.price_id,
+            "sku_type": "committed" if committed else "hourly",
+            "committed_days": COMMITTED_DAYS if committed else 0,
+            "unit_price": COMMITTED_PRICE if committed else sku.unit_price,
+            "currency": "INR",
+            "is_active": True,
+            "description": f"{'Committed' if committed else 'Hourly'} Compute Instance: "
+            "distributed_job",
+            "location": self.projects[cluster.project_id],
         }
 
     @staticmethod

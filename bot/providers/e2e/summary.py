@@ -16,6 +16,7 @@ from bot.providers.e2e.models import (
     E2EImageVersion,
     E2ESkuPlan,
 )
+from bot.providers.pricing import e2e_node_price
 
 # -- summaries ------------------------------------------------------------------------------
 
@@ -100,6 +101,7 @@ def to_summary(cluster: E2ECluster, project: str, *, location: str | None = None
         gpu_type=gpu_type,
         region=region,
         billing=billing,
+        node_price=e2e_node_price(plan.model_dump() if plan else None),
         size=nodes_text(nodes) if nodes is not None else None,
         facts=facts,
         details={
