@@ -427,6 +427,16 @@ class Authorizer:
             if max((g.role for g in grants if g.covers(project)), default=0) >= min_role
         )
 
+    async def projects_granted(self, user: str, min_role: Role = Role.viewer) -> list[str]:
+        """Projects the user holds a grant on (in at least one channel) with ``min_role``:
+        for places that have no channel, such as the Home tab."""
+        grants = await self._grants_of(user)
+        return sorted(
+            project
+            for project in self.policy.projects
+            if max((g.role for g in grants if g.covers(project)), default=0) >= min_role
+        )
+
     def cluster_allowed(self, project: str, cluster_id: str) -> bool:
         config = self.policy.projects.get(project)
         if config is None:

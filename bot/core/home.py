@@ -1,0 +1,253 @@
+"""The Home tab's content for one person, chat-neutral: approvals waiting for them, their
+open requests, their recent results, and the clusters of every project they hold a grant on."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from bot.core.policy import Authorizer, Role
+from bot.core.pricing import change_price_line
+from bot.core.store.db import ChangeRequestRecord, Store
+from bot.core.store.home_queries import (
+    FINISHED_STATES,
+    OPEN_STATES,
+    pending_approvals,
+    requests_of,
+)
+from bot.providers.base import ChangePlan, ClusterSummary, ProviderAdapter
+from bot.providers.errors import ProviderError
+from bot.providers.registry import MissingCredential
+from bot.redact import redact
+
+log = logging.getLogger(__name__)
+
+
+class HomeLimits(BaseModel):
+    """How much the Home tab holds; what is left off is counted, never dropped silently."""
+
+    model_config = ConfigDict(frozen=True)
+
+    approvals: int = 10
+    open_requests: int = 10
+    recent: int = 5
+    clusters_per_project: int = 10
+    # Pending requests read to find the ones this person may approve (channel checks).
+    pending_scan: int = 500
+
+
+class HomeRequest(BaseModel):
+    """A change request as the Home tab lists it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    state: str
+    provider: str
+    project: str
+    cluster_id: str
+    cluster_name: str
+    action: str
+    preview: list[str]
+    requester: str
+    channel: str
+    reason: str | None = None
+    decided_by: str | None = None
+    result_message: str | None = None
+    updated_at: datetime
+    price_line: str | None = None
+
+
+class HomeCluster(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    cluster_id: str
+    name: str
+    status: str
+    steady: bool
+    size: str  # "16 GPUs" or "2 nodes"
+    gpu_type: str | None = None
+
+
+class HomeProject(BaseModel):
+    """One project the person holds a grant on; ``error`` when its provider did not answer."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    provider: str
+    clusters: list[HomeCluster]
+    total_clusters: int
+    error: str | None = None
+
+
+class HomeData(BaseModel):
+    """Everything the Home view shows; each list carries the total it was cut from."""
+
+    model_config = ConfigDict(frozen=True)
+
+    user: str
+    approvals: list[HomeRequest]
+    approvals_total: int
+    approvals_more_possible: bool = False  # more pending than were scanned
+    approval_channels: list[str] = []  # where all the waiting approvals are, shown or not
+    open_requests: list[HomeRequest]
+    open_total: int
+    recent: list[HomeRequest]
+    recent_total: int
+    projects: list[HomeProject]
+
+
+AdapterLookup = Callable[[str], ProviderAdapter]
+
+
+def _preview(record: ChangeRequestRecord) -> list[str]:
+    try:
+        plan = ChangePlan.model_validate(record.plan.get("plan"))
+    except ValidationError:
+        return [record.action]
+    return [line.text() for line in plan.lines] or [record.action]
+
+
+def _body(record: ChangeRequestRecord) -> dict[str, object]:
+    plan = record.plan.get("plan")
+    body = plan.get("body") if isinstance(plan, dict) else None
+    return body if isinstance(body, dict) else {}
+
+
+def home_request(record: ChangeRequestRecord, cluster: ClusterSummary | None) -> HomeRequest:
+    """The Home entry of a request; ``cluster`` (as listed now) gives its price line."""
+    price = cluster.node_price if cluster is not None else None
+    return HomeRequest(
+        id=record.id,
+        state=str(record.state),
+        provider=record.provider,
+        project=record.project,
+        cluster_id=record.cluster_id,
+        cluster_name=record.cluster_name,
+        action=record.action,
+        preview=_preview(record),
+        requester=record.requester,
+        channel=record.channel,
+        reason=record.reason,
+        decided_by=record.decided_by,
+        result_message=record.result_message,
+        updated_at=record.updated_at,
+        price_line=change_price_line(price, record.action, _body(record)),
+    )
+
+
+def _size(summary: ClusterSummary) -> str:
+    if summary.num_gpus is not None:
+        return f"{summary.num_gpus} GPUs"
+    if summary.nodes is not None:
+        return "1 node" if summary.nodes == 1 else f"{summary.nodes} nodes"
+    return "size unknown"
+
+
+def home_cluster(summary: ClusterSummary) -> HomeCluster:
+    return HomeCluster(
+        cluster_id=summary.cluster_id,
+        name=summary.name,
+        status=summary.status,
+        steady=summary.steady,
+        size=_size(summary),
+        gpu_type=summary.gpu_type,
+    )
+
+
+class HomeBuilder:
+    """Builds HomeData from the policy, the store and the providers' cluster lists."""
+
+    def __init__(
+        self,
+        authorizer: Authorizer,
+        store: Store,
+        adapter_for: AdapterLookup,
+        limits: HomeLimits | None = None,
+    ) -> None:
+        self.authorizer = authorizer
+        self.store = store
+        self.adapter_for = adapter_for
+        self.limits = limits or HomeLimits()
+
+    async def build(self, user: str) -> HomeData:
+        projects = await self.authorizer.projects_granted(user)
+        listed = await asyncio.gather(*(self._clusters(p) for p in projects))
+        clusters = dict(zip(projects, listed, strict=True))
+        approvals, more = await self._approvals(user, projects)
+        open_page = await requests_of(self.store, user, OPEN_STATES, self.limits.open_requests)
+        recent_page = await requests_of(self.store, user, FINISHED_STATES, self.limits.recent)
+        return HomeData(
+            user=user,
+            approvals=[
+                home_request(r, self._find(clusters, r)) for r in approvals[: self.limits.approvals]
+            ],
+            approvals_total=len(approvals),
+            approvals_more_possible=more,
+            approval_channels=sorted({r.channel for r in approvals}),
+            open_requests=[home_request(r, self._find(clusters, r)) for r in open_page.records],
+            open_total=open_page.total,
+            recent=[home_request(r, None) for r in recent_page.records],
+            recent_total=recent_page.total,
+            projects=[self._project(p, clusters[p]) for p in projects],
+        )
+
+    async def _approvals(
+        self, user: str, projects: list[str]
+    ) -> tuple[list[ChangeRequestRecord], bool]:
+        """Pending requests of others that this person may approve in the request's own
+        channel (as a click in its thread would be checked)."""
+        approver_anywhere = set(await self.authorizer.projects_granted(user, Role.approver))
+        approver_of = [p for p in projects if p in approver_anywhere]
+        page = await pending_approvals(self.store, approver_of, self.limits.pending_scan)
+        mine: list[ChangeRequestRecord] = []
+        for record in page.records:
+            if record.requester == user:
+                continue
+            decision = await self.authorizer.check(
+                user, record.project, record.channel, Role.approver
+            )
+            if decision.allowed:
+                mine.append(record)
+        more = page.total > len(page.records)
+        return mine, more
+
+    async def _clusters(self, project: str) -> list[ClusterSummary] | str:
+        try:
+            listed = await self.adapter_for(project).list_clusters()
+        except ProviderError as exc:
+            return exc.user_message
+        except MissingCredential as exc:
+            return str(exc)
+        except Exception as exc:  # one project's failure must not blank the whole tab
+            log.warning("home: listing %s failed: %s", project, redact(str(exc)))
+            return "its clusters could not be listed"
+        return [c for c in listed if self.authorizer.cluster_allowed(project, c.cluster_id)]
+
+    @staticmethod
+    def _find(
+        clusters: dict[str, list[ClusterSummary] | str], record: ChangeRequestRecord
+    ) -> ClusterSummary | None:
+        listed = clusters.get(record.project)
+        if not isinstance(listed, list):
+            return None
+        return next((c for c in listed if c.cluster_id == record.cluster_id), None)
+
+    def _project(self, name: str, listed: list[ClusterSummary] | str) -> HomeProject:
+        provider = self.authorizer.policy.project(name).provider
+        if isinstance(listed, str):
+            return HomeProject(
+                name=name, provider=provider, clusters=[], total_clusters=0, error=listed
+            )
+        shown = listed[: self.limits.clusters_per_project]
+        return HomeProject(
+            name=name,
+            provider=provider,
+            clusters=[home_cluster(c) for c in shown],
+            total_clusters=len(listed),
+        )

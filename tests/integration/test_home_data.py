@@ -1,0 +1,121 @@
+"""The Home tab's data over the local stack (requests opened with signed slash commands,
+E2E and Together simulators over HTTP), on SQLite and PostgreSQL, rendered and validated."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+from slack_sdk.models.views import View
+
+from bot.core.home import HomeBuilder, HomeData, HomeLimits
+from bot.core.policy import Authorizer, Policy
+from bot.core.store.db import RequestState
+from bot.local.demo.stack import DEMO_POLICY, LocalStack
+from bot.slack.home import home_view
+from tests.support.workflow_kit import click, request, wait_state
+
+BOB, DAVE, ERIN, MALLORY = "U02BOB", "U04DAVE", "U05ERIN", "U06MALLORY"
+
+
+def builder(stack: LocalStack, authorizer: Authorizer | None = None) -> HomeBuilder:
+    workflow = stack.runtime.workflow
+    return HomeBuilder(authorizer or workflow.authorizer, stack.runtime.store, workflow.adapter_for)
+
+
+def rendered(home: HomeData) -> str:
+    view = home_view(home)
+    View(**view).validate_json()
+    return json.dumps(view, ensure_ascii=False)
+
+
+async def test_approver_sees_pending_requests_with_their_price_lines(stack: LocalStack) -> None:
+    hourly = await request(stack, DAVE, "action e2e-delhi 101 scale_cluster additional_nodes=2")
+    committed = await request(stack, DAVE, "action e2e-delhi 106 scale_cluster additional_nodes=1")
+    no_plan = await request(stack, DAVE, "action e2e-delhi 104 scale_cluster additional_nodes=3")
+
+    home = await builder(stack).build(BOB)
+    prices = {r.id: r.price_line for r in home.approvals}
+    assert set(prices) == {hourly.id, committed.id, no_plan.id}
+    assert home.approvals_total == 3
+    assert prices[hourly.id] == ("≈ +₹3,990.40/h: 2 more nodes at ₹1,995.20/h each, hourly plan")
+    committed_line = prices[committed.id]
+    assert committed_line is not None and "committed plan (30 days)" in committed_line
+    assert prices[no_plan.id] is None
+    assert [p.name for p in home.projects] == ["e2e-delhi", "together-prod"]
+    assert all(p.error is None and p.clusters for p in home.projects)
+    text = rendered(home)
+    assert f'"value": "{hourly.id}"' in text and "approve_request" in text
+    assert '"value": "e2e-delhi:101"' in text
+
+
+async def test_requester_sees_own_open_requests_not_as_approvals(stack: LocalStack) -> None:
+    opened = await request(stack, DAVE, "action e2e-delhi 101 scale_cluster additional_nodes=2")
+    home = await builder(stack).build(DAVE)
+    assert home.approvals == [] and home.approvals_total == 0
+    assert [r.id for r in home.open_requests] == [opened.id]
+    assert home.open_total == 1
+    assert home.open_requests[0].price_line is not None
+    assert '"cancel_request"' in rendered(home)
+
+
+async def test_no_grant_no_project_names_and_viewer_gets_no_approvals(stack: LocalStack) -> None:
+    await request(stack, DAVE, "action e2e-delhi 101 scale_cluster additional_nodes=2")
+    nobody = await builder(stack).build(MALLORY)
+    assert (nobody.projects, nobody.approvals, nobody.open_requests) == ([], [], [])
+    text = rendered(nobody)
+    assert "e2e-delhi" not in text and "together-prod" not in text
+
+    viewer = await builder(stack).build(ERIN)
+    assert viewer.approvals == []
+    assert [p.name for p in viewer.projects] == ["e2e-delhi", "together-prod"]
+
+
+async def test_approver_grant_that_does_not_hold_in_the_request_channel_lists_nothing(
+    stack: LocalStack,
+) -> None:
+    await request(stack, DAVE, "action e2e-delhi 101 scale_cluster additional_nodes=2")
+    loaded = yaml.safe_load(DEMO_POLICY)
+    for grant in loaded["grants"]:
+        if grant.get("users") == [BOB]:
+            grant["channels"] = ["C0RANDOM"]
+    scoped = Authorizer(Policy.model_validate(loaded), stack.runtime.workflow.authorizer.groups)
+    home = await builder(stack, scoped).build(BOB)
+    assert home.approvals == [] and home.approvals_total == 0
+    assert [p.name for p in home.projects] == ["e2e-delhi", "together-prod"]
+
+
+async def test_finished_requests_are_recent_results_and_lists_are_cut_with_counts(
+    stack: LocalStack,
+) -> None:
+    opened = [
+        await request(
+            stack, DAVE, f"action e2e-delhi {cluster_id} scale_cluster additional_nodes=1"
+        )
+        for cluster_id in ("101", "103", "105", "104")
+    ]
+    await click(stack, opened[3], BOB, "deny_request")
+    await wait_state(stack.runtime.store, opened[3].id, RequestState.DENIED)
+    limits = HomeLimits(approvals=2, open_requests=1, clusters_per_project=2)
+    home = await HomeBuilder(
+        stack.runtime.workflow.authorizer,
+        stack.runtime.store,
+        stack.runtime.workflow.adapter_for,
+        limits,
+    ).build(BOB)
+    assert (len(home.approvals), home.approvals_total) == (2, 3)
+    e2e = next(p for p in home.projects if p.name == "e2e-delhi")
+    assert len(e2e.clusters) == 2 and e2e.total_clusters > 2
+    text = rendered(home)
+    assert "1 more not shown here" in text and "`/gpu list e2e-delhi`" in text
+
+    dave = await HomeBuilder(
+        stack.runtime.workflow.authorizer,
+        stack.runtime.store,
+        stack.runtime.workflow.adapter_for,
+        limits,
+    ).build(DAVE)
+    assert (len(dave.open_requests), dave.open_total) == (1, 3)
+    assert [(r.id, r.state, r.decided_by) for r in dave.recent] == [(opened[3].id, "denied", BOB)]
+    assert dave.recent_total == 1 and dave.recent[0].price_line is None
+    assert "denied" in rendered(dave)
