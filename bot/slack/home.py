@@ -1,0 +1,207 @@
+"""The App Home tab as Block Kit: a pure function of the core's HomeData, within Slack's
+limits (100 blocks, 3,000 characters a section, 2,000 a button value), saying what it left
+off and where to see it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from bot.core.home import HomeCluster, HomeData, HomeProject, HomeRequest
+from bot.slack.blocks import (
+    STATE_ICONS,
+    STATE_WORDS,
+    Block,
+    channel_ref,
+    context,
+    escape,
+    header,
+    plain,
+    section,
+    user_ref,
+)
+
+MAX_BLOCKS = 100
+BUTTON_VALUE_MAX = 2000
+SHOW_ACTION_ID = "home_show_cluster"
+# Blocks the three request lists can take at most (headers, entries, overflow notes):
+# approvals 1 + 2x10 + 1, open 1 + 10 + 1, recent 1 + 1 + 1, and the title and dividers.
+_ENTRY_LIMITS = {"approvals": 10, "open": 10}
+
+
+def _button(label: str, action_id: str, value: str, style: str | None = None) -> Block:
+    button: Block = {
+        "type": "button",
+        "text": {"type": "plain_text", "text": plain(label)},
+        "action_id": action_id,
+        "value": value,
+    }
+    if style is not None:
+        button["style"] = style
+    return button
+
+
+def _divider() -> Block:
+    return {"type": "divider"}
+
+
+def _state(request: HomeRequest) -> str:
+    icon = STATE_ICONS.get(request.state, "")
+    return f"{icon} {STATE_WORDS.get(request.state, escape(request.state))}".strip()
+
+
+def _request_text(request: HomeRequest, *, by: bool) -> str:
+    what = "update" if request.action == "update" else f"`{escape(request.action)}`"
+    head = (
+        f"{what} on *{escape(request.cluster_name)}* (`{escape(request.cluster_id)}`, "
+        f"{escape(request.project)}) · {_state(request)} · `{escape(request.id)}`"
+    )
+    if by:
+        head += f"\nasked by {user_ref(request.requester)} in {channel_ref(request.channel)}"
+    lines = [head, *(f"• `{escape(line)}`" for line in request.preview)]
+    if request.price_line:
+        lines.append(f":moneybag: {escape(request.price_line)}")
+    if request.reason:
+        lines.append(f"_Reason:_ {escape(request.reason)}")
+    return "\n".join(lines)
+
+
+def _more(shown: int, total: int, where: str) -> list[Block]:
+    if total <= shown:
+        return []
+    return [context(f"{total - shown} more not shown here — {where}")]
+
+
+def _approval_blocks(data: HomeData) -> list[Block]:
+    blocks: list[Block] = [
+        section(f"*:raised_hand: Waiting for your approval* ({data.approvals_total})")
+    ]
+    shown = data.approvals[: _ENTRY_LIMITS["approvals"]]
+    if not shown and not data.approvals_more_possible:
+        blocks.append(context("Nothing is waiting for you."))
+    for request in shown:
+        blocks.append(section(_request_text(request, by=True)))
+        blocks.append(
+            {
+                "type": "actions",
+                "block_id": f"home_decide:{request.id}",
+                "elements": [
+                    _button("Approve", "approve_request", request.id, "primary"),
+                    _button("Deny", "deny_request", request.id, "danger"),
+                ],
+            }
+        )
+    where = "open them from their threads"
+    if data.approval_channels:
+        where += " in " + ", ".join(channel_ref(c) for c in data.approval_channels)
+    blocks += _more(len(shown), data.approvals_total, where)
+    if data.approvals_more_possible:
+        blocks.append(context("More requests are pending than this tab reads at once."))
+    return blocks
+
+
+def _open_blocks(data: HomeData) -> list[Block]:
+    blocks: list[Block] = [
+        section(f"*:hourglass_flowing_sand: Your open requests* ({data.open_total})")
+    ]
+    shown = data.open_requests[: _ENTRY_LIMITS["open"]]
+    if not shown:
+        blocks.append(context("You have no open requests."))
+    for request in shown:
+        block = section(_request_text(request, by=False))
+        if request.state == "pending":
+            block["accessory"] = _button("Cancel", "cancel_request", request.id)
+        blocks.append(block)
+    blocks += _more(len(shown), data.open_total, "they are in their threads")
+    return blocks
+
+
+def _recent_line(request: HomeRequest) -> str:
+    line = (
+        f"{_state(request)} `{escape(request.action)}` on *{escape(request.cluster_name)}* "
+        f"({escape(request.project)}) · `{escape(request.id)}`"
+    )
+    if request.result_message:
+        line += f" — {escape(request.result_message[:200])}"
+    return line
+
+
+def _recent_blocks(data: HomeData) -> list[Block]:
+    blocks: list[Block] = [section(f"*:clipboard: Your recent results* ({data.recent_total})")]
+    if not data.recent:
+        blocks.append(context("No finished requests yet."))
+        return blocks
+    # One section holds every line; it is clipped line by line, never mid-line.
+    lines: list[str] = []
+    used = 0
+    for request in data.recent:
+        line = _recent_line(request)
+        if used + len(line) + 1 > 2900:
+            break
+        lines.append(line)
+        used += len(line) + 1
+    blocks.append(section("\n".join(lines)))
+    blocks += _more(len(lines), data.recent_total, "`/gpu audit` has the full record")
+    return blocks
+
+
+def _cluster_block(project: str, cluster: HomeCluster) -> Block:
+    gpu = f" · {escape(cluster.gpu_type)}" if cluster.gpu_type else ""
+    icon = ":large_green_circle:" if cluster.steady else ":large_yellow_circle:"
+    block = section(
+        f"{icon} *{escape(cluster.name)}* (`{escape(cluster.cluster_id)}`) — "
+        f"{escape(cluster.status)} · {escape(cluster.size)}{gpu}"
+    )
+    value = f"{project}:{cluster.cluster_id}"
+    if len(value) <= BUTTON_VALUE_MAX:
+        block["accessory"] = _button("Show", SHOW_ACTION_ID, value)
+    return block
+
+
+def _project_blocks(project: HomeProject, budget: int) -> list[Block]:
+    """A project's header, as many clusters as the budget allows, and what was left off."""
+    title = f"*{escape(project.name)}* ({escape(project.provider)})"
+    if project.error is not None:
+        return [section(title), context(f":x: {escape(project.error)}")]
+    if not project.clusters:
+        return [section(title), context("no clusters")]
+    room = max(0, budget - 2)  # the header and a possible overflow note
+    shown = project.clusters[:room]
+    blocks = [section(title), *(_cluster_block(project.name, c) for c in shown)]
+    where = f"see them all with `/gpu list {escape(project.name)}`"
+    return blocks + _more(len(shown), project.total_clusters, where)
+
+
+def _projects_blocks(projects: Sequence[HomeProject], budget: int) -> list[Block]:
+    blocks: list[Block] = [section("*:desktop_computer: Your clusters*")]
+    if not projects:
+        blocks.append(context("You have no grant on any project."))
+        return blocks
+    budget -= len(blocks) + 1  # keep one block for "N more projects"
+    for index, project in enumerate(projects):
+        if budget < 3:
+            names = ", ".join(f"`{escape(p.name)}`" for p in projects[index:])
+            blocks.append(
+                context(
+                    f"{len(projects) - index} more projects not shown here — "
+                    f"see them with `/gpu list <project>`: {names}"
+                )
+            )
+            break
+        project_blocks = _project_blocks(project, budget)
+        blocks += project_blocks
+        budget -= len(project_blocks)
+    return blocks
+
+
+def home_view(data: HomeData) -> dict[str, Any]:
+    """The ``home`` view to publish for ``data.user``."""
+    blocks: list[Block] = [header("gpuops")]
+    blocks += _approval_blocks(data)
+    blocks.append(_divider())
+    blocks += _open_blocks(data)
+    blocks.append(_divider())
+    blocks += _recent_blocks(data)
+    blocks.append(_divider())
+    blocks += _projects_blocks(data.projects, MAX_BLOCKS - len(blocks))
+    return {"type": "home", "blocks": blocks}
