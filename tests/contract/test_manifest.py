@@ -30,7 +30,8 @@ def test_manifest_declares_command_events_interactivity_and_socket_mode() -> Non
     settings = m["settings"]
     assert isinstance(features, dict) and isinstance(settings, dict)
     assert [c["command"] for c in features["slash_commands"]] == ["/gpu"]
-    assert settings["event_subscriptions"]["bot_events"] == ["app_mention"]
+    assert settings["event_subscriptions"]["bot_events"] == ["app_mention", "app_home_opened"]
+    assert features["app_home"]["home_tab_enabled"] is True
     assert settings["interactivity"]["is_enabled"] is True
     assert settings["socket_mode_enabled"] is True
 
