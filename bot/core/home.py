@@ -38,6 +38,8 @@ class HomeLimits(BaseModel):
     clusters_per_project: int = 10
     # Pending requests read to find the ones this person may approve (channel checks).
     pending_scan: int = 500
+    # A slow provider shows as such on its project instead of holding up the whole tab.
+    list_seconds: float = 8.0
 
 
 class HomeRequest(BaseModel):
@@ -219,7 +221,10 @@ class HomeBuilder:
 
     async def _clusters(self, project: str) -> list[ClusterSummary] | str:
         try:
-            listed = await self.adapter_for(project).list_clusters()
+            async with asyncio.timeout(self.limits.list_seconds):
+                listed = await self.adapter_for(project).list_clusters()
+        except TimeoutError:
+            return f"its clusters did not arrive within {self.limits.list_seconds:g} s"
         except ProviderError as exc:
             return exc.user_message
         except MissingCredential as exc:

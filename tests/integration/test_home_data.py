@@ -12,6 +12,7 @@ from bot.core.home import HomeBuilder, HomeData, HomeLimits
 from bot.core.policy import Authorizer, Policy
 from bot.core.store.db import RequestState
 from bot.local.demo.stack import DEMO_POLICY, LocalStack
+from bot.local.simulators.base import Fault, FaultKind
 from bot.slack.home import home_view
 from tests.support.workflow_kit import click, request, wait_state
 
@@ -119,3 +120,33 @@ async def test_finished_requests_are_recent_results_and_lists_are_cut_with_count
     assert [(r.id, r.state, r.decided_by) for r in dave.recent] == [(opened[3].id, "denied", BOB)]
     assert dave.recent_total == 1 and dave.recent[0].price_line is None
     assert "denied" in rendered(dave)
+
+
+async def test_a_provider_that_fails_is_said_on_its_project_and_the_rest_still_shows(
+    sqlite_stack: LocalStack,
+) -> None:
+    stack = sqlite_stack
+    stack.together.faults.add(
+        Fault(route="list", kind=FaultKind.SERVER_ERROR, status=503, times=-1)
+    )
+    home = await builder(stack).build(BOB)
+    together = next(p for p in home.projects if p.name == "together-prod")
+    e2e = next(p for p in home.projects if p.name == "e2e-delhi")
+    assert together.error is not None and together.clusters == []
+    assert e2e.error is None and e2e.clusters
+    text = rendered(home)
+    assert ":x:" in text and "e2e-delhi:101" in text
+    assert stack.options.together_key not in text
+
+
+async def test_a_slow_provider_does_not_hold_up_the_tab(sqlite_stack: LocalStack) -> None:
+    stack = sqlite_stack
+    stack.e2e.faults.add(Fault(route="list", kind=FaultKind.LATENCY, seconds=5.0, times=-1))
+    limits = HomeLimits(list_seconds=0.5)
+    workflow = stack.runtime.workflow
+    home = await HomeBuilder(
+        workflow.authorizer, stack.runtime.store, workflow.adapter_for, limits
+    ).build(BOB)
+    e2e = next(p for p in home.projects if p.name == "e2e-delhi")
+    assert e2e.error == "its clusters did not arrive within 0.5 s"
+    assert next(p for p in home.projects if p.name == "together-prod").clusters

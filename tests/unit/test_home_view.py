@@ -7,6 +7,8 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from slack_sdk.models.views import View
 
 from bot.core.home import HomeCluster, HomeData, HomeProject, HomeRequest
@@ -186,3 +188,39 @@ def test_long_texts_stay_within_section_limits() -> None:
     for block in view["blocks"]:
         if block["type"] == "section" and "text" in block:
             assert len(block["text"]["text"]) <= 3000
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    approvals=st.integers(min_value=0, max_value=15),
+    opened=st.integers(min_value=0, max_value=15),
+    recent=st.integers(min_value=0, max_value=8),
+    projects=st.lists(st.integers(min_value=0, max_value=15), max_size=15),
+)
+def test_any_amount_of_content_fits_and_every_project_is_shown_or_named(
+    approvals: int, opened: int, recent: int, projects: list[int]
+) -> None:
+    home = data(
+        approvals=[request(f"CR-A{i:05d}") for i in range(min(approvals, 10))],
+        approvals_total=approvals,
+        open_requests=[request(f"CR-O{i:05d}") for i in range(min(opened, 10))],
+        open_total=opened,
+        recent=[request(f"CR-R{i:05d}", state="failed") for i in range(min(recent, 5))],
+        recent_total=recent,
+        projects=[
+            HomeProject(
+                name=f"proj-{p}",
+                provider="together",
+                clusters=[cluster(i) for i in range(min(count, 10))],
+                total_clusters=count,
+            )
+            for p, count in enumerate(projects)
+        ],
+    )
+    view = validated(home_view(home))
+    text = text_of(view)
+    for p, count in enumerate(projects):
+        assert f"*proj-{p}* (together)" in text or f"`proj-{p}`" in text
+        shown = sum(1 for action, value in buttons(view) if value.startswith(f"proj-{p}:"))
+        if f"*proj-{p}* (together)" in text and shown < count:
+            assert f"{count - shown} more not shown here" in text
