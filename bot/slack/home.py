@@ -24,8 +24,8 @@ from bot.slack.blocks import (
 MAX_BLOCKS = 100
 BUTTON_VALUE_MAX = 2000
 SHOW_ACTION_ID = "home_show_cluster"
-# Blocks the three request lists can take at most (headers, entries, overflow notes):
-# approvals 1 + 2x10 + 1, open 1 + 10 + 1, recent 1 + 1 + 1, and the title and dividers.
+# Entries shown per request list. With their titles, notes, the tab's title and dividers
+# the request lists take at most 42 blocks; the clusters get the rest of the 100.
 _ENTRY_LIMITS = {"approvals": 10, "open": 10}
 
 
