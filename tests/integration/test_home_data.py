@@ -16,7 +16,7 @@ from bot.local.simulators.base import Fault, FaultKind
 from bot.slack.home import home_view
 from tests.support.workflow_kit import click, request, wait_state
 
-BOB, DAVE, ERIN, MALLORY = "U02BOB", "U04DAVE", "U05ERIN", "U06MALLORY"
+BOB, CAROL, DAVE, ERIN, MALLORY = "U02BOB", "U03CAROL", "U04DAVE", "U05ERIN", "U06MALLORY"
 
 
 def builder(stack: LocalStack, authorizer: Authorizer | None = None) -> HomeBuilder:
@@ -48,6 +48,8 @@ async def test_approver_sees_pending_requests_with_their_price_lines(stack: Loca
     text = rendered(home)
     assert f'"value": "{hourly.id}"' in text and "approve_request" in text
     assert '"value": "e2e-delhi:101"' in text
+    # an approver through a user group sees the same
+    assert {r.id for r in (await builder(stack).build(CAROL)).approvals} == set(prices)
 
 
 async def test_requester_sees_own_open_requests_not_as_approvals(stack: LocalStack) -> None:
