@@ -128,6 +128,8 @@ class ChangePlan(BaseModel):
     kinds: list[str]
     lines: list[PreviewLine]
     fingerprint: dict[str, Any]
+    # What one node cost when this was planned (its price line); never part of the change.
+    node_price: NodePrice | None = None
 
     def preview_text(self) -> str:
         return "; ".join(line.text() for line in self.lines)

@@ -257,6 +257,8 @@ def request_root(r: RequestView) -> SlackMessage:
     preview_lines = [f"• `{shorten(line, 300)}`" for line in r.preview] or ["• (no fields)"]
     preview = fit_lines(preview_lines, _SECTION_TEXT_MAX)
     blocks: list[Block] = [section(f"{asks}*{name}* {where}"), section(preview)]
+    if r.price_line:
+        blocks.append(context(price_text(r.price_line)))
     if r.reason:
         blocks.append(section(f"_Reason:_ {escape(r.reason)}"))
     blocks.append(context(f"{_state_line(r)} · request `{escape(r.id)}`"))
@@ -271,6 +273,11 @@ def request_root(r: RequestView) -> SlackMessage:
     return SlackMessage(text=text, blocks=blocks)
 
 
+def price_text(line: str) -> str:
+    """A change's price line as shown under its preview (escaped)."""
+    return f":moneybag: {escape(line)}"
+
+
 def approval_prompt(r: RequestView, *, expire_minutes: int) -> SlackMessage:
     text = (
         f"Approval needed for {r.id}: an approver of {r.project} other than the requester "
@@ -282,6 +289,7 @@ def approval_prompt(r: RequestView, *, expire_minutes: int) -> SlackMessage:
             f"*{escape(r.project)}* other than {user_ref(r.requester)} may approve or deny. "
             f"Expires in {expire_minutes} min."
         ),
+        *([context(price_text(r.price_line))] if r.price_line else []),
         {
             "type": "actions",
             "block_id": "approval",

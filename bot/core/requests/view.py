@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from bot.core.pricing import change_price_line
 from bot.core.store.db import ChangeRequestRecord
 from bot.providers.base import ChangePlan
 
@@ -46,6 +47,7 @@ class RequestView:
     result_message: str | None = None
     break_glass: bool = False
     expires_at: datetime | None = None
+    price_line: str | None = None  # what the change does to the price, when it is known
 
 
 def plan_lines(plan: ChangePlan) -> list[str]:
@@ -72,4 +74,5 @@ def view_of(record: ChangeRequestRecord) -> RequestView:
         result_message=record.result_message,
         break_glass=record.break_glass,
         expires_at=record.expires_at,
+        price_line=change_price_line(plan.node_price, plan.action, plan.body),
     )

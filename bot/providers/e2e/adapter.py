@@ -165,6 +165,7 @@ class E2EAdapter:
             kinds=[action],
             lines=_preview(action, values, state),
             fingerprint=self.fingerprint(state),
+            node_price=state.summary.node_price,
         )
 
     @staticmethod
