@@ -16,6 +16,7 @@ from bot.local.slack import (
     EphemeralPosted,
     FakeEvent,
     FakeSlack,
+    HomePublished,
     MessageEdited,
     MessagePosted,
     ViewOpened,
@@ -526,3 +527,36 @@ async def test_entries_survive_an_update_that_keeps_the_input(
     replaced["blocks"][0]["element"]["type"] = "plain_text_input"
     await client.views_update(view_id=view_id, view=replaced)
     assert fake.views[view_id].entered == {}
+
+
+async def test_views_publish_keeps_each_users_home_and_its_versions(
+    fake: FakeSlack, client: AsyncWebClient
+) -> None:
+    events: list[FakeEvent] = []
+    fake.subscribe(events.append)
+    first = await client.views_publish(
+        user_id="UALICE", view={"type": "home", "blocks": [section("one")]}
+    )
+    second = await client.views_publish(
+        user_id="UALICE", view={"type": "home", "blocks": [section("two")]}
+    )
+    assert first["view"]["id"] == second["view"]["id"] and second["view"]["type"] == "home"
+    home = fake.home_of("UALICE")
+    assert home is not None and len(home.history) == 1
+    assert home.blocks[0]["text"]["text"] == "two"
+    assert [e.kind for e in events] == ["home_published", "home_published"]
+    assert isinstance(events[-1], HomePublished) and fake.home_of("UBOB") is None
+
+
+async def test_views_publish_refuses_what_slack_refuses(client: AsyncWebClient) -> None:
+    home = {"type": "home", "blocks": [section("x")]}
+    with pytest.raises(SlackApiError) as unknown:
+        await client.views_publish(user_id="UNOBODY", view=home)
+    assert unknown.value.response["error"] == "user_not_found"
+    with pytest.raises(SlackApiError) as modal_view:
+        await client.views_publish(user_id="UALICE", view=modal())
+    assert modal_view.value.response["error"] == "invalid_arguments"
+    too_many = {"type": "home", "blocks": [section(str(i)) for i in range(101)]}
+    with pytest.raises(SlackApiError) as long_view:
+        await client.views_publish(user_id="UALICE", view=too_many)
+    assert "no more than 100 items" in str(long_view.value.response["response_metadata"])

@@ -215,6 +215,13 @@ class ViewUpdated(BaseModel):
     view: View
 
 
+class HomePublished(BaseModel):
+    """``views.publish``: a person's App Home tab, first shown or replaced."""
+
+    kind: Literal["home_published"] = "home_published"
+    view: View
+
+
 class ViewClosed(BaseModel):
     kind: Literal["view_closed"] = "view_closed"
     view: View
@@ -240,6 +247,7 @@ FakeEvent = Annotated[
     | ViewOpened
     | ViewUpdated
     | ViewClosed
+    | HomePublished
     | UserActed,
     Field(discriminator="kind"),
 ]
@@ -617,6 +625,20 @@ def _element_problems(element: JsonDict) -> list[str]:
         problems += _text_problems(option.get("text"), "option text", 75)
         if len(str(option.get("value", ""))) > 150:
             problems.append("option value must be at most 150 characters")
+    return problems
+
+
+def home_view_problems(view: Any) -> list[str]:
+    """What ``views.publish`` would reject in an App Home definition (100 blocks at most)."""
+    if not isinstance(view, dict):
+        return ["view must be an object"]
+    if view.get("type") != "home":
+        return ["views.publish takes home views only [json-pointer:/view/type]"]
+    problems = block_problems(view.get("blocks"), in_view=True)
+    if len(str(view.get("private_metadata", ""))) > 3000:
+        problems.append("private_metadata must be at most 3000 characters")
+    if len(str(view.get("callback_id", ""))) > 255:
+        problems.append("callback_id must be at most 255 characters")
     return problems
 
 

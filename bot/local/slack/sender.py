@@ -462,6 +462,64 @@ class SlackSender:
         await self.fake.note_user_action(user, None, f"[closed {title}]")
         return await self._post_payload(payload, tamper=tamper) if notify else None
 
+    # -- App Home -------------------------------------------------------------------------
+
+    async def app_home_opened(self, user: str, *, tab: str = "home") -> SenderResult:
+        """``user`` opens the app's Home tab (Slack sends the view last published, if any)."""
+        now = _action_ts()
+        event: JsonDict = {
+            "type": "app_home_opened",
+            "user": user,
+            "channel": self.fake.dm_channel(user),
+            "tab": tab,
+            "event_ts": now,
+        }
+        home = self.fake.home_of(user)
+        if home is not None:
+            event["view"] = home.as_slack()
+        await self.fake.note_user_action(user, None, f"[opened the {tab} tab]")
+        envelope = self._event_envelope(event, None)
+        return await self.post(json.dumps(envelope, separators=(",", ":")), JSON_CONTENT_TYPE)
+
+    async def home_action(
+        self, user: str, *, action_id: str, value: str, tamper: Tamper | None = None
+    ) -> SenderResult:
+        """``user`` clicks the button ``action_id`` with ``value`` on their Home tab (as it
+        was last published: a button that is not there cannot be clicked)."""
+        home = self.fake.home_of(user)
+        if home is None:
+            raise SenderInputError(f"no Home tab published for {user}")
+        found = next(
+            (
+                (str(block.get("block_id", "")), element)
+                for block in home.blocks
+                for element in block_elements(block)
+                if element.get("action_id") == action_id and element.get("value") == value
+            ),
+            None,
+        )
+        if found is None:
+            raise SenderInputError(f"{user}'s Home tab has no {action_id} button for {value!r}")
+        block_id, element = found
+        label = _text_of(element.get("text")) or action_id
+        payload = {
+            **self._interaction("block_actions", user),
+            "container": {"type": "view", "view_id": home.id},
+            "view": home.as_slack(),
+            "actions": [
+                {
+                    "type": "button",
+                    "action_id": action_id,
+                    "block_id": block_id,
+                    "text": {"type": "plain_text", "text": label, "emoji": True},
+                    "value": value,
+                    "action_ts": _action_ts(),
+                }
+            ],
+        }
+        await self.fake.note_user_action(user, None, f"[clicked {label} on the Home tab]")
+        return await self._post_payload(payload, tamper=tamper)
+
     # -- events ---------------------------------------------------------------------------
 
     async def mention(

@@ -33,6 +33,7 @@ from bot.local.slack.models import (
     EphemeralPosted,
     EphemeralSource,
     FakeEvent,
+    HomePublished,
     JsonDict,
     Message,
     MessageDeleted,
@@ -49,6 +50,7 @@ from bot.local.slack.models import (
     ViewUpdated,
     block_problems,
     fill_block_ids,
+    home_view_problems,
     random_id,
     stateful_elements,
     view_problems,
@@ -200,6 +202,7 @@ class FakeSlack:
         self.messages: dict[str, list[Message]] = {}
         self.ephemerals: list[Ephemeral] = []
         self.views: dict[str, View] = {}
+        self.homes: dict[str, View] = {}  # user id -> the App Home tab published for them
         self.response_posts: list[ResponsePost] = []
         self.events: list[FakeEvent] = []
         self._faults: list[SlackFault] = []
@@ -228,6 +231,7 @@ class FakeSlack:
             "views.open": self._views_open,
             "views.update": self._views_update,
             "views.push": self._views_push,
+            "views.publish": self._views_publish,
             "usergroups.users.list": self._usergroups_users_list,
             "users.info": self._users_info,
             "conversations.info": self._conversations_info,
@@ -272,6 +276,7 @@ class FakeSlack:
         self.messages.clear()
         self.ephemerals.clear()
         self.views.clear()
+        self.homes.clear()
         self.response_posts.clear()
         self.events.clear()
         self._faults.clear()
@@ -702,6 +707,42 @@ class FakeSlack:
             raise ApiError("hash_conflict")
         await self.replace_view(view.id, args.get("view"))
         return {"ok": True, "view": view.as_slack()}
+
+    async def _views_publish(self, args: JsonDict) -> JsonDict:
+        user = str(args.get("user_id", ""))
+        if user not in self.users:
+            raise ApiError("user_not_found")
+        definition = args.get("view")
+        problems = home_view_problems(definition)
+        if problems:
+            raise ApiError(
+                "invalid_arguments",
+                response_metadata={"messages": [f"[ERROR] {p}" for p in problems]},
+            )
+        assert isinstance(definition, dict)  # checked by home_view_problems
+        home = self.homes.get(user)
+        expected_hash = _optional_str(args.get("hash"))
+        if expected_hash is not None and home is not None and expected_hash != home.hash:
+            raise ApiError("hash_conflict")
+        stored = {
+            **definition,
+            "id": home.id if home else random_id("V"),
+            "team_id": self.team_id,
+            "type": "home",
+            "blocks": fill_block_ids(definition["blocks"]),
+            "hash": f"{int(time.time())}.{secrets.token_hex(4)}",
+        }
+        if home is None:
+            home = self.homes[user] = View(id=stored["id"], user=user, view=stored)
+        else:
+            home.history.append(home.view)
+            home.view = stored
+        await self._emit(HomePublished(view=home.model_copy(deep=True)))
+        return {"ok": True, "view": home.as_slack()}
+
+    def home_of(self, user: str) -> View | None:
+        """The App Home tab last published for ``user``."""
+        return self.homes.get(user)
 
     async def _usergroups_users_list(self, args: JsonDict) -> JsonDict:
         group = str(args.get("usergroup", ""))
