@@ -78,6 +78,8 @@ class Settings(BaseSettings):
     gpuops_log_level: str = "INFO"
     gpuops_usergroup_cache_seconds: float = 300
     gpuops_sweep_seconds: float = 30
+    # A person's App Home tab is republished at most once per this many seconds.
+    gpuops_home_refresh_seconds: float = 5
     # Identifies this replica for leases (one executor / poller per request). A restarted
     # process with the same id reclaims its own interrupted work at once; default hostname.
     gpuops_instance_id: str | None = None
@@ -128,6 +130,7 @@ class Settings(BaseSettings):
         "gpuops_retry_wait_initial",
         "gpuops_retry_wait_max",
         "gpuops_retry_after_cap",
+        "gpuops_home_refresh_seconds",
     )
     @classmethod
     def _not_negative(cls, value: float) -> float:

@@ -63,6 +63,13 @@ SLACK_ANSWERS_PAST_BUDGET = Counter(
     registry=REGISTRY,
 )
 
+HOME_PUBLISHES = Counter(
+    "gpuops_home_publishes_total",
+    "App Home tabs published (views.publish), by outcome (ok, failed).",
+    ["outcome"],
+    registry=REGISTRY,
+)
+
 
 def render_metrics() -> bytes:
     return generate_latest(REGISTRY)

@@ -19,6 +19,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 import handlers
 from bot.config import Settings
 from bot.core.access import Access
+from bot.core.home import HomeActions, HomeBuilder
+from bot.core.home_refresh import FanOutNotifier, HomeRefresher
 from bot.core.policy import Authorizer, Policy, load_policy
 from bot.core.registry import AdapterRegistry
 from bot.core.requests.workflow import ChangeWorkflow
@@ -27,6 +29,7 @@ from bot.core.store.db import Store
 from bot.metrics import render_metrics
 from bot.redact import install_log_redaction, register_secret
 from bot.slack.app import SlackEventsEndpoint, build_bolt_app
+from bot.slack.home import HomePublisher
 from bot.slack.messenger import Messenger, build_web_client, slack_http_session
 from bot.slack.notifier import SlackNotifier
 from bot.slack.usergroups import SlackUserGroupResolver
@@ -47,6 +50,7 @@ class Runtime:
     workflow: ChangeWorkflow
     ops: CommandService
     bolt: AsyncApp
+    home_refresher: HomeRefresher
     _background: list[asyncio.Task[Any]] = field(default_factory=list)
 
     @classmethod
@@ -73,11 +77,17 @@ class Runtime:
             SlackUserGroupResolver(web_client, ttl_seconds=settings.gpuops_usergroup_cache_seconds),
         )
         access = Access(policy=policy, authorizer=authorizer, store=store, adapter_for=registry)
+        home_builder = HomeBuilder(authorizer, store, registry)
+        home_refresher = HomeRefresher(
+            HomePublisher(home_builder, messenger).publish,
+            home_builder.may_approve,
+            interval=settings.gpuops_home_refresh_seconds,
+        )
         workflow = ChangeWorkflow(
             policy=policy,
             access=access,
             store=store,
-            notifier=SlackNotifier(messenger),
+            notifier=FanOutNotifier(SlackNotifier(messenger), [home_refresher]),
             instance_id=instance_id or settings.gpuops_instance_id or socket.gethostname(),
             poll_seconds=settings.gpuops_poll_seconds,
             followup_minutes=settings.gpuops_followup_minutes,
@@ -86,11 +96,27 @@ class Runtime:
         bolt = build_bolt_app(
             client=web_client,
             signing_secret=_signing_secret(settings),
-            services={"gpuops": ops, "messenger": messenger},
+            services={
+                "gpuops": ops,
+                "messenger": messenger,
+                "home": HomeActions(access, workflow.decide),
+                "home_refresher": home_refresher,
+            },
             deliveries=store,
             register_listeners=handlers.register_all,
         )
-        return cls(settings, policy, store, registry, web_client, messenger, workflow, ops, bolt)
+        return cls(
+            settings,
+            policy,
+            store,
+            registry,
+            web_client,
+            messenger,
+            workflow,
+            ops,
+            bolt,
+            home_refresher,
+        )
 
     async def start_background(self) -> None:
         recovered = await self.workflow.recover_interrupted()
@@ -130,6 +156,7 @@ class Runtime:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
         await self.workflow.close()
+        await self.home_refresher.close()
         await self.registry.aclose()
         await self.store.close()
         if self.web_client.session is not None:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from slack_bolt.async_app import AsyncApp
 
-from handlers import actions, commands, mentions, modals
+from handlers import actions, commands, home, mentions, modals
 
 
 def register_all(app: AsyncApp) -> None:
     """Register every surface's listeners on ``app``."""
-    for surface in (commands, actions, modals, mentions):
+    # home before actions: its decision buttons share action ids with the message buttons.
+    for surface in (commands, home, actions, modals, mentions):
         surface.register(app)

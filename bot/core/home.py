@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from bot.core.access import Access, Refusal
+from bot.core.answers import ClusterCard, Reply
 from bot.core.policy import Authorizer, Role
 from bot.core.pricing import change_price_line
+from bot.core.registry import MissingCredential
+from bot.core.requests.decisions import Decision, NeedsBreakGlass
 from bot.core.store.db import ChangeRequestRecord, Store
 from bot.core.store.home_queries import (
     FINISHED_STATES,
@@ -21,7 +25,6 @@ from bot.core.store.home_queries import (
 )
 from bot.providers.base import ChangePlan, ClusterSummary, ProviderAdapter
 from bot.providers.errors import ProviderError
-from bot.providers.registry import MissingCredential
 from bot.redact import redact
 
 log = logging.getLogger(__name__)
@@ -107,23 +110,18 @@ class HomeData(BaseModel):
 AdapterLookup = Callable[[str], ProviderAdapter]
 
 
-def _preview(record: ChangeRequestRecord) -> list[str]:
+def _plan(record: ChangeRequestRecord) -> ChangePlan | None:
     try:
-        plan = ChangePlan.model_validate(record.plan.get("plan"))
+        return ChangePlan.model_validate(record.plan.get("plan"))
     except ValidationError:
-        return [record.action]
-    return [line.text() for line in plan.lines] or [record.action]
+        return None
 
 
-def _body(record: ChangeRequestRecord) -> dict[str, object]:
-    plan = record.plan.get("plan")
-    body = plan.get("body") if isinstance(plan, dict) else None
-    return body if isinstance(body, dict) else {}
-
-
-def home_request(record: ChangeRequestRecord, cluster: ClusterSummary | None) -> HomeRequest:
-    """The Home entry of a request; ``cluster`` (as listed now) gives its price line."""
-    price = cluster.node_price if cluster is not None else None
+def home_request(record: ChangeRequestRecord) -> HomeRequest:
+    """The Home entry of a request, with the price line of its plan (as it was previewed)."""
+    plan = _plan(record)
+    preview = [line.text() for line in plan.lines] if plan is not None else []
+    price = change_price_line(plan.node_price, plan.action, plan.body) if plan else None
     return HomeRequest(
         id=record.id,
         state=str(record.state),
@@ -132,23 +130,15 @@ def home_request(record: ChangeRequestRecord, cluster: ClusterSummary | None) ->
         cluster_id=record.cluster_id,
         cluster_name=record.cluster_name,
         action=record.action,
-        preview=_preview(record),
+        preview=preview or [record.action],
         requester=record.requester,
         channel=record.channel,
         reason=record.reason,
         decided_by=record.decided_by,
         result_message=record.result_message,
         updated_at=record.updated_at,
-        price_line=change_price_line(price, record.action, _body(record)),
+        price_line=price,
     )
-
-
-def _size(summary: ClusterSummary) -> str:
-    if summary.num_gpus is not None:
-        return f"{summary.num_gpus} GPUs"
-    if summary.nodes is not None:
-        return "1 node" if summary.nodes == 1 else f"{summary.nodes} nodes"
-    return "size unknown"
 
 
 def home_cluster(summary: ClusterSummary) -> HomeCluster:
@@ -157,7 +147,7 @@ def home_cluster(summary: ClusterSummary) -> HomeCluster:
         name=summary.name,
         status=summary.status,
         steady=summary.steady,
-        size=_size(summary),
+        size=summary.size or "size unknown",
         gpu_type=summary.gpu_type,
     )
 
@@ -178,46 +168,42 @@ class HomeBuilder:
         self.limits = limits or HomeLimits()
 
     async def build(self, user: str) -> HomeData:
+        # Only grants that hold in every channel show a project here: Home has no channel,
+        # so a channel-scoped grant does not (deny by default).
         projects = await self.authorizer.projects_granted(user)
         listed = await asyncio.gather(*(self._clusters(p) for p in projects))
-        clusters = dict(zip(projects, listed, strict=True))
-        approvals, more = await self._approvals(user, projects)
+        approvals, more = await self._approvals(user)
         open_page = await requests_of(self.store, user, OPEN_STATES, self.limits.open_requests)
         recent_page = await requests_of(self.store, user, FINISHED_STATES, self.limits.recent)
         return HomeData(
             user=user,
-            approvals=[
-                home_request(r, self._find(clusters, r)) for r in approvals[: self.limits.approvals]
-            ],
+            approvals=[home_request(r) for r in approvals[: self.limits.approvals]],
             approvals_total=len(approvals),
             approvals_more_possible=more,
             approval_channels=sorted({r.channel for r in approvals}),
-            open_requests=[home_request(r, self._find(clusters, r)) for r in open_page.records],
+            open_requests=[home_request(r) for r in open_page.records],
             open_total=open_page.total,
-            recent=[home_request(r, None) for r in recent_page.records],
+            recent=[home_request(r) for r in recent_page.records],
             recent_total=recent_page.total,
-            projects=[self._project(p, clusters[p]) for p in projects],
+            projects=[
+                self._project(p, clusters) for p, clusters in zip(projects, listed, strict=True)
+            ],
         )
 
-    async def _approvals(
-        self, user: str, projects: list[str]
-    ) -> tuple[list[ChangeRequestRecord], bool]:
-        """Pending requests of others that this person may approve in the request's own
-        channel (as a click in its thread would be checked)."""
-        approver_anywhere = set(await self.authorizer.projects_granted(user, Role.approver))
-        approver_of = [p for p in projects if p in approver_anywhere]
+    async def may_approve(self, user: str, record: ChangeRequestRecord) -> bool:
+        """Whether the person may decide this request, checked in the request's own channel
+        as a click in its thread would be (never their own request)."""
+        if record.requester == user:
+            return False
+        decision = await self.authorizer.check(user, record.project, record.channel, Role.approver)
+        return decision.allowed
+
+    async def _approvals(self, user: str) -> tuple[list[ChangeRequestRecord], bool]:
+        """Pending requests of others that this person may approve where they were asked."""
+        approver_of = await self.authorizer.projects_granted(user, Role.approver, anywhere=True)
         page = await pending_approvals(self.store, approver_of, self.limits.pending_scan)
-        mine: list[ChangeRequestRecord] = []
-        for record in page.records:
-            if record.requester == user:
-                continue
-            decision = await self.authorizer.check(
-                user, record.project, record.channel, Role.approver
-            )
-            if decision.allowed:
-                mine.append(record)
-        more = page.total > len(page.records)
-        return mine, more
+        mine = [r for r in page.records if await self.may_approve(user, r)]
+        return mine, page.total > len(page.records)
 
     async def _clusters(self, project: str) -> list[ClusterSummary] | str:
         try:
@@ -234,15 +220,6 @@ class HomeBuilder:
             return "its clusters could not be listed"
         return [c for c in listed if self.authorizer.cluster_allowed(project, c.cluster_id)]
 
-    @staticmethod
-    def _find(
-        clusters: dict[str, list[ClusterSummary] | str], record: ChangeRequestRecord
-    ) -> ClusterSummary | None:
-        listed = clusters.get(record.project)
-        if not isinstance(listed, list):
-            return None
-        return next((c for c in listed if c.cluster_id == record.cluster_id), None)
-
     def _project(self, name: str, listed: list[ClusterSummary] | str) -> HomeProject:
         provider = self.authorizer.policy.project(name).provider
         if isinstance(listed, str):
@@ -256,3 +233,46 @@ class HomeBuilder:
             clusters=[home_cluster(c) for c in shown],
             total_clusters=len(listed),
         )
+
+
+DecideFn = Callable[..., Awaitable[Reply | NeedsBreakGlass | None]]
+
+
+class HomeActions:
+    """What a Home button does. A Home click has no channel: a decision is checked in the
+    request's own channel (as a click in its thread), a cluster is shown only on a grant that
+    holds in every channel (as the tab lists it)."""
+
+    def __init__(self, access: Access, decide: DecideFn) -> None:
+        self.access = access
+        self._decide = decide
+
+    async def decide(
+        self, user: str, request_id: str, decision: Decision
+    ) -> Reply | NeedsBreakGlass | None:
+        record = await self.access.store.get_request(request_id)
+        channel = record.channel if record is not None else ""  # unknown: refused in decide
+        return await self._decide(
+            user=user, channel=channel, request_id=request_id, decision=decision
+        )
+
+    async def request_channel(self, request_id: str) -> str | None:
+        record = await self.access.store.get_request(request_id)
+        return record.channel if record is not None else None
+
+    async def show(self, user: str, project: str, cluster_id: str) -> Reply:
+        """The cluster's summary for the person, or the refusal (audited)."""
+        try:
+            if project not in await self.access.authorizer.projects_granted(user):
+                raise Refusal(
+                    f"you have no grant on {project} that holds outside its channels; "
+                    f"use `/gpu show {project} {cluster_id}` where your grant holds.",
+                    kind="not_authorized",
+                )
+            self.access.require_cluster_allowed(project, cluster_id)
+            state = await self.access.fetch(project, cluster_id)
+        except Refusal as refusal:
+            return await self.access.refuse(
+                user, "home", refusal, project=project, cluster_id=cluster_id, command="home show"
+            )
+        return Reply(ClusterCard(state.summary, shown_by=user))

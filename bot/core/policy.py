@@ -427,10 +427,14 @@ class Authorizer:
             if max((g.role for g in grants if g.covers(project)), default=0) >= min_role
         )
 
-    async def projects_granted(self, user: str, min_role: Role = Role.viewer) -> list[str]:
-        """Projects the user holds a grant on (in at least one channel) with ``min_role``:
-        for places that have no channel, such as the Home tab."""
-        grants = await self._grants_of(user)
+    async def projects_granted(
+        self, user: str, min_role: Role = Role.viewer, *, anywhere: bool = False
+    ) -> list[str]:
+        """Projects where the user holds ``min_role`` for places that have no channel, such
+        as the Home tab: only grants that hold in every channel count (deny by default).
+        With ``anywhere``, a grant scoped to some channels counts too (a candidate to check
+        in a channel)."""
+        grants = [g for g in await self._grants_of(user) if anywhere or g.channels is None]
         return sorted(
             project
             for project in self.policy.projects

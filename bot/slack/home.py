@@ -7,23 +7,29 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from bot.core.home import HomeCluster, HomeData, HomeProject, HomeRequest
+from bot.core.home import HomeBuilder, HomeCluster, HomeData, HomeProject, HomeRequest
+from bot.core.requests.view import STATE_WORDS
 from bot.slack.blocks import (
     STATE_ICONS,
-    STATE_WORDS,
     Block,
     channel_ref,
     context,
     escape,
     header,
     plain,
+    price_text,
     section,
     user_ref,
 )
+from bot.slack.messenger import Messenger
 
 MAX_BLOCKS = 100
 BUTTON_VALUE_MAX = 2000
 SHOW_ACTION_ID = "home_show_cluster"
+NO_PROJECTS = (
+    "No projects here: the Home tab lists the projects whose grant holds in every channel "
+    "(a grant scoped to channels is used there, with `/gpu list`)."
+)
 # Entries shown per request list. With their titles, notes, the tab's title and dividers
 # the request lists take at most 42 blocks; the clusters get the rest of the 100.
 _ENTRY_LIMITS = {"approvals": 10, "open": 10}
@@ -60,7 +66,7 @@ def _request_text(request: HomeRequest, *, by: bool) -> str:
         head += f"\nasked by {user_ref(request.requester)} in {channel_ref(request.channel)}"
     lines = [head, *(f"• `{escape(line)}`" for line in request.preview)]
     if request.price_line:
-        lines.append(f":moneybag: {escape(request.price_line)}")
+        lines.append(price_text(request.price_line))
     if request.reason:
         lines.append(f"_Reason:_ {escape(request.reason)}")
     return "\n".join(lines)
@@ -109,6 +115,7 @@ def _open_blocks(data: HomeData) -> list[Block]:
         blocks.append(context("You have no open requests."))
     for request in shown:
         block = section(_request_text(request, by=False))
+        block["block_id"] = f"home_open:{request.id}"
         if request.state == "pending":
             block["accessory"] = _button("Cancel", "cancel_request", request.id)
         blocks.append(block)
@@ -175,7 +182,7 @@ def _project_blocks(project: HomeProject, budget: int) -> list[Block]:
 def _projects_blocks(projects: Sequence[HomeProject], budget: int) -> list[Block]:
     blocks: list[Block] = [section("*:desktop_computer: Your clusters*")]
     if not projects:
-        blocks.append(context("You have no grant on any project."))
+        blocks.append(context(NO_PROJECTS))
         return blocks
     budget -= len(blocks) + 1  # keep one block for "N more projects"
     for index, project in enumerate(projects):
@@ -205,3 +212,16 @@ def home_view(data: HomeData) -> dict[str, Any]:
     blocks.append(_divider())
     blocks += _projects_blocks(data.projects, MAX_BLOCKS - len(blocks))
     return {"type": "home", "blocks": blocks}
+
+
+class HomePublisher:
+    """Builds a person's Home data and publishes it as their App Home tab."""
+
+    def __init__(self, builder: HomeBuilder, messenger: Messenger) -> None:
+        self.builder = builder
+        self.messenger = messenger
+
+    async def publish(self, user: str) -> None:
+        """Raises SlackDeliveryError when Slack refuses it (the refresher counts that)."""
+        data = await self.builder.build(user)
+        await self.messenger.publish_home(user, home_view(data))

@@ -116,3 +116,7 @@ class Messenger:
 
     async def update_view(self, view_id: str, view: dict[str, Any]) -> None:
         await self._call("views.update", None, view_id=view_id, view=view)
+
+    async def publish_home(self, user: str, view: dict[str, Any]) -> None:
+        """Show ``view`` as the person's App Home tab (a 429 is retried after Retry-After)."""
+        await self._call("views.publish", None, user_id=user, view=view)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from slack_sdk.models.views import View
 
 from bot.core.home import HomeCluster, HomeData, HomeProject, HomeRequest
-from bot.slack.home import MAX_BLOCKS, SHOW_ACTION_ID, home_view
+from bot.slack.home import MAX_BLOCKS, NO_PROJECTS, SHOW_ACTION_ID, home_view
 
 NOW = datetime(2026, 11, 30, 18, 0, tzinfo=UTC)
 
@@ -102,7 +102,7 @@ def test_own_pending_request_has_cancel_and_an_approved_one_does_not() -> None:
 def test_no_grant_shows_no_project_name() -> None:
     view = validated(home_view(data(user="U06MALLORY")))
     text = text_of(view)
-    assert "You have no grant on any project." in text
+    assert NO_PROJECTS in text
     assert "e2e-delhi" not in text and "together-prod" not in text
     assert buttons(view) == []
 
