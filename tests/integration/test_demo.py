@@ -74,3 +74,13 @@ def test_a_missing_script_is_a_clear_error(tmp_path: Path) -> None:
     done = run_demo(tmp_path / "absent.script")
     assert done.returncode == 2
     assert "cannot read" in done.stdout
+
+
+def test_the_home_script_approves_from_the_home_tab() -> None:
+    done = run_demo(ROOT / "examples" / "home.script")
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert "[Home tab of bob]" in out and "(bob presses Approve)" in out
+    assert "💰 ≈ +₹3,990.40/h: 2 more nodes at ₹1,995.20/h each, hourly plan" in out
+    assert "[Home tab of erin]" in out and "No projects here" in out
+    assert out.rstrip().endswith("script: 9 steps, all passed")

@@ -19,7 +19,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from bot.local.demo.render_text import ButtonBoard, TextRenderer, initial_values
+from bot.local.demo.render_text import Button, ButtonBoard, TextRenderer, initial_values
 from bot.local.demo.stack import CHANNELS, ROLES, USERS, LocalStack, StackOptions
 from bot.local.slack.models import (
     EphemeralPosted,
@@ -57,12 +57,14 @@ Console commands:
   as <user>              switch user: alice (admin), bob, carol (approvers), dave (operator),
                          erin (viewer in #incident), mallory (no access)
   in <channel>           switch channel: incident, gpu-audit, random
+  home                   open your App Home tab (its buttons get numbers like the rest)
   users                  who is who;  wait <seconds>  let background work run
   expect <text> / expect-not <text>   (scripts) check what the last step showed
   help, quit
 """
 
 _QUIET_SECONDS = 0.35
+_HOME_PREFIX = "home:"  # the "channel" of a button drawn from a Home tab
 _SETTLE_LIMIT = 10.0
 
 
@@ -232,6 +234,8 @@ class DemoConsole:
             self.switch_user(rest)
         elif word == "in":
             self.switch_channel(rest)
+        elif word == "home":
+            await self.open_home()
         elif word == "users":
             self._users()
         elif word == "wait":
@@ -258,12 +262,38 @@ class DemoConsole:
         )
         self._check(result, "mention")
 
+    async def open_home(self) -> None:
+        """Open the current user's App Home tab and draw it as published for them."""
+        before = self.stack.slack.home_of(self.user)
+        seen = len(before.history) + 1 if before else 0
+        result = await self.stack.sender.app_home_opened(self.user)
+        self._check(result, "opening the Home tab")
+
+        def published() -> View | None:
+            home = self.stack.slack.home_of(self.user)
+            return home if home is not None and len(home.history) + 1 > seen else None
+
+        try:
+            home = await self.stack.slack.wait_for(published, within=_SETTLE_LIMIT)
+        except TimeoutError:
+            self.fail("the Home tab was not published")
+            return
+        self.emit(f"[Home tab of {USERS[self.user]}]", "bold")
+        where = _HOME_PREFIX + self.user
+        for line in self.text.blocks(
+            home.blocks, "", self.board, channel=where, ts=home.hash, thread_ts=None
+        ):
+            self.emit(f"    {line}", "cyan")
+
     async def press(self, which: str) -> None:
         button = self.board.buttons.get(int(which)) if which.strip().isdigit() else None
         if button is None:
             self.fail(f"there is no button {which!r}")
             return
         self.emit(f"({USERS[self.user]} presses {button.label})", "dim")
+        if button.channel.startswith(_HOME_PREFIX):
+            await self._press_on_home(button.channel.removeprefix(_HOME_PREFIX), button)
+            return
         result = await self.stack.sender.block_action(
             self.user,
             button.channel,
@@ -273,6 +303,15 @@ class DemoConsole:
             thread_ts=button.thread_ts,
         )
         self._check(result, f"button {button.label}")
+
+    async def _press_on_home(self, owner: str, button: Button) -> None:
+        if owner != self.user:
+            self.fail(f"that button is on {USERS.get(owner, owner)}'s Home tab")
+            return
+        result = await self.stack.sender.home_action(
+            self.user, action_id=button.action_id, value=button.value
+        )
+        self._check(result, f"button {button.label} on the Home tab")
 
     def _open_view(self) -> View | None:
         return self.stack.slack.last_view_for(self.user, open_only=True)

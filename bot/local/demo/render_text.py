@@ -25,6 +25,10 @@ _EMOJI = {
     ":rotating_light:": "🚨",
     ":raised_hand:": "✋",
     ":x:": "❌",
+    ":large_yellow_circle:": "🟡",
+    ":moneybag:": "💰",
+    ":clipboard:": "📋",
+    ":desktop_computer:": "🖥",
 }
 _USER = re.compile(r"<@([A-Z0-9]+)(?:\|[^>]*)?>")
 _CHANNEL = re.compile(r"<#([A-Z0-9]+)(?:\|[^>]*)?>")
@@ -105,6 +109,18 @@ class TextRenderer:
                     lines += self._text(block["text"]).splitlines()
                 pairs = [self._text(f).replace("\n", ": ", 1) for f in block.get("fields", [])]
                 lines += [f"  {pair}" for pair in pairs]
+                accessory = block.get("accessory")
+                if isinstance(accessory, dict) and accessory.get("type") == "button":
+                    label = self._text(accessory.get("text"))
+                    n = board.number(
+                        label,
+                        str(accessory.get("action_id", "")),
+                        str(accessory.get("value", "")),
+                        channel,
+                        ts,
+                        thread_ts,
+                    )
+                    lines.append(f"  [{n} {label}]")
             elif kind == "context":
                 parts = [self._text(e) for e in block.get("elements", [])]
                 lines.append("  · " + " ".join(p for p in parts if p))
