@@ -52,6 +52,8 @@ class HomeRefresher:
         self._viewers: OrderedDict[str, None] = OrderedDict()
         self._last: dict[str, float] = {}
         self._scheduled: dict[str, asyncio.Task[None]] = {}
+        # Finding the approvers to refresh (authorization checks) runs beside the change.
+        self._lookups: set[asyncio.Task[None]] = set()
 
     # -- scheduling -------------------------------------------------------------------------
     def opened(self, user: str) -> None:
@@ -88,24 +90,37 @@ class HomeRefresher:
         HOME_PUBLISHES.labels("ok").inc()
 
     async def drain(self) -> None:
-        """Wait for the publishes scheduled now (tests, shutdown)."""
-        while self._scheduled:
-            await asyncio.gather(*list(self._scheduled.values()), return_exceptions=True)
+        """Wait for the lookups and publishes scheduled now (tests, shutdown)."""
+        while self._scheduled or self._lookups:
+            pending = [*self._lookups, *self._scheduled.values()]
+            await asyncio.gather(*pending, return_exceptions=True)
 
     async def close(self) -> None:
-        tasks = list(self._scheduled.values())
+        tasks = [*self._lookups, *self._scheduled.values()]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
     # -- who a change concerns --------------------------------------------------------------
-    async def _approvers_seen(self, record: ChangeRequestRecord) -> list[str]:
-        return [u for u in list(self._viewers) if await self._may_approve(u, record)]
-
     def _refresh(self, users: Iterable[str]) -> None:
         for user in dict.fromkeys(users):
             if user and user != "gpuops":
                 self.schedule(user)
+
+    def _refresh_approvers(self, record: ChangeRequestRecord) -> None:
+        """Refresh the tabs of people who opened theirs and may decide this request."""
+        task = asyncio.create_task(self._look_up_approvers(record))
+        self._lookups.add(task)
+        task.add_done_callback(self._lookups.discard)
+
+    async def _look_up_approvers(self, record: ChangeRequestRecord) -> None:
+        try:
+            approvers = [u for u in list(self._viewers) if await self._may_approve(u, record)]
+        except Exception as exc:  # e.g. a user group that cannot be read now
+            HOME_PUBLISHES.labels("failed").inc()
+            log.warning("home: finding approvers of %s failed: %s", record.id, redact(str(exc)))
+            return
+        self._refresh(approvers)
 
     # -- the Notifier port ------------------------------------------------------------------
     async def request_opened(self, record: ChangeRequestRecord) -> str:
@@ -113,12 +128,14 @@ class HomeRefresher:
         return ""
 
     async def approval_requested(self, record: ChangeRequestRecord, expire_minutes: int) -> str:
-        self._refresh([record.requester, *await self._approvers_seen(record)])
+        self._refresh([record.requester])
+        self._refresh_approvers(record)
         return ""
 
     async def request_changed(self, record: ChangeRequestRecord, event: RequestEvent) -> None:
-        approvers = await self._approvers_seen(record) if event.left_pending else []
-        self._refresh([record.requester, event.actor, *approvers])
+        self._refresh([record.requester, event.actor])
+        if event.left_pending:  # it leaves the approvers' lists
+            self._refresh_approvers(record)
 
     async def follow_up_note(self, record: ChangeRequestRecord, text: str, tone: Tone) -> None:
         return None

@@ -13,10 +13,11 @@ from bot.core.store.db import RequestState
 from bot.local.demo.stack import DEMO_POLICY, LocalStack
 from bot.local.slack.models import View
 from bot.metrics import HOME_PUBLISHES
+from bot.slack.blocks import BREAK_GLASS_CALLBACK
 from bot.slack.home import NO_PROJECTS
 from tests.conftest import StackFactory
 from tests.support.slack_support import provider_writes, refusals
-from tests.support.workflow_kit import BOB, DAVE, ERIN, MALLORY, request, wait_state
+from tests.support.workflow_kit import ALICE, BOB, DAVE, ERIN, MALLORY, request, wait_state
 
 FAST = {"gpuops_home_refresh_seconds": 0.2}
 
@@ -187,3 +188,45 @@ async def test_a_rate_limited_publish_is_sent_again_after_retry_after(
     assert [(c.status, c.error) for c in calls] == [(429, "ratelimited"), (200, None)]
     assert calls[1].at - calls[0].at >= 0.9
     assert HOME_PUBLISHES.labels("failed")._value.get() == failed_before
+
+
+async def test_the_requester_cancels_from_home_and_an_admin_self_approval_asks_for_a_reason(
+    make_stack: StackFactory, database_url: str
+) -> None:
+    stack = await home_stack(make_stack, database_url)
+    opened = await request(stack, DAVE, "action e2e-delhi 103 scale_cluster additional_nodes=1")
+    dave = await open_home(stack, DAVE)
+    assert f"home_open:{opened.id}" in text_of(dave)
+    await stack.sender.home_action(DAVE, action_id="cancel_request", value=opened.id)
+    await wait_state(stack.runtime.store, opened.id, RequestState.CANCELLED)
+
+    # Alice (admin) requests, then approves her own request from Home: the break-glass form
+    # opens, and it decides in the request's channel.
+    own = await request(stack, ALICE, "action e2e-delhi 105 scale_cluster additional_nodes=1")
+    home = await open_home(stack, ALICE)
+    assert f"home_decide:{own.id}" not in text_of(home)  # never one's own as an approval
+    stale = home.model_copy(deep=True)
+    stale.view["blocks"] = [
+        {
+            "type": "actions",
+            "block_id": f"home_decide:{own.id}",
+            "elements": [
+                {
+                    "type": "button",
+                    "text": {"type": "plain_text", "text": "Approve"},
+                    "action_id": "approve_request",
+                    "value": own.id,
+                }
+            ],
+        }
+    ]
+    stack.slack.homes[ALICE] = stale
+    await stack.sender.home_action(ALICE, action_id="approve_request", value=own.id)
+    form = await stack.slack.wait_for(
+        lambda: stack.slack.last_view_for(ALICE, open_only=True), within=15
+    )
+    assert form.callback_id == BREAK_GLASS_CALLBACK
+    assert json.loads(form.private_metadata)["channel"] == own.channel
+    await stack.sender.view_submission(ALICE, form.id, {"reason": "capacity for the incident"})
+    await wait_state(stack.runtime.store, own.id, RequestState.SUCCEEDED)
+    assert len(provider_writes(stack)) == 1

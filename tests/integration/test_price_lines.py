@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from bot.local.demo.stack import LocalStack
 from bot.local.slack.models import Message
-from tests.support.workflow_kit import DAVE, Opened, block_text, request
+from tests.support.workflow_kit import DAVE, Opened, readable_text, request
 
 
 def shown(stack: LocalStack, opened: Opened) -> tuple[str, str]:
@@ -15,7 +15,7 @@ def shown(stack: LocalStack, opened: Opened) -> tuple[str, str]:
     assert root is not None and opened.prompt_ts is not None
     prompt = stack.slack.message(opened.channel, opened.prompt_ts)
     assert isinstance(prompt, Message)
-    return block_text(root), block_text(prompt)
+    return readable_text(root), readable_text(prompt)
 
 
 async def test_hourly_committed_and_missing_plans_in_preview_and_prompt(
