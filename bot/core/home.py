@@ -105,9 +105,14 @@ class HomeData(BaseModel):
     recent: list[HomeRequest]
     recent_total: int
     projects: list[HomeProject]
+    requests_error: str | None = None  # the requests could not be read (the store failed)
 
 
 AdapterLookup = Callable[[str], ProviderAdapter]
+STORE_UNAVAILABLE = (
+    "The state store is unavailable: approvals and requests cannot be shown now (nothing was "
+    "changed). Open this tab again in a moment."
+)
 
 
 def _plan(record: ChangeRequestRecord) -> ChangePlan | None:
@@ -172,6 +177,24 @@ class HomeBuilder:
         # so a channel-scoped grant does not (deny by default).
         projects = await self.authorizer.projects_granted(user)
         listed = await asyncio.gather(*(self._clusters(p) for p in projects))
+        shown = [self._project(p, clusters) for p, clusters in zip(projects, listed, strict=True)]
+        try:
+            return await self._with_requests(user, shown)
+        except Exception as exc:  # the store failed (any driver's error): clusters still show
+            log.warning("home: the state store failed for %s: %s", user, redact(str(exc)))
+            return HomeData(
+                user=user,
+                approvals=[],
+                approvals_total=0,
+                open_requests=[],
+                open_total=0,
+                recent=[],
+                recent_total=0,
+                projects=shown,
+                requests_error=STORE_UNAVAILABLE,
+            )
+
+    async def _with_requests(self, user: str, projects: list[HomeProject]) -> HomeData:
         approvals, more = await self._approvals(user)
         open_page = await requests_of(self.store, user, OPEN_STATES, self.limits.open_requests)
         recent_page = await requests_of(self.store, user, FINISHED_STATES, self.limits.recent)
@@ -185,9 +208,7 @@ class HomeBuilder:
             open_total=open_page.total,
             recent=[home_request(r) for r in recent_page.records],
             recent_total=recent_page.total,
-            projects=[
-                self._project(p, clusters) for p, clusters in zip(projects, listed, strict=True)
-            ],
+            projects=projects,
         )
 
     async def may_approve(self, user: str, record: ChangeRequestRecord) -> bool:

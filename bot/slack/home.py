@@ -204,11 +204,14 @@ def _projects_blocks(projects: Sequence[HomeProject], budget: int) -> list[Block
 def home_view(data: HomeData) -> dict[str, Any]:
     """The ``home`` view to publish for ``data.user``."""
     blocks: list[Block] = [header("gpuops")]
-    blocks += _approval_blocks(data)
-    blocks.append(_divider())
-    blocks += _open_blocks(data)
-    blocks.append(_divider())
-    blocks += _recent_blocks(data)
+    if data.requests_error is not None:
+        blocks.append(section(f":warning: {escape(data.requests_error)}"))
+    else:
+        blocks += _approval_blocks(data)
+        blocks.append(_divider())
+        blocks += _open_blocks(data)
+        blocks.append(_divider())
+        blocks += _recent_blocks(data)
     blocks.append(_divider())
     blocks += _projects_blocks(data.projects, MAX_BLOCKS - len(blocks))
     return {"type": "home", "blocks": blocks}

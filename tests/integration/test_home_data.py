@@ -4,13 +4,14 @@ E2E and Together simulators over HTTP), on SQLite and PostgreSQL, rendered and v
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import yaml
 from slack_sdk.models.views import View
 
-from bot.core.home import HomeBuilder, HomeData, HomeLimits
+from bot.core.home import STORE_UNAVAILABLE, HomeBuilder, HomeData, HomeLimits
 from bot.core.policy import Authorizer, Policy
-from bot.core.store.db import RequestState
+from bot.core.store.db import RequestState, Store
 from bot.local.demo.stack import DEMO_POLICY, LocalStack
 from bot.local.simulators.base import Fault, FaultKind
 from bot.slack.home import home_view
@@ -144,3 +145,23 @@ async def test_a_slow_provider_does_not_hold_up_the_tab(sqlite_stack: LocalStack
     e2e = next(p for p in home.projects if p.name == "e2e-delhi")
     assert e2e.error == "its clusters did not arrive within 0.5 s"
     assert next(p for p in home.projects if p.name == "together-prod").clusters
+
+
+class UnreachableStore(Store):
+    """The stack's store as seen while its database cannot be reached."""
+
+    def _begin(self) -> Any:
+        raise ConnectionRefusedError(111, "Connect call failed ('127.0.0.1', 5432)")
+
+
+async def test_a_failing_store_still_shows_the_clusters_and_says_so(
+    sqlite_stack: LocalStack,
+) -> None:
+    access = sqlite_stack.runtime.ops.access
+    unreachable = UnreachableStore(sqlite_stack.runtime.store._engine, serialize=True)
+    home = await HomeBuilder(access.authorizer, unreachable, access.adapter_for).build(BOB)
+    assert home.requests_error == STORE_UNAVAILABLE
+    assert [p.name for p in home.projects] == ["e2e-delhi", "together-prod"]
+    shown = rendered(home)
+    assert "The state store is unavailable" in shown and "e2e-delhi:101" in shown
+    assert "approve_request" not in shown
