@@ -22,7 +22,7 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from bot.core.store.db import RequestState
+from bot.core.store import RequestState
 from bot.local.demo.stack import LocalStack, StackOptions
 from bot.local.simulators.base import Fault, FaultKind, SimulatorServer
 from tests.support.reliability import (

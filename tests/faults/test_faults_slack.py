@@ -16,7 +16,7 @@ from typing import Literal
 
 import pytest
 
-from bot.core.store.db import ChangeRequestRecord, RequestState
+from bot.core.store import ChangeRequestRecord, RequestState
 from bot.local.demo.stack import LocalStack
 from bot.local.slack.models import FakeEvent, MessageEdited, MessagePosted
 from bot.local.slack.server import SlackFault

@@ -24,7 +24,7 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from bot.core.store.db import RequestState, metadata
+from bot.core.store import RequestState, metadata
 from bot.local.demo.stack import LocalStack
 from bot.local.simulators.base import Fault, FaultKind, SimulatorServer
 from bot.providers.errors import ProviderError

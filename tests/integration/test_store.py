@@ -17,7 +17,7 @@ from sqlalchemy import inspect, text
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from bot.core.store.db import (
+from bot.core.store import (
     REQUEST_ID_ALPHABET,
     TERMINAL_STATES,
     ChangeRequestRecord,

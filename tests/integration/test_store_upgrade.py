@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import MetaData, Table, insert
 
 import bot.core.store.migrations
-from bot.core.store.db import Store, change_requests
+from bot.core.store import Store, change_requests
 
 
 async def test_a_v1_database_gains_the_prompt_column_and_keeps_its_requests(

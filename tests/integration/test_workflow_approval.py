@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from bot.core.store.db import RequestState as S
+from bot.core.store import RequestState as S
 from bot.local.demo.stack import DEMO_POLICY, LocalStack
 from tests.conftest import StackFactory
 from tests.support.workflow_kit import (

@@ -9,7 +9,7 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 
-from bot.core.store.db import RequestState as S
+from bot.core.store import RequestState as S
 from bot.local.demo.stack import LocalStack
 from bot.local.slack.sender import SlackSender
 from tests.conftest import StackFactory

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from bot.core.store.db import RequestState as S
+from bot.core.store import RequestState as S
 from bot.local.demo.stack import LocalStack
 from bot.local.simulators.base import Fault, FaultKind
 from tests.conftest import StackFactory

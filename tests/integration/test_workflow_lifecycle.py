@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-from bot.core.store.db import RequestState
+from bot.core.store import RequestState
 from bot.local.demo.stack import LocalStack
 from bot.local.simulators.base import Fault, FaultKind
 from tests.support.workflow_kit import (

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from bot.core.store.db import RequestState as S
+from bot.core.store import RequestState as S
 from bot.local.demo.stack import LocalStack
 from bot.local.simulators.base import Fault, FaultKind
 from tests.support.workflow_kit import (

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from bot.core.store.db import TERMINAL_STATES, ChangeRequestRecord, RequestState
+from bot.core.store import TERMINAL_STATES, ChangeRequestRecord, RequestState
 from bot.local.demo.stack import LocalStack
 from bot.local.slack.models import Ephemeral, Message, ResponsePost
 from bot.providers.e2e import E2EAdapter

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from bot.core.store.db import AuditEntry
+from bot.core.store import AuditEntry
 from bot.local.demo.stack import LocalStack
 from bot.local.simulators.base import RecordedRequest
 from bot.local.slack.models import Ephemeral, Message, View

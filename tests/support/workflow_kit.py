@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 
 from bot.core.answers import Notice
-from bot.core.store.db import ChangeRequestRecord, RequestState, Store
+from bot.core.store import ChangeRequestRecord, RequestState, Store
 from bot.local.demo.stack import LocalStack
 from bot.local.slack.models import Ephemeral, Message
 from bot.local.slack.sender import SenderResult, SlackSender

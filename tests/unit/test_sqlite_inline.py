@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import event
 
-from bot.core.store.db import Store
+from bot.core.store import Store
 from bot.core.store.sqlite_inline import InlineConnection
 
 

@@ -191,9 +191,18 @@ def _v2_approval_prompt_ts(conn: Connection) -> None:
     conn.execute(text("ALTER TABLE gpuops_change_requests ADD COLUMN prompt_ts TEXT"))
 
 
+def _v3_lease_fencing(conn: Connection) -> None:
+    # Fencing tokens on leases; the holder's lease and call deadline on cluster locks.
+    timestamp = "TIMESTAMP WITH TIME ZONE" if conn.dialect.name == "postgresql" else "DATETIME"
+    conn.execute(text("ALTER TABLE gpuops_leases ADD COLUMN token BIGINT NOT NULL DEFAULT 0"))
+    conn.execute(text("ALTER TABLE gpuops_cluster_locks ADD COLUMN lease_name TEXT"))
+    conn.execute(text(f"ALTER TABLE gpuops_cluster_locks ADD COLUMN calls_until {timestamp}"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "change requests, audit, deliveries, cluster locks, leases", _v1_initial_tables),
     Migration(2, "change requests: approval prompt ts", _v2_approval_prompt_ts),
+    Migration(3, "lease fencing tokens, lock call deadlines", _v3_lease_fencing),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

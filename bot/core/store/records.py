@@ -1,0 +1,137 @@
+"""The store's records: request states, change requests, audit entries, leases, outcomes."""
+
+from __future__ import annotations
+
+import enum
+import secrets
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class RequestState(enum.StrEnum):
+    PENDING = "pending"
+    APPROVED = "approved"
+    EXECUTING = "executing"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+    DENIED = "denied"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
+
+TERMINAL_STATES: frozenset[RequestState] = frozenset(
+    {
+        RequestState.SUCCEEDED,
+        RequestState.FAILED,
+        RequestState.UNKNOWN,
+        RequestState.DENIED,
+        RequestState.EXPIRED,
+        RequestState.CANCELLED,
+    }
+)
+
+# The outcomes a provider call can be known to have had (record_outcome's targets).
+KNOWN_OUTCOMES: frozenset[RequestState] = frozenset({RequestState.SUCCEEDED, RequestState.FAILED})
+
+
+class ChangeRequestRecord(BaseModel):
+    """One change request as stored. Returned by get/transition; never mutated in place."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    created_at: datetime
+    updated_at: datetime
+    state: RequestState
+    provider: str
+    project: str
+    cluster_id: str
+    cluster_name: str
+    action: str
+    plan: dict[str, Any]
+    kinds: list[str]
+    needs_approval: bool
+    requester: str
+    channel: str
+    reason: str | None
+    root_ts: str | None
+    summary_ts: str | None
+    prompt_ts: str | None = None  # the approval prompt (its buttons go once decided)
+    decided_by: str | None
+    decision_note: str | None
+    break_glass: bool
+    result_message: str | None
+    expires_at: datetime | None
+    version: int
+
+
+class AuditEntry(BaseModel):
+    """One line of the append-only audit trail."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: int
+    at: datetime
+    actor: str
+    event: str
+    project: str | None
+    cluster_id: str | None
+    request_id: str | None
+    outcome: str | None
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class Lease(BaseModel):
+    """A held lease. ``token`` grows by one each time the lease changes hands (or is taken
+    again after it expired), so it fences: a write guarded by an older token is refused."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    holder: str
+    token: int
+    expires_at: datetime
+
+
+class OutcomeRecorded(enum.StrEnum):
+    """What ``Store.record_outcome`` did."""
+
+    RECORDED = "recorded"  # the request was executing under this lease; now it has the outcome
+    ALREADY_RECORDED = "already_recorded"  # the same outcome was recorded before (a replay)
+    CORRECTED_UNKNOWN = "corrected_unknown"  # it had been marked unknown; the truth replaced it
+    FENCED = "fenced"  # another holder took the lease, or the request is elsewhere: no write
+    MISSING = "missing"  # no such request
+
+
+class MutableFields(BaseModel):
+    """The columns a transition or update_fields may set besides state."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    decided_by: str | None = None
+    decision_note: str | None = None
+    break_glass: bool = False
+    result_message: str | None = None
+    summary_ts: str | None = None
+    root_ts: str | None = None
+    prompt_ts: str | None = None
+
+
+# No 0/O, 1/I/L or U: ids are read aloud and typed from screenshots.
+REQUEST_ID_ALPHABET = "23456789ABCDEFGHJKMNPQRSTVWXYZ"
+REQUEST_ID_PREFIX = "CR-"
+_REQUEST_ID_LENGTH = 6
+
+
+def new_request_id() -> str:
+    """A random id such as ``CR-7K2M9Q``."""
+    body = "".join(secrets.choice(REQUEST_ID_ALPHABET) for _ in range(_REQUEST_ID_LENGTH))
+    return REQUEST_ID_PREFIX + body
+
+
+def normalize_request_id(request_id: str) -> str:
+    """Accept ids as people type them: ``cr-7k2m9q`` → ``CR-7K2M9Q``."""
+    return request_id.strip().upper()

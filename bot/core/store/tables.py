@@ -1,0 +1,110 @@
+"""The store's current schema, as the migrations in bot.core.store.migrations leave it (tests
+check that they agree)."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+)
+
+from bot.core.store.migrations import UTCDateTime, autoincrement_id_type, json_type
+
+metadata = MetaData()
+
+change_requests = Table(
+    "gpuops_change_requests",
+    metadata,
+    Column("id", String(16), primary_key=True),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("provider", Text(), nullable=False),
+    Column("project", Text(), nullable=False),
+    Column("cluster_id", Text(), nullable=False),
+    Column("cluster_name", Text(), nullable=False),
+    Column("action", Text(), nullable=False),
+    Column("plan", json_type(), nullable=False),
+    Column("kinds", json_type(), nullable=False),
+    Column("needs_approval", Boolean(), nullable=False),
+    Column("requester", Text(), nullable=False),
+    Column("channel", Text(), nullable=False),
+    Column("reason", Text()),
+    Column("root_ts", Text()),
+    Column("summary_ts", Text()),
+    Column("prompt_ts", Text()),
+    Column("decided_by", Text()),
+    Column("decision_note", Text()),
+    Column("break_glass", Boolean(), nullable=False),
+    Column("result_message", Text()),
+    Column("expires_at", UTCDateTime()),
+    Column("version", Integer(), nullable=False),
+    Index("ix_gpuops_change_requests_state", "state"),
+    Index("ix_gpuops_change_requests_project", "project"),
+    Index("ix_gpuops_change_requests_expires_at", "expires_at"),
+)
+
+audit = Table(
+    "gpuops_audit",
+    metadata,
+    Column("id", autoincrement_id_type(), primary_key=True, autoincrement=True),
+    Column("at", UTCDateTime(), nullable=False),
+    Column("actor", Text(), nullable=False),
+    Column("event", Text(), nullable=False),
+    Column("project", Text()),
+    Column("cluster_id", Text()),
+    Column("request_id", String(16)),
+    Column("outcome", Text()),
+    Column("detail", json_type(), nullable=False),
+    Index("ix_gpuops_audit_project", "project"),
+    Index("ix_gpuops_audit_request_id", "request_id"),
+)
+
+deliveries = Table(
+    "gpuops_deliveries",
+    metadata,
+    Column("key", Text(), primary_key=True),
+    Column("seen_at", UTCDateTime(), nullable=False),
+    Index("ix_gpuops_deliveries_seen_at", "seen_at"),
+)
+
+cluster_locks = Table(
+    "gpuops_cluster_locks",
+    metadata,
+    Column("provider", Text(), nullable=False),
+    Column("project", Text(), nullable=False),
+    Column("cluster_id", Text(), nullable=False),
+    Column("request_id", String(16), nullable=False),
+    Column("locked_at", UTCDateTime(), nullable=False),
+    # The execution lease of the holder, and until when a provider call it started may
+    # still reach the provider: the lock is taken over only once both have passed.
+    Column("lease_name", Text()),
+    Column("calls_until", UTCDateTime()),
+    PrimaryKeyConstraint("provider", "project", "cluster_id", name="pk_gpuops_cluster_locks"),
+)
+
+leases = Table(
+    "gpuops_leases",
+    metadata,
+    Column("name", Text(), primary_key=True),
+    Column("holder", Text(), nullable=False),
+    Column("expires_at", UTCDateTime(), nullable=False),
+    Column("token", BigInteger(), nullable=False, server_default="0"),
+)
+
+__all__ = [
+    "audit",
+    "change_requests",
+    "cluster_locks",
+    "deliveries",
+    "leases",
+    "metadata",
+]
