@@ -1,0 +1,111 @@
+"""The fault-injecting TCP proxy over real sockets: pass, refuse, drop, hang, slow, heal."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from bot.local.faults.proxy import FaultMode, FaultProxy
+
+
+async def _echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(1024):
+            writer.write(data)
+            await writer.drain()
+    except ConnectionError:
+        pass
+    finally:
+        writer.close()
+
+
+@pytest.fixture
+async def proxy() -> AsyncIterator[FaultProxy]:
+    server = await asyncio.start_server(_echo, "127.0.0.1", 0)
+    fault_proxy = FaultProxy(target_port=server.sockets[0].getsockname()[1])
+    await fault_proxy.start()
+    yield fault_proxy
+    await fault_proxy.close()
+    server.close()
+
+
+async def _connect(proxy: FaultProxy) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.wait_for(asyncio.open_connection("127.0.0.1", proxy.port), 5)
+
+
+async def _round_trip(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes:
+    writer.write(b"ping")
+    await writer.drain()
+    return await asyncio.wait_for(reader.readexactly(4), 5)
+
+
+async def test_passes_bytes_both_ways(proxy: FaultProxy) -> None:
+    reader, writer = await _connect(proxy)
+    assert await _round_trip(reader, writer) == b"ping"
+    assert proxy.mode is FaultMode.FORWARD and proxy.accepted == 1
+    writer.close()
+
+
+async def test_refuse_then_heal_listens_again_on_the_same_port(proxy: FaultProxy) -> None:
+    port = proxy.port
+    proxy.refuse()
+    with pytest.raises(ConnectionRefusedError):
+        await _connect(proxy)
+    await proxy.heal_async()
+    assert proxy.port == port
+    reader, writer = await _connect(proxy)
+    assert await _round_trip(reader, writer) == b"ping"
+    writer.close()
+
+
+async def test_drop_resets_open_connections(proxy: FaultProxy) -> None:
+    reader, writer = await _connect(proxy)
+    assert await _round_trip(reader, writer) == b"ping"
+    assert proxy.drop() == 1
+    with pytest.raises((ConnectionError, asyncio.IncompleteReadError)):
+        await _round_trip(reader, writer)
+    assert proxy.open_connections == 0
+
+
+async def test_outage_refuses_and_drops(proxy: FaultProxy) -> None:
+    reader, writer = await _connect(proxy)
+    await proxy.outage()
+    assert not proxy.listening
+    with pytest.raises((ConnectionError, asyncio.IncompleteReadError)):
+        await _round_trip(reader, writer)
+    with pytest.raises(ConnectionRefusedError):
+        await _connect(proxy)
+
+
+async def test_hang_holds_bytes_until_healed(proxy: FaultProxy) -> None:
+    reader, writer = await _connect(proxy)
+    proxy.hang()
+    writer.write(b"held")
+    await writer.drain()
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(reader.readexactly(4), 0.5)
+    late_reader, late_writer = await _connect(proxy)  # still accepts while hanging
+    late_writer.write(b"late")
+    await late_writer.drain()
+    proxy.heal()
+    assert await asyncio.wait_for(reader.readexactly(4), 5) == b"held"
+    assert await asyncio.wait_for(late_reader.readexactly(4), 5) == b"late"
+    writer.close()
+    late_writer.close()
+
+
+async def test_slow_delays_each_chunk(proxy: FaultProxy) -> None:
+    reader, writer = await _connect(proxy)
+    proxy.slow(0.3)
+    started = time.monotonic()
+    assert await _round_trip(reader, writer) == b"ping"
+    # One chunk each way: at least two delays.
+    assert time.monotonic() - started >= 0.55
+    proxy.heal()
+    started = time.monotonic()
+    assert await _round_trip(reader, writer) == b"ping"
+    assert time.monotonic() - started < 0.3
+    writer.close()
