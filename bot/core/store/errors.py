@@ -87,13 +87,13 @@ def unavailable_from(
     error: BaseException, database: str, *, timeout: float | None = None
 ) -> StoreUnavailable:
     """A StoreUnavailable for ``error`` with a short reason (first line, no statement)."""
-    root = _chain(error)[-1]
-    detail = str(root).strip().splitlines()[0][:200] if str(root).strip() else ""
-    kind = type(root).__name__
-    if isinstance(root, TimeoutError | sa_exc.TimeoutError):
+    chain = _chain(error)
+    if any(isinstance(cause, TimeoutError | sa_exc.TimeoutError) for cause in chain):
         reason = "no answer" if timeout is None else f"no answer within {timeout:g} s"
     else:
-        reason = f"{kind}: {detail}" if detail else kind
+        root = chain[-1]
+        detail = str(root).strip().splitlines()[0][:200] if str(root).strip() else ""
+        reason = f"{type(root).__name__}: {detail}" if detail else type(root).__name__
     if is_read_only(error):
         return StoreUnavailable(database, f"it is read-only ({reason})", read_only=True)
     return StoreUnavailable(database, reason)
