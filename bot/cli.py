@@ -62,10 +62,9 @@ def _freeze_startup_heap() -> None:
 
 
 async def _serve(host: str, port: int) -> None:
-    from aiohttp import web
-
     from bot.config import Settings
     from bot.runtime import Runtime
+    from bot.slack.http_server import HttpLimits, LimitedSite, limited_runner
 
     settings = _settings()
     assert isinstance(settings, Settings)
@@ -73,9 +72,10 @@ async def _serve(host: str, port: int) -> None:
     runtime = await Runtime.create(settings)
     await runtime.start_background()
     _freeze_startup_heap()
-    runner = web.AppRunner(runtime.web_app(), access_log=None)
+    limits = HttpLimits()
+    runner = limited_runner(runtime.web_app(limits), limits)
     await runner.setup()
-    await web.TCPSite(runner, host, port).start()
+    await LimitedSite(runner, host, port, max_connections=limits.max_connections).start()
     logging.getLogger("gpuops").info("serving on http://%s:%d/slack/events", host, port)
     try:
         await _stop_signal().wait()

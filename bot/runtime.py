@@ -30,6 +30,7 @@ from bot.metrics import render_metrics
 from bot.redact import install_log_redaction, register_secret
 from bot.slack.app import SlackEventsEndpoint, build_bolt_app
 from bot.slack.home import HomePublisher
+from bot.slack.http_server import HttpLimits, limit_middlewares
 from bot.slack.messenger import Messenger, build_web_client, slack_http_session
 from bot.slack.notifier import SlackNotifier
 from bot.slack.usergroups import SlackUserGroupResolver
@@ -127,19 +128,18 @@ class Runtime:
             asyncio.create_task(self.workflow.sweep_forever(self.settings.gpuops_sweep_seconds))
         )
 
-    def web_app(self) -> web.Application:
-        app = web.Application(client_max_size=1024 * 1024)
+    def web_app(self, limits: HttpLimits | None = None) -> web.Application:
+        app = web.Application(
+            client_max_size=1024 * 1024,
+            middlewares=limit_middlewares(limits or HttpLimits()),
+        )
         endpoint = SlackEventsEndpoint(self.bolt, _signing_secret(self.settings))
         app.router.add_post("/slack/events", endpoint.handle)
         add_ops_routes(app, self._healthy)
         return app
 
     async def _healthy(self) -> bool:
-        try:
-            await self.store.list_requests(limit=1)
-        except Exception:
-            return False
-        return True
+        return await self.store.healthy()
 
     async def close(self, *, grace: float = 0.0) -> None:
         """Stop; with ``grace``, first let changes being sent finish (a deploy must not turn

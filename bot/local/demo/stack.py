@@ -18,6 +18,7 @@ from bot.local.simulators.together import TogetherSimulator
 from bot.local.slack.sender import SlackSender
 from bot.local.slack.server import FakeSlack
 from bot.runtime import Runtime
+from bot.slack.http_server import HttpLimits, LimitedSite, limited_runner
 
 # Values that only exist here; distinctive so that leak scans can look for them.
 DEMO_BOT_TOKEN = "xoxb-demo-0000-bot-token-gpuops"  # noqa: S105
@@ -99,6 +100,7 @@ class StackOptions:
     e2e_key: str = DEMO_E2E_KEY
     e2e_token: str = DEMO_E2E_TOKEN
     start_background: bool = True
+    http_limits: HttpLimits | None = None  # default: those of ``gpuops serve``
     extra_settings: dict[str, Any] = field(default_factory=dict)
 
 
@@ -126,14 +128,17 @@ async def serve_bot(
     *,
     instance_id: str,
     start_background: bool = True,
+    http_limits: HttpLimits | None = None,
 ) -> BotReplica:
-    """Build a Runtime from ``settings`` and serve its ``/slack/events`` on 127.0.0.1."""
+    """Build a Runtime from ``settings`` and serve its ``/slack/events`` on 127.0.0.1, with
+    the HTTP limits of ``gpuops serve``."""
     runtime = await Runtime.create(settings, env=env, instance_id=instance_id)
     if start_background:
         await runtime.start_background()
-    runner = web.AppRunner(runtime.web_app(), access_log=None, shutdown_timeout=0.5)
+    limits = http_limits or HttpLimits()
+    runner = limited_runner(runtime.web_app(limits), limits, shutdown_timeout=0.5)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = LimitedSite(runner, "127.0.0.1", 0, max_connections=limits.max_connections)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     base_url = f"http://127.0.0.1:{port}"
@@ -204,6 +209,7 @@ class LocalStack:
             slack,
             instance_id=options.instance_id,
             start_background=options.start_background,
+            http_limits=options.http_limits,
         )
         return cls(
             options,
