@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bot.core.store import Store
 from bot.local.demo.stack import (
     CHANNELS,
     DEMO_BOT_TOKEN,
@@ -27,6 +29,7 @@ from bot.local.demo.stack import (
     USERGROUPS,
     USERS,
 )
+from bot.local.faults.proxy import FaultProxy
 from bot.local.simulators.e2e import E2ESimulator
 from bot.local.simulators.together import TogetherSimulator
 from bot.local.slack.sender import SlackSender, Tamper
@@ -236,3 +239,46 @@ async def test_socket_without_an_app_token_says_so(tmp_path: Path, policy_file: 
     )
     assert done.code != 0
     assert "SLACK_APP_TOKEN" in done.stderr and "Traceback" not in done.stderr
+
+
+# -- serve refuses a state store it cannot use ------------------------------------------------
+
+
+async def test_serve_refuses_a_read_only_sqlite_store(tmp_path: Path, policy_file: Path) -> None:
+    path = tmp_path / "gpuops.db"
+    async with await Store.open(f"sqlite:///{path}"):
+        pass
+    # Root ignores file modes, so open the file read-only as SQLite opens a 444 file.
+    env = base_env(
+        tmp_path, policy_file, GPUOPS_DATABASE_URL=f"sqlite:///file:{path}?mode=ro&uri=true"
+    )
+    done = await run_gpuops(["serve", "--port", str(free_port())], env, tmp_path)
+    assert done.code != 0
+    assert f"the state store sqlite:///file:{path}" in done.stderr
+    assert "read-only" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.postgres
+async def test_serve_names_a_refused_or_silent_database_and_exits_in_time(
+    tmp_path: Path, policy_file: Path
+) -> None:
+    proxy = FaultProxy(target_port=5432)
+    await proxy.start()
+    try:
+        url = f"postgresql://postgres:not-shown@127.0.0.1:{proxy.port}/test"
+        env = base_env(tmp_path, policy_file, GPUOPS_DATABASE_URL=url)
+        proxy.refuse()
+        refused = await run_gpuops(["serve", "--port", str(free_port())], env, tmp_path)
+        await proxy.heal_async()
+        proxy.hang()
+        started = time.monotonic()
+        silent = await run_gpuops(["serve", "--port", str(free_port())], env, tmp_path)
+        took = time.monotonic() - started
+    finally:
+        await proxy.close()
+    named = f"the state store postgresql://postgres@127.0.0.1:{proxy.port}/test is unavailable"
+    for done in (refused, silent):
+        assert done.code != 0 and named in done.stderr, done.stderr
+        assert "not-shown" not in done.stderr and "Traceback" not in done.stderr
+    assert "no answer within" in silent.stderr
+    assert took < 25  # connect (5 s) + one operation (10 s), plus start-up on a loaded machine
