@@ -112,7 +112,7 @@ async def test_cluster_lock_waits_for_lease_and_last_call(store: Store) -> None:
     lease = await store.take_lease(f"exec:{first.id}", "r1", TTL)
     assert lease is not None
     assert await store.lock_cluster(*CLUSTER, first.id, lease_name=lease.name)
-    assert await store.begin_provider_call(*CLUSTER, lease, max_call_seconds=2 * LAPSE)
+    assert await store.begin_provider_call(*CLUSTER, lease, max_call_seconds=3 * LAPSE)
     second = await _executing(store)
     assert not await store.lock_cluster(*CLUSTER, second.id, lease_name=f"exec:{second.id}")
 
@@ -121,7 +121,7 @@ async def test_cluster_lock_waits_for_lease_and_last_call(store: Store) -> None:
     assert not await store.lock_cluster(*CLUSTER, second.id, lease_name=f"exec:{second.id}")
     assert await store.free_stale_cluster_lock(*CLUSTER) is None
 
-    await asyncio.sleep(1.5 * LAPSE)  # now no call can still arrive
+    await asyncio.sleep(2.5 * LAPSE)  # now no call can still arrive
     assert await store.lock_cluster(*CLUSTER, second.id, lease_name=f"exec:{second.id}")
     assert await store.cluster_holder(*CLUSTER) == second.id
     # The first executor, fenced out, may not start another call.
