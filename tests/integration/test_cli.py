@@ -280,5 +280,5 @@ async def test_serve_names_a_refused_or_silent_database_and_exits_in_time(
     for done in (refused, silent):
         assert done.code != 0 and named in done.stderr, done.stderr
         assert "not-shown" not in done.stderr and "Traceback" not in done.stderr
-    assert "no answer within" in silent.stderr
-    assert took < 25  # connect (5 s) + one operation (10 s), plus start-up on a loaded machine
+    assert "no answer within 5 s" in silent.stderr  # asyncpg's connect timeout
+    assert took < 20  # connect (5 s), plus start-up on a loaded machine

@@ -45,7 +45,6 @@ from bot.core.store.errors import (
     StoreUnavailable,
     describe_database,
     is_unavailable,
-    unavailable_from,
 )
 from bot.core.store.locks import LocksMixin
 from bot.core.store.migrations import migrate
@@ -96,7 +95,12 @@ class Store(RequestsMixin, LocksMixin, AuditMixin, DeliveriesMixin):
             connect_timeout=connect_timeout,
             statement_timeout=operation_timeout,
         )
-        store = cls(engine, database=describe_database(sa_url), operation_timeout=operation_timeout)
+        store = cls(
+            engine,
+            database=describe_database(sa_url),
+            connect_timeout=connect_timeout,
+            operation_timeout=operation_timeout,
+        )
         try:
             await store._migrate(quoted_schema, connect_timeout + operation_timeout)
             await store.probe_writable()
@@ -106,13 +110,14 @@ class Store(RequestsMixin, LocksMixin, AuditMixin, DeliveriesMixin):
         return store
 
     async def _migrate(self, quoted_schema: str | None, limit_seconds: float) -> None:
-        bound = limit_seconds if self._engine.dialect.name == "postgresql" else None
+        limit = limit_seconds if self._engine.dialect.name == "postgresql" else None
+        bound = asyncio.timeout(limit)
         try:
-            async with asyncio.timeout(bound):
+            async with bound:
                 await migrate(self._engine, create_schema=quoted_schema)
         except Exception as exc:
             if is_unavailable(exc):
-                raise unavailable_from(exc, self._database, timeout=bound) from exc
+                raise self._unavailable(exc, bound, limit) from exc
             raise
 
     async def probe_writable(self) -> None:

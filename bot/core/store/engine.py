@@ -87,7 +87,8 @@ def create_engine(
     if url.get_backend_name() == "postgresql":
         connect_args: dict[str, Any] = {
             "timeout": connect_timeout,
-            "command_timeout": statement_timeout,
+            # Past the store's own bound on a transaction, which is the one that fires.
+            "command_timeout": statement_timeout + 1.0,
         }
         if schema is not None:
             connect_args["server_settings"] = {"search_path": schema}
@@ -123,10 +124,12 @@ class StoreBase:
         engine: AsyncEngine,
         *,
         database: str,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         operation_timeout: float | None = None,
     ) -> None:
         self._engine = engine
         self._database = database
+        self._connect_timeout = connect_timeout
         # SQLite runs inline, on the loop's thread: a timeout could not interrupt it.
         self._operation_timeout = operation_timeout if engine.dialect.name == "postgresql" else None
         # SQLite has one writer at a time anyway. Queueing this process's transactions here
@@ -148,9 +151,10 @@ class StoreBase:
     async def _begin(self) -> AsyncIterator[AsyncConnection]:
         """A transaction; connection failures, timeouts and a read-only database raise
         StoreUnavailable (the transaction did not commit)."""
+        bound = asyncio.timeout(self._operation_timeout)
         try:
             if self._serial_lock is None:
-                async with asyncio.timeout(self._operation_timeout), self._engine.begin() as conn:
+                async with bound, self._engine.begin() as conn:
                     yield conn
             else:
                 async with self._sqlite_begin() as conn:
@@ -159,10 +163,16 @@ class StoreBase:
             raise
         except Exception as exc:
             if is_unavailable(exc):
-                raise unavailable_from(
-                    exc, self._database, timeout=self._operation_timeout
-                ) from exc
+                raise self._unavailable(exc, bound, self._operation_timeout) from exc
             raise
+
+    def _unavailable(
+        self, error: Exception, bound: asyncio.Timeout, limit: float | None
+    ) -> StoreUnavailable:
+        """The error for ``error``; a timeout is ``limit`` if ``bound`` expired, else the
+        driver's connect timeout (its statement timeout lies past the bound)."""
+        waited = limit if bound.expired() else self._connect_timeout
+        return unavailable_from(error, self._database, timeout=waited)
 
     @asynccontextmanager
     async def _sqlite_begin(self) -> AsyncIterator[AsyncConnection]:

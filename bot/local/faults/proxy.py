@@ -72,6 +72,7 @@ class FaultProxy:
         self._port = listen_port
         self._server: asyncio.Server | None = None
         self._links: set[_Link] = set()
+        self._handlers: set[asyncio.Task[object]] = set()
         self._mode = FaultMode.FORWARD
         self._delay = 0.0
         self._flowing = asyncio.Event()
@@ -106,9 +107,11 @@ class FaultProxy:
         self._port = self._server.sockets[0].getsockname()[1]
 
     async def close(self) -> None:
+        """Stop listening, reset every connection, and wait until each is wound up."""
         self.refuse()
         self.drop()
         self._flowing.set()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
 
     def refuse(self) -> None:
         """Stop listening: new connections get ECONNREFUSED. Existing ones are untouched."""
@@ -156,6 +159,10 @@ class FaultProxy:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1
+        handler = asyncio.current_task()
+        if handler is not None:
+            self._handlers.add(handler)
+            handler.add_done_callback(self._handlers.discard)
         link = _Link(writer, None)
         self._links.add(link)
         try:
