@@ -5,6 +5,10 @@ the database; renewal that survives a blip and detects a lost lease; health that
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
+import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
@@ -189,3 +193,42 @@ async def test_a_read_only_sqlite_file_is_refused_at_start_up(tmp_path: Path) ->
     with pytest.raises(StoreUnavailable, match="read-only") as raised:
         await Store.open(f"sqlite:///file:{path}?mode=ro&uri=true")
     assert raised.value.read_only and str(path) in str(raised.value)
+
+
+_OPEN_AS_USER = """
+import asyncio, sys
+from bot.core.store import Store, StoreUnavailable
+async def main() -> None:
+    try:
+        await Store.open(sys.argv[1])
+    except StoreUnavailable as exc:
+        print(exc)
+        raise SystemExit(3) from None
+asyncio.run(main())
+"""
+
+
+async def test_a_444_sqlite_file_in_a_writable_folder_is_refused() -> None:
+    """The case as an operator met it: file mode 444, folder writable, an unprivileged user
+    (as root, the test drops to nobody: root ignores file modes)."""
+    folder = Path(tempfile.mkdtemp(prefix="gpuops-ro-"))
+    try:
+        folder.chmod(0o777)
+        path = folder / "gpuops.db"
+        async with await Store.open(f"sqlite:///{path}"):
+            pass
+        path.chmod(0o444)
+        as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        command = [*(as_user if os.geteuid() == 0 else []), sys.executable, "-c", _OPEN_AS_USER]
+        process = await asyncio.create_subprocess_exec(
+            *command,
+            f"sqlite:///{path}",
+            cwd=Path(__file__).resolve().parents[2],
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(process.communicate(), 60)
+    finally:
+        shutil.rmtree(folder)
+    assert process.returncode == 3, err.decode()
+    assert f"the state store sqlite:///{path} is unavailable: it is read-only" in out.decode()
