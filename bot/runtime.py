@@ -25,7 +25,7 @@ from bot.core.policy import Authorizer, Policy, load_policy
 from bot.core.registry import AdapterRegistry
 from bot.core.requests.workflow import ChangeWorkflow
 from bot.core.service import CommandService
-from bot.core.store.db import Store
+from bot.core.store import Store
 from bot.metrics import render_metrics
 from bot.redact import install_log_redaction, register_secret
 from bot.slack.app import SlackEventsEndpoint, build_bolt_app

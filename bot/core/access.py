@@ -10,7 +10,7 @@ from typing import Any
 
 from bot.core.answers import Reply, error
 from bot.core.policy import Authorizer, Policy, Role
-from bot.core.store.db import Store
+from bot.core.store import Store
 from bot.providers.base import ChangeInputError, ChangePlan, ClusterState, ProviderAdapter
 from bot.providers.errors import ProviderError, RuleViolation
 from bot.redact import redact

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from bot.core.paging import Page
 from bot.core.policy import Role
-from bot.core.store.db import AuditEntry
+from bot.core.store import AuditEntry
 from bot.providers.base import ClusterSummary
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, Protocol
 
-from bot.core.store.db import ChangeRequestRecord
+from bot.core.store import ChangeRequestRecord
 from bot.providers.base import ClusterSummary
 
 EventKind = Literal[

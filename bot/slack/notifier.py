@@ -11,7 +11,7 @@ from datetime import datetime
 
 from bot.core.notifier import EventKind, NotDelivered, RequestEvent, Tone
 from bot.core.requests.view import view_of
-from bot.core.store.db import ChangeRequestRecord, RequestState
+from bot.core.store import ChangeRequestRecord, RequestState
 from bot.providers.base import ClusterSummary
 from bot.slack import blocks
 from bot.slack.blocks import SlackMessage

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from bot.core.notifier import Notifier, RequestEvent, Tone
-from bot.core.store.db import ChangeRequestRecord, RequestState
+from bot.core.store import ChangeRequestRecord, RequestState
 from bot.local.demo.stack import LocalStack
 from bot.providers.base import ClusterSummary
 from tests.support.workflow_kit import (

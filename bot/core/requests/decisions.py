@@ -16,7 +16,7 @@ from bot.core.requests.execution import Execution
 from bot.core.requests.settle import Change, RequestDeps, settle
 from bot.core.requests.sweeper import Sweeper
 from bot.core.requests.view import state_words
-from bot.core.store.db import ChangeRequestRecord, RequestState
+from bot.core.store import ChangeRequestRecord, RequestState
 from bot.metrics import APPROVAL_DECISIONS
 from bot.providers.base import ChangePlan
 

@@ -12,7 +12,7 @@ import logging
 from bot.core.requests.followup import FollowUp
 from bot.core.requests.settle import Change, RequestDeps, mirror, settle
 from bot.core.requests.view import state_words
-from bot.core.store.db import TERMINAL_STATES, ChangeRequestRecord, RequestState
+from bot.core.store import TERMINAL_STATES, ChangeRequestRecord, RequestState
 from bot.providers.base import ChangePlan, ClusterSummary
 from bot.providers.errors import ProviderError
 from bot.redact import redact

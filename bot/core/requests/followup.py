@@ -8,7 +8,7 @@ import asyncio
 from datetime import timedelta
 
 from bot.core.requests.settle import RequestDeps
-from bot.core.store.db import ChangeRequestRecord
+from bot.core.store import ChangeRequestRecord
 from bot.providers.base import ClusterSummary
 from bot.providers.errors import ProviderError
 

@@ -16,7 +16,7 @@ from bot.core.policy import Role
 from bot.core.requests.execution import Execution
 from bot.core.requests.settle import Change, RequestDeps, mirror, settle
 from bot.core.requests.view import state_words
-from bot.core.store.db import ChangeRequestRecord, RequestState
+from bot.core.store import ChangeRequestRecord, RequestState
 from bot.metrics import APPROVALS_PENDING, CHANGE_REQUESTS
 from bot.providers.base import ChangePlan
 

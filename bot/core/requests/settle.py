@@ -14,7 +14,7 @@ from bot.core.access import Access
 from bot.core.notifier import EventKind, Notifier, RequestEvent
 from bot.core.policy import Policy
 from bot.core.requests.tasks import BackgroundTasks, InFlight
-from bot.core.store.db import TERMINAL_STATES, ChangeRequestRecord, RequestState, Store
+from bot.core.store import TERMINAL_STATES, ChangeRequestRecord, RequestState, Store
 from bot.metrics import APPROVAL_DECISIONS, APPROVALS_PENDING, CHANGE_REQUESTS
 
 

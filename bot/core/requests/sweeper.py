@@ -10,7 +10,7 @@ import logging
 from datetime import timedelta
 
 from bot.core.requests.settle import Change, RequestDeps, settle
-from bot.core.store.db import ChangeRequestRecord, RequestState
+from bot.core.store import ChangeRequestRecord, RequestState
 from bot.metrics import APPROVALS_PENDING
 
 log = logging.getLogger(__name__)

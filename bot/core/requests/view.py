@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from bot.core.pricing import change_price_line
-from bot.core.store.db import ChangeRequestRecord
+from bot.core.store import ChangeRequestRecord
 from bot.providers.base import ChangePlan
 
 STATE_WORDS = {

@@ -21,7 +21,7 @@ from bot.core.requests.lifecycle import Lifecycle
 from bot.core.requests.settle import RequestDeps
 from bot.core.requests.sweeper import Sweeper
 from bot.core.requests.tasks import BackgroundTasks
-from bot.core.store.db import Store
+from bot.core.store import Store
 
 
 class ChangeWorkflow:

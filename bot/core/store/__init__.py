@@ -1,4 +1,4 @@
-"""The state store: ``Store`` and its records, errors and schema (see bot.core.store.db)."""
+"""The state store: ``Store`` and its records, errors and schema; import them from here."""
 
 from bot.core.store.db import Store as Store
 from bot.core.store.engine import normalize_database_url as normalize_database_url

@@ -48,21 +48,7 @@ from bot.core.store.errors import (
 )
 from bot.core.store.locks import LocksMixin
 from bot.core.store.migrations import migrate
-from bot.core.store.records import TERMINAL_STATES, AuditEntry, ChangeRequestRecord, RequestState
 from bot.core.store.requests import RequestsMixin
-from bot.core.store.tables import change_requests, metadata
-
-# Modules written before the package re-exported its API (on main: bot.core.requests.*,
-# bot.core.access, answers, notifier) import these from here; new code imports bot.core.store.
-__all__ = [
-    "TERMINAL_STATES",
-    "AuditEntry",
-    "ChangeRequestRecord",
-    "RequestState",
-    "Store",
-    "change_requests",
-    "metadata",
-]
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 DEFAULT_HEALTH_TIMEOUT = 2.0
