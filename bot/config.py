@@ -80,6 +80,11 @@ class Settings(BaseSettings):
     gpuops_sweep_seconds: float = 30
     # A person's App Home tab is republished at most once per this many seconds.
     gpuops_home_refresh_seconds: float = 5
+    # The state store: how long to wait for a connection and for one transaction, and how
+    # long a change's execution lease lasts without a heartbeat (its fencing period).
+    gpuops_db_connect_timeout: float = 5
+    gpuops_db_operation_timeout: float = 10
+    gpuops_exec_lease_seconds: float = 30
     # Identifies this replica for leases (one executor / poller per request). A restarted
     # process with the same id reclaims its own interrupted work at once; default hostname.
     gpuops_instance_id: str | None = None
@@ -138,7 +143,14 @@ class Settings(BaseSettings):
             raise ValueError("must not be negative")
         return value
 
-    @field_validator("gpuops_connect_timeout", "gpuops_total_timeout", "gpuops_sweep_seconds")
+    @field_validator(
+        "gpuops_connect_timeout",
+        "gpuops_total_timeout",
+        "gpuops_sweep_seconds",
+        "gpuops_db_connect_timeout",
+        "gpuops_db_operation_timeout",
+        "gpuops_exec_lease_seconds",
+    )
     @classmethod
     def _positive(cls, value: float) -> float:
         if value <= 0:

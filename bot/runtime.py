@@ -69,7 +69,11 @@ class Runtime:
         environment = dict(settings.environment() if env is None else env)
         policy = load_policy(settings.gpuops_policy)
         registry = _provider_registry(settings, policy, environment, http_transport)
-        store = await Store.open(settings.gpuops_database_url)
+        store = await Store.open(
+            settings.gpuops_database_url,
+            connect_timeout=settings.gpuops_db_connect_timeout,
+            operation_timeout=settings.gpuops_db_operation_timeout,
+        )
         token = settings.slack_bot_token.get_secret_value() if settings.slack_bot_token else ""
         web_client = build_web_client(token, settings.slack_api_url, slack_http_session())
         messenger = Messenger(web_client)
@@ -92,6 +96,8 @@ class Runtime:
             instance_id=instance_id or settings.gpuops_instance_id or socket.gethostname(),
             poll_seconds=settings.gpuops_poll_seconds,
             followup_minutes=settings.gpuops_followup_minutes,
+            exec_lease_seconds=settings.gpuops_exec_lease_seconds,
+            max_call_seconds=settings.client_settings().max_call_seconds,
         )
         ops = CommandService(access=access, workflow=workflow)
         bolt = build_bolt_app(

@@ -65,6 +65,13 @@ class ClientSettings:
     retry_after_cap: float = 10.0
     retry_budget: float = 60.0
 
+    @property
+    def max_call_seconds(self) -> float:
+        """How long after it starts a call (with its retries) may still reach the provider."""
+        waits = (self.attempts - 1) * max(self.wait_max, self.retry_after_cap)
+        by_attempts = self.attempts * self.total_timeout + waits
+        return min(by_attempts, self.retry_budget + self.total_timeout)
+
 
 class _Retry(Exception):
     """Raised inside the retry loop for an outcome that may be repeated."""

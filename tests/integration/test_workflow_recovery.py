@@ -13,6 +13,8 @@ import pytest
 from bot.core.store import RequestState as S
 from bot.local.demo.stack import LocalStack
 from bot.local.simulators.base import Fault, FaultKind
+from tests.conftest import StackFactory
+from tests.support.reliability import FAST_RETRY_SETTINGS
 from tests.support.workflow_kit import (
     BOB,
     CAROL,
@@ -34,7 +36,7 @@ from tests.support.workflow_kit import (
 )
 
 SCALE_101 = "action e2e-delhi 101 scale_cluster additional_nodes=1"
-RESTART_NOTE = "gpuops restarted while this change was being sent"
+RESTART_NOTE = "The gpuops replica sending this change stopped answering"
 
 
 def e2e_puts(stack: LocalStack) -> list[Any]:
@@ -90,8 +92,10 @@ async def test_after_a_restart_with_a_new_policy_the_requesters_grant_is_checked
 
 
 async def test_a_bot_killed_while_sending_leaves_the_change_unknown_never_rerun(
-    stack: LocalStack,
+    database_url: str, make_stack: StackFactory
 ) -> None:
+    # Short retry waits: the dead replica's call can no longer arrive ~6 s after it began.
+    stack = await make_stack(database_url=database_url, extra_settings=FAST_RETRY_SETTINGS)
     store = stack.runtime.store
     opened = await request(stack, DAVE, SCALE_101)
     stack.e2e.faults.add(Fault(route="action", kind=FaultKind.HANG, seconds=60))
@@ -112,7 +116,13 @@ async def test_a_bot_killed_while_sending_leaves_the_change_unknown_never_rerun(
     note = await wait_reply(stack, opened, RESTART_NOTE)
     assert "it will not be re-run" in note.text
     await wait_root(stack, opened, "outcome unknown")
-    assert await store.cluster_holder("e2e", "e2e-delhi", "101") is None
+    # the cluster stays taken until the dead replica's call can no longer reach E2E
+    max_call = stack.runtime.settings.client_settings().max_call_seconds
+
+    async def freed() -> bool:
+        return await store.release_ended_cluster_lock("e2e", "e2e-delhi", "101", opened.id)
+
+    await poll_until(freed, within=max_call + 5)
     assert await stack.runtime.workflow.recover_interrupted() == 0  # once
     assert (await audit_trail(store, opened.id))[-1] == ("gpuops", "result", "unknown")
 

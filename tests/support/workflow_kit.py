@@ -355,6 +355,10 @@ async def serve_process(stack: LocalStack, instance_id: str) -> AsyncIterator[Se
         "GPUOPS_SWEEP_SECONDS": "3600",
         "GPUOPS_TOTAL_TIMEOUT": str(settings.gpuops_total_timeout),
         "GPUOPS_PROVIDER_ATTEMPTS": str(settings.gpuops_provider_attempts),
+        "GPUOPS_RETRY_WAIT_INITIAL": str(settings.gpuops_retry_wait_initial),
+        "GPUOPS_RETRY_WAIT_MAX": str(settings.gpuops_retry_wait_max),
+        "GPUOPS_RETRY_AFTER_CAP": str(settings.gpuops_retry_after_cap),
+        "GPUOPS_EXEC_LEASE_SECONDS": str(settings.gpuops_exec_lease_seconds),
         "GPUOPS_INSTANCE_ID": instance_id,
     }
     gpuops = Path(sys.executable).with_name("gpuops")

@@ -1,7 +1,9 @@
-"""Executing an approved change exactly once.
+"""Executing an approved change exactly once, fenced.
 
-Lock its cluster, hold the execution lease (with a heartbeat), send it, and settle the
-outcome — ``unknown`` when it may have applied."""
+Take the change's execution lease (kept by a heartbeat), lock its cluster under it, note
+how long the provider call may still arrive, send it, and record the outcome under the
+lease — ``unknown`` only when it may have applied. An outcome the store could not take is
+kept and recorded once it is back; an executor that lost its lease writes nothing."""
 
 from __future__ import annotations
 
@@ -9,15 +11,30 @@ import asyncio
 import contextlib
 import logging
 
+from bot.core.requests.fencing import LeaseKeeper
 from bot.core.requests.followup import FollowUp
-from bot.core.requests.settle import Change, RequestDeps, mirror, settle
+from bot.core.requests.outcomes import PendingOutcomes, Result, Unrecorded
+from bot.core.requests.settle import Change, RequestDeps, announce, mirror, settle
 from bot.core.requests.view import state_words
-from bot.core.store import TERMINAL_STATES, ChangeRequestRecord, RequestState
+from bot.core.store import (
+    KNOWN_OUTCOMES,
+    TERMINAL_STATES,
+    ChangeRequestRecord,
+    Lease,
+    OutcomeRecorded,
+    RequestState,
+    StoreUnavailable,
+)
 from bot.providers.base import ChangePlan, ClusterSummary
 from bot.providers.errors import ProviderError
 from bot.redact import redact
 
 log = logging.getLogger(__name__)
+
+_NOT_SENT = (
+    "gpuops lost contact with its database before sending this change; nothing was sent. "
+    "Request it again if it is still needed."
+)
 
 
 def _start(actor: str) -> Change:
@@ -30,99 +47,167 @@ def _start(actor: str) -> Change:
     )
 
 
+def lease_name(request_id: str) -> str:
+    return f"exec:{request_id}"
+
+
 class Execution:
     """Sends approved changes, each exactly once across replicas."""
 
     def __init__(self, deps: RequestDeps, follow_up: FollowUp) -> None:
         self.deps = deps
         self.follow_up = follow_up
+        self.pending = PendingOutcomes(self._record_late, deps.tasks.spawn)
 
     async def execute(self, request_id: str, *, actor: str) -> None:
         deps = self.deps
         record = await deps.store.get_request(request_id)
         if record is None or record.state is not RequestState.APPROVED:
             return
-        if not await self._lock_cluster(record):
-            return
-        # Hold the execution lease before the request shows as executing: a replica's
-        # recover_interrupted must never find it executing without a live holder.
-        lease = f"exec:{record.id}"
+        # The lease comes first: the cluster lock names it, and may only be taken over
+        # once it has lapsed (and the last provider call can no longer arrive).
+        lease = await deps.store.take_lease(
+            lease_name(record.id), deps.instance_id, deps.exec_lease_seconds
+        )
+        if lease is None:
+            return  # another replica is sending it
+        keeper = LeaseKeeper(deps.store, lease, deps.exec_lease_seconds)
+        heartbeat = deps.tasks.spawn(keeper.run(), f"heartbeat-{record.id}")
         deps.in_flight.start(record.id)
-        heartbeat: asyncio.Task[None] | None = None
-        running: ChangeRequestRecord | None = None
+        kept = False
         try:
-            if await deps.store.acquire_lease(lease, deps.instance_id, deps.exec_lease_seconds):
-                heartbeat = deps.tasks.spawn(self._heartbeat(lease), f"heartbeat-{record.id}")
-                running = await settle(deps, record, _start(actor))
-            if running is not None:
-                await self._run(running)
+            kept = await self._locked_and_sent(record, keeper, heartbeat, actor)
+        except StoreUnavailable as exc:
+            log.warning("change %s: the store failed before sending: %s", record.id, exc)
+            not_sent = Result(RequestState.FAILED, _NOT_SENT, "store", sent=False)
+            kept = self._keep(record, not_sent, keeper, heartbeat)
         finally:
-            if heartbeat is not None:
-                heartbeat.cancel()
             deps.in_flight.done(record.id)
-            if running is not None or await self._ended(record.id):
-                await self._unlock(record)
-            await deps.store.release_lease(lease, deps.instance_id)
+            if not kept:
+                heartbeat.cancel()
+                await self._release(record, keeper)
+
+    async def _locked_and_sent(
+        self,
+        record: ChangeRequestRecord,
+        keeper: LeaseKeeper,
+        heartbeat: asyncio.Task[None],
+        actor: str,
+    ) -> bool:
+        """Lock, start, send and record; True when the result waits for the store."""
+        if not await self._lock_cluster(record):
+            return False
+        running = await settle(self.deps, record, _start(actor), fence=keeper.lease)
+        if running is None:
+            return False
+        result = await self._send(running, keeper)
+        if result is None:
+            return False
+        try:
+            await self._record(running, keeper.lease, result, late=False)
+        except StoreUnavailable as exc:
+            log.warning("change %s: could not record its result yet: %s", running.id, exc)
+            return self._keep(running, result, keeper, heartbeat)
+        return False
+
+    def _keep(
+        self,
+        record: ChangeRequestRecord,
+        result: Result,
+        keeper: LeaseKeeper,
+        heartbeat: asyncio.Task[None],
+    ) -> bool:
+        self.pending.keep(Unrecorded(record, result, keeper, heartbeat))
+        self.deps.tasks.spawn(self._tell_kept(record, result), f"kept-{record.id}")
+        return True
+
+    async def _tell_kept(self, record: ChangeRequestRecord, result: Result) -> None:
+        if not result.sent:
+            return  # said once it is recorded: nothing happened meanwhile
+        text = (
+            f"The provider answered: {result.message}. gpuops lost contact with its database "
+            "while recording this; it will record the result and confirm here once the "
+            "database is back."
+        )
+        await self.deps.notifier.follow_up_note(record, text, "warning")
+
+    async def _release(self, record: ChangeRequestRecord, keeper: LeaseKeeper) -> None:
+        """Free the cluster (when the request has ended) and the lease; best effort: a lock
+        left behind becomes free once the lease lapses and the call deadline passes."""
+        store = self.deps.store
+        try:
+            if await self._ended(record.id):
+                await store.unlock_cluster(
+                    record.provider, record.project, record.cluster_id, record.id
+                )
+            if not keeper.lost:
+                await store.release_lease(keeper.lease.name, keeper.lease.holder)
+        except StoreUnavailable as exc:
+            log.warning("change %s: could not free its lock or lease: %s", record.id, exc)
 
     async def _ended(self, request_id: str) -> bool:
         current = await self.deps.store.get_request(request_id)
         return current is not None and current.state in TERMINAL_STATES
 
-    async def _unlock(self, record: ChangeRequestRecord) -> None:
-        await self.deps.store.unlock_cluster(
-            record.provider, record.project, record.cluster_id, record.id
-        )
-
-    async def _heartbeat(self, lease: str) -> None:
-        deps = self.deps
-        while True:
-            await asyncio.sleep(deps.exec_lease_seconds / 3)
-            await deps.store.acquire_lease(lease, deps.instance_id, deps.exec_lease_seconds)
-
     async def _lock_cluster(self, record: ChangeRequestRecord) -> bool:
         store = self.deps.store
         args = (record.provider, record.project, record.cluster_id)
         for _ in range(2):
-            if await store.lock_cluster(*args, record.id):
+            if await store.lock_cluster(*args, record.id, lease_name=lease_name(record.id)):
                 return True
             holder_id = await store.cluster_holder(*args)
-            holder = await store.get_request(holder_id) if holder_id else None
-            if holder is None or holder.state in TERMINAL_STATES:
-                if holder_id:
-                    await store.unlock_cluster(*args, holder_id)
+            if holder_id is None:
+                continue  # freed meanwhile
+            holder = await store.get_request(holder_id)
+            ended = holder is None or holder.state in TERMINAL_STATES
+            # An ended holder's provider call may still arrive: only a stale lock goes.
+            if ended and await store.release_ended_cluster_lock(*args, holder_id):
                 continue
-            why = (
-                f"another change ({holder.id}) is running on {record.cluster_id}; "
-                "request again when it has finished."
-            )
-            busy = Change.ended_by_gpuops(
-                "refused",
-                {RequestState.APPROVED},
-                RequestState.FAILED,
-                why,
-                audit_event="refused",
-                outcome="cluster_busy",
-            )
-            await settle(self.deps, record, busy)
+            await self._refuse_busy(record, holder_id)
             return False
         return False
 
-    async def _run(self, record: ChangeRequestRecord) -> None:
+    async def _refuse_busy(self, record: ChangeRequestRecord, holder_id: str) -> None:
+        why = (
+            f"another change ({holder_id}) is running on {record.cluster_id}, or may still "
+            "reach the provider; request again when it has finished."
+        )
+        busy = Change.ended_by_gpuops(
+            "refused",
+            {RequestState.APPROVED},
+            RequestState.FAILED,
+            why,
+            audit_event="refused",
+            outcome="cluster_busy",
+        )
+        await settle(self.deps, record, busy)
+
+    async def _send(self, record: ChangeRequestRecord, keeper: LeaseKeeper) -> Result | None:
+        """Send the change; None when this executor no longer holds it (nothing sent)."""
+        deps = self.deps
         plan = ChangePlan.model_validate(record.plan["plan"])
-        adapter = self.deps.access.adapter_for(record.project)
+        adapter = deps.access.adapter_for(record.project)
+        if not await deps.store.begin_provider_call(
+            record.provider,
+            record.project,
+            record.cluster_id,
+            keeper.lease,
+            deps.max_call_seconds,
+        ):
+            log.warning("change %s: lost its lease or lock before sending; not sent", record.id)
+            return None
         try:
             outcome = await adapter.apply(plan)
         except ProviderError as exc:
-            to = RequestState.UNKNOWN if exc.may_have_applied else RequestState.FAILED
             if exc.may_have_applied:
                 text = (
                     f"{exc.user_message}. The provider may have applied the change: "
                     "check the cluster before requesting it again. It will not be re-run."
                 )
-            else:
-                text = f"{exc.user_message}. Nothing was changed."
-            await self._finish(record, to, text, kind=exc.kind)
-            return
+                return Result(RequestState.UNKNOWN, text, exc.kind)
+            return Result(
+                RequestState.FAILED, f"{exc.user_message}. Nothing was changed.", exc.kind
+            )
         except Exception as exc:  # an unexpected bug must not leave the request hanging
             log.exception("change %s crashed during execution", record.id)
             text = (
@@ -130,20 +215,75 @@ class Execution:
                 f"({type(exc).__name__}); the provider may have applied it: check the "
                 "cluster before requesting it again."
             )
-            await self._finish(record, RequestState.UNKNOWN, text, kind="internal")
-            return
-        await self._finish(record, RequestState.SUCCEEDED, outcome.message, outcome.summary)
+            return Result(RequestState.UNKNOWN, text, "internal")
+        return Result(RequestState.SUCCEEDED, outcome.message, summary=outcome.summary)
 
-    async def _finish(
-        self,
-        record: ChangeRequestRecord,
-        to: RequestState,
-        message: str,
-        summary: ClusterSummary | None = None,
-        *,
-        kind: str = "ok",
+    async def _record_late(self, item: Unrecorded) -> None:
+        await self._record(item.record, item.keeper.lease, item.result, late=True)
+        await self._release(item.record, item.keeper)
+
+    async def _record(
+        self, record: ChangeRequestRecord, fence: Lease, result: Result, *, late: bool
     ) -> None:
-        deps = self.deps
+        """Write ``result`` under ``fence`` and report it; nothing when fenced off."""
+        status, done = await self._write(record, fence, result)
+        if done is None or status in (OutcomeRecorded.FENCED, OutcomeRecorded.MISSING):
+            log.warning(
+                "change %s: result not recorded (%s); another holder has it", record.id, status
+            )
+            return
+        if status is OutcomeRecorded.ALREADY_RECORDED:
+            return
+        message = result.message
+        if status is OutcomeRecorded.CORRECTED_UNKNOWN:
+            message = (
+                "Correction: this change was marked unknown while gpuops could not reach its "
+                f"database. What really happened: {message}"
+            )
+        elif late and result.sent:
+            message = (
+                "gpuops lost contact with its database while sending this change; the "
+                f"result, recorded now that it is back: {message}"
+            )
+        await self._report(record, done, result, message)
+
+    async def _write(
+        self, record: ChangeRequestRecord, fence: Lease, result: Result
+    ) -> tuple[OutcomeRecorded, ChangeRequestRecord | None]:
+        store = self.deps.store
+        message = redact(result.message)
+        if not result.sent:
+            done = await store.transition(
+                record.id,
+                from_states={RequestState.APPROVED, RequestState.EXECUTING},
+                to=result.to,
+                fence=fence,
+                result_message=message,
+            )
+            if done is not None:
+                return OutcomeRecorded.RECORDED, done
+        if result.to in KNOWN_OUTCOMES:
+            return await store.record_outcome(
+                record.id, fence, to=result.to, result_message=message
+            )
+        done = await store.transition(
+            record.id,
+            from_states={RequestState.EXECUTING},
+            to=result.to,
+            fence=fence,
+            result_message=message,
+        )
+        if done is not None:
+            return OutcomeRecorded.RECORDED, done
+        current = await store.get_request(record.id)
+        if current is not None and current.state is result.to:
+            return OutcomeRecorded.ALREADY_RECORDED, current
+        return OutcomeRecorded.FENCED, current
+
+    async def _report(
+        self, record: ChangeRequestRecord, done: ChangeRequestRecord, result: Result, text: str
+    ) -> None:
+        to = done.state
         finished = Change(
             "finished",
             record.requester,
@@ -151,16 +291,14 @@ class Execution:
             to,
             "result",
             outcome=str(to),
-            text=message,
-            fields={"result_message": redact(message)},
-            detail={"message": message, "kind": kind},
+            text=text,
+            fields={"result_message": redact(result.message)},
+            detail={"message": result.message, "kind": result.kind},
         )
-        done = await settle(deps, record, finished)
-        if done is None:
-            return
-        await self._show_result(done, summary)
+        await announce(self.deps, record, done, finished)
+        await self._show_result(done, result.summary)
         # Mirrored last: whoever reads the notify channel finds the whole story in the thread.
-        await mirror(deps, done, f"Change {state_words(str(to))}")
+        await mirror(self.deps, done, f"Change {state_words(str(to))}")
 
     async def _show_result(self, done: ChangeRequestRecord, summary: ClusterSummary | None) -> None:
         deps = self.deps

@@ -5,6 +5,7 @@ project's notify channel."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -14,8 +15,17 @@ from bot.core.access import Access
 from bot.core.notifier import EventKind, Notifier, RequestEvent
 from bot.core.policy import Policy
 from bot.core.requests.tasks import BackgroundTasks, InFlight
-from bot.core.store import TERMINAL_STATES, ChangeRequestRecord, RequestState, Store
+from bot.core.store import (
+    TERMINAL_STATES,
+    ChangeRequestRecord,
+    Lease,
+    RequestState,
+    Store,
+    StoreUnavailable,
+)
 from bot.metrics import APPROVAL_DECISIONS, APPROVALS_PENDING, CHANGE_REQUESTS
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -30,6 +40,8 @@ class RequestDeps:
     poll_seconds: float
     followup_minutes: float = 30.0
     exec_lease_seconds: float = 30.0
+    # How long after it starts a change call may still reach the provider (its retries).
+    max_call_seconds: float = 90.0
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     tasks: BackgroundTasks = field(default_factory=BackgroundTasks)
     in_flight: InFlight = field(default_factory=InFlight)
@@ -81,36 +93,52 @@ class Change:
 
 
 async def settle(
-    deps: RequestDeps, record: ChangeRequestRecord, change: Change
+    deps: RequestDeps,
+    record: ChangeRequestRecord,
+    change: Change,
+    *,
+    fence: Lease | None = None,
 ) -> ChangeRequestRecord | None:
-    """Apply ``change`` if the request is still in one of its ``from_states``; the request
-    as changed, or None when it had moved meanwhile (then nothing is counted or told)."""
+    """Apply ``change`` if the request is still in one of its ``from_states`` (and, with
+    ``fence``, that lease is still held); the request as changed, or None when it had moved
+    meanwhile (then nothing is counted or told)."""
     done = await deps.store.transition(
-        record.id, from_states=change.from_states, to=change.to, **change.fields
+        record.id, from_states=change.from_states, to=change.to, fence=fence, **change.fields
     )
     if done is None:
         return None
+    await announce(deps, record, done, change)
+    return done
+
+
+async def announce(
+    deps: RequestDeps, record: ChangeRequestRecord, done: ChangeRequestRecord, change: Change
+) -> None:
+    """Count, audit, tell and mirror a change the store has recorded (``done``)."""
     if change.decision is not None:
         APPROVALS_PENDING.dec()
         APPROVAL_DECISIONS.labels(change.decision).inc()
     if change.to in TERMINAL_STATES:
         CHANGE_REQUESTS.labels(record.provider, str(change.to)).inc()
-    await deps.access.audit(
-        change.actor,
-        change.audit_event,
-        project=record.project,
-        cluster_id=record.cluster_id,
-        request_id=record.id,
-        outcome=change.outcome,
-        **change.detail,
-    )
+    try:
+        await deps.access.audit(
+            change.actor,
+            change.audit_event,
+            project=record.project,
+            cluster_id=record.cluster_id,
+            request_id=record.id,
+            outcome=change.outcome,
+            **change.detail,
+        )
+    except StoreUnavailable as exc:
+        # The state change is recorded; the people involved must still hear of it.
+        log.error("could not audit %s of %s: %s", change.audit_event, record.id, exc)
     event = RequestEvent(
         change.kind, change.actor, change.text, left_pending=change.decision is not None
     )
     await deps.notifier.request_changed(done, event)
     if change.mirror is not None:
         await mirror(deps, done, change.mirror)
-    return done
 
 
 async def mirror(deps: RequestDeps, record: ChangeRequestRecord, headline: str) -> None:

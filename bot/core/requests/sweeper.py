@@ -9,6 +9,7 @@ import asyncio
 import logging
 from datetime import timedelta
 
+from bot.core.requests.execution import lease_name
 from bot.core.requests.settle import Change, RequestDeps, settle
 from bot.core.store import ChangeRequestRecord, RequestState
 from bot.metrics import APPROVALS_PENDING
@@ -16,13 +17,17 @@ from bot.metrics import APPROVALS_PENDING
 log = logging.getLogger(__name__)
 
 DELIVERY_MEMORY = timedelta(days=1)  # Slack redelivers within minutes; a day is plenty
-_RESTARTED_WHILE_SENDING = (
-    "gpuops restarted while this change was being sent; its outcome is unknown. Check the "
-    "cluster before requesting it again — it will not be re-run."
+# Recovery cannot tell a restart from a replica cut off from its database: say neither.
+_STOPPED_WHILE_SENDING = (
+    "The gpuops replica sending this change stopped answering (it restarted, or lost "
+    "contact with its database); its outcome is unknown. Check the cluster before "
+    "requesting it again — it will not be re-run. If that replica comes back with the "
+    "provider's answer, it will correct this here."
 )
-_RESTARTED_BEFORE_SENDING = (
-    "gpuops restarted after this change was approved and before sending it; nothing was "
-    "sent. Request it again if it is still needed."
+_STOPPED_BEFORE_SENDING = (
+    "The gpuops replica that was to send this change stopped answering after it was "
+    "approved and before sending it; nothing was sent. Request it again if it is still "
+    "needed."
 )
 
 
@@ -65,7 +70,7 @@ class Sweeper:
         recovered = await self._fail_orphaned_approvals()
         for record in await self.deps.store.list_requests(states={RequestState.EXECUTING}):
             if record.id not in self.deps.in_flight and await self._end_interrupted(
-                record, RequestState.EXECUTING, RequestState.UNKNOWN, _RESTARTED_WHILE_SENDING
+                record, RequestState.EXECUTING, RequestState.UNKNOWN, _STOPPED_WHILE_SENDING
             ):
                 recovered += 1
         return recovered
@@ -81,7 +86,7 @@ class Sweeper:
             if record.id in deps.in_flight or record.updated_at > before:
                 continue
             if await self._end_interrupted(
-                record, RequestState.APPROVED, RequestState.FAILED, _RESTARTED_BEFORE_SENDING
+                record, RequestState.APPROVED, RequestState.FAILED, _STOPPED_BEFORE_SENDING
             ):
                 closed += 1
         return closed
@@ -89,22 +94,25 @@ class Sweeper:
     async def _end_interrupted(
         self, record: ChangeRequestRecord, state: RequestState, to: RequestState, why: str
     ) -> bool:
-        """End a request whose executor is gone (its lease is free), free its cluster and
-        say so in its thread. False when a live replica holds it or it moved meanwhile."""
+        """End a request whose executor is gone (its lease lapsed: taking it fences that
+        executor's writes off) and say so in its thread; its cluster is freed only once no
+        provider call it started can still arrive. False when a live replica holds it or
+        it moved meanwhile."""
         deps = self.deps
-        lease = f"exec:{record.id}"
-        if not await deps.store.acquire_lease(lease, deps.instance_id, deps.exec_lease_seconds):
+        name = lease_name(record.id)
+        lease = await deps.store.take_lease(name, deps.instance_id, deps.exec_lease_seconds)
+        if lease is None:
             return False  # a live replica is sending it, or about to
         change = Change.ended_by_gpuops(
             "interrupted", {state}, to, why, audit_event="result", outcome=str(to)
         )
         try:
-            done = await settle(deps, record, change)
+            done = await settle(deps, record, change, fence=lease)
         finally:
-            await deps.store.release_lease(lease, deps.instance_id)
+            await deps.store.release_lease(name, deps.instance_id)
         if done is None:
             return False
-        await deps.store.unlock_cluster(
+        await deps.store.release_ended_cluster_lock(
             record.provider, record.project, record.cluster_id, record.id
         )
         return True

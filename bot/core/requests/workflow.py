@@ -42,6 +42,7 @@ class ChangeWorkflow:
         poll_seconds: float,
         followup_minutes: float = 30.0,
         exec_lease_seconds: float = 30.0,
+        max_call_seconds: float = 90.0,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.deps = RequestDeps(
@@ -53,6 +54,7 @@ class ChangeWorkflow:
             poll_seconds=poll_seconds,
             followup_minutes=followup_minutes,
             exec_lease_seconds=exec_lease_seconds,
+            max_call_seconds=max_call_seconds,
             clock=clock,
         )
         self.follow_up = FollowUp(self.deps)

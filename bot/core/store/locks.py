@@ -211,3 +211,20 @@ class LocksMixin(StoreBase):
         async with self._begin() as conn:
             holder: str | None = (await conn.execute(statement)).scalar_one_or_none()
         return holder
+
+    async def release_ended_cluster_lock(
+        self, provider: str, project: str, cluster_id: str, request_id: str
+    ) -> bool:
+        """Free the cluster from an ended request, unless a provider call it started may
+        still arrive (its lease is live or its call deadline is ahead). True if freed."""
+        statement = (
+            delete(cluster_locks)
+            .where(
+                *_cluster_is(provider, project, cluster_id),
+                cluster_locks.c.request_id == request_id,
+                or_(cluster_locks.c.lease_name.is_(None), _lock_is_stale(utcnow())),
+            )
+            .returning(cluster_locks.c.request_id)
+        )
+        async with self._begin() as conn:
+            return (await conn.execute(statement)).first() is not None
