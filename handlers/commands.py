@@ -7,9 +7,10 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 
-from bot.core.answers import Reply, error
+from bot.core.answers import Reply, error, store_unavailable
 from bot.core.forms import FormRequest
 from bot.core.service import CommandService
+from bot.core.store import StoreUnavailable
 from bot.slack import blocks as render
 from bot.slack.messenger import Messenger, SlackDeliveryError
 from handlers.payloads import SlashCommand, parse
@@ -28,8 +29,12 @@ async def handle_gpu(ack: Any, body: dict[str, Any], respond: Any, context: Any)
     # Everything after the ack queues here, behind other requests' acks, not inside them.
     async with ops.pacer.turn():
         key = context.get("delivery_key")  # set by bot.slack.middleware.DeduplicateDeliveries
-        if key is not None and not await ops.first_delivery(key):
-            log.info("ignored a repeated delivery of a slash command")
+        try:
+            if key is not None and not await ops.first_delivery(key, body.get("text")):
+                log.info("ignored a repeated delivery of a slash command")
+                return
+        except StoreUnavailable:
+            await deliver(respond, store_unavailable())
             return
         command = parse(SlashCommand, body)
         if command is None:

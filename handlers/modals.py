@@ -8,12 +8,13 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 
-from bot.core.answers import Reply, error
+from bot.core.answers import Reply, error, store_unavailable
 from bot.core.forms import ReadySubmission, SubmissionErrors
 from bot.core.requests.decisions import NeedsBreakGlass
 from bot.core.service import CommandService
 from bot.slack import blocks as render
 from bot.slack.messenger import Messenger, SlackDeliveryError
+from bot.slack.middleware import STORE_UNAVAILABLE
 from handlers.payloads import ViewSubmission, parse, state_values
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,9 @@ async def handle_change_submission(ack: Any, body: dict[str, Any], context: Any)
         await ack(response_action="errors", errors=result.errors)
         return
     await ack()
+    if context.get(STORE_UNAVAILABLE):  # the submission could not be checked for repeats
+        await whisper_or_dm(messenger, result, submission.user.id, store_unavailable())
+        return
     reply = await ops.submit(submission.user.id, result)
     await whisper_or_dm(messenger, result, submission.user.id, reply)
 
@@ -77,6 +81,10 @@ async def handle_break_glass(ack: Any, body: dict[str, Any], context: Any) -> No
         return
     meta = _metadata(submission.view.private_metadata)
     await ack()
+    if context.get(STORE_UNAVAILABLE):  # the submission could not be checked for repeats
+        where = meta.get("channel", submission.user.id)
+        await whisper_or_dm(messenger, where, submission.user.id, store_unavailable())
+        return
     result = await ops.decide(
         user=submission.user.id,
         channel=meta.get("channel", ""),

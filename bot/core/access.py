@@ -5,15 +5,18 @@ planning a change with a refusal a person can act on."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from bot.core.answers import Reply, error
 from bot.core.policy import Authorizer, Policy, Role
-from bot.core.store import Store
+from bot.core.store import Store, StoreUnavailable
 from bot.providers.base import ChangeInputError, ChangePlan, ClusterState, ProviderAdapter
 from bot.providers.errors import ProviderError, RuleViolation
 from bot.redact import redact
+
+log = logging.getLogger(__name__)
 
 AdapterLookup = Callable[[str], ProviderAdapter]
 
@@ -87,18 +90,22 @@ class Access:
         request_id: str | None = None,
         command: str = "",
     ) -> Reply:
-        """Audit a refusal and return what the person sees."""
-        await self.audit(
-            user,
-            "refused",
-            project=project,
-            cluster_id=cluster_id,
-            request_id=request_id,
-            outcome=refusal.kind,
-            reason=refusal.message,
-            channel=channel,
-            command=command,
-        )
+        """Audit a refusal and return what the person sees (even when the store, and so the
+        audit trail, cannot be reached: the refusal changed nothing)."""
+        try:
+            await self.audit(
+                user,
+                "refused",
+                project=project,
+                cluster_id=cluster_id,
+                request_id=request_id,
+                outcome=refusal.kind,
+                reason=refusal.message,
+                channel=channel,
+                command=command,
+            )
+        except StoreUnavailable as exc:
+            log.error("could not audit a refusal of %s (%s): %s", user, refusal.kind, exc)
         return refusal.reply()
 
     async def require(

@@ -73,3 +73,13 @@ def notice(text: str, *, public: bool = False) -> Reply:
 
 def error(text: str, *, mentions: tuple[str, ...] = ()) -> Reply:
     return Reply(Notice(text, error=True, mentions=mentions))
+
+
+STORE_UNAVAILABLE_TEXT = (
+    "The state store is unavailable, so nothing was changed. Try again in a minute."
+)
+
+
+def store_unavailable() -> Reply:
+    """The answer to anything that needs the state store while it cannot be reached."""
+    return error(STORE_UNAVAILABLE_TEXT)

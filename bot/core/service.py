@@ -5,10 +5,11 @@ knows a chat platform."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
 from bot.core.access import Access, Refusal
-from bot.core.answers import Reply, error, notice
+from bot.core.answers import Reply, error, notice, store_unavailable
 from bot.core.forms import FormKind, FormRequest, Forms, ReadySubmission, SubmissionErrors
 from bot.core.grammar import (
     ActionCommand,
@@ -22,11 +23,17 @@ from bot.core.grammar import (
 )
 from bot.core.policy import Role
 from bot.core.queries import Queries
+from bot.core.requests.decisions import Decision, NeedsBreakGlass
 from bot.core.requests.workflow import ChangeWorkflow
+from bot.core.store import StoreUnavailable
 from bot.metrics import COMMANDS
 from bot.pacing import Pacer
 
+log = logging.getLogger(__name__)
+
 CommandOutcome = Reply | FormRequest
+# Answered from the policy and the providers alone: they work while the store is down.
+_READ_ONLY = frozenset({"help", "list", "show"})
 _PROVIDER_LABELS = {"together": "Together", "e2e": "E2E"}
 
 
@@ -41,16 +48,51 @@ class CommandService:
         self.workflow = workflow
         self.queries = Queries(access)
         self.forms = Forms(access)
-        self.decide = workflow.decide  # approve, deny or cancel a request (ChangeWorkflow)
         # Commands' work after the ack, a few at a time (see bot.pacing).
         self.pacer = Pacer()
 
-    async def first_delivery(self, key: str) -> bool:
-        """True the first time a delivery key is seen (a redelivery must act once)."""
-        return await self.access.store.remember_delivery(key)
+    async def first_delivery(self, key: str, command_text: str | None = None) -> bool:
+        """True the first time a delivery key is seen (a redelivery must act once). With
+        the store down, a read-only command's ``command_text`` is answered anyway (a
+        repeat of it is harmless); anything else raises StoreUnavailable."""
+        try:
+            return await self.access.store.remember_delivery(key)
+        except StoreUnavailable as exc:
+            if not isinstance(command_text, str) or _command_word(command_text) not in _READ_ONLY:
+                raise
+            log.warning("answering a read-only command without de-duplication: %s", exc)
+            return True
+
+    async def decide(
+        self,
+        *,
+        user: str,
+        channel: str,
+        request_id: str,
+        decision: Decision,
+        break_glass_reason: str | None = None,
+    ) -> Reply | NeedsBreakGlass | None:
+        """Approve, deny or cancel a request (ChangeWorkflow.decide)."""
+        try:
+            return await self.workflow.decide(
+                user=user,
+                channel=channel,
+                request_id=request_id,
+                decision=decision,
+                break_glass_reason=break_glass_reason,
+            )
+        except StoreUnavailable as exc:
+            return _store_down("a decision", exc)
 
     # -- commands ---------------------------------------------------------------------
     async def handle_command(self, user: str, channel: str, text: str) -> CommandOutcome:
+        try:
+            return await self._handle_command(user, channel, text)
+        except StoreUnavailable as exc:
+            COMMANDS.labels("store", "unavailable").inc()
+            return _store_down("a command", exc)
+
+    async def _handle_command(self, user: str, channel: str, text: str) -> CommandOutcome:
         try:
             command = parse_command(text)
         except UsageError as exc:
@@ -137,6 +179,12 @@ class CommandService:
         return await self.forms.check(user, kind, metadata_raw, values)
 
     async def submit(self, user: str, ready: ReadySubmission) -> Reply:
+        try:
+            return await self._submit(user, ready)
+        except StoreUnavailable as exc:
+            return _store_down("a form", exc)
+
+    async def _submit(self, user: str, ready: ReadySubmission) -> Reply:
         return await self.workflow.request_change(
             user=user,
             channel=ready.channel,
@@ -150,6 +198,12 @@ class CommandService:
 
     # -- mentions ---------------------------------------------------------------------
     async def handle_mention(self, user: str, channel: str, text: str) -> Reply:
+        try:
+            return await self._handle_mention(user, channel, text)
+        except StoreUnavailable as exc:
+            return _store_down("a mention", exc)
+
+    async def _handle_mention(self, user: str, channel: str, text: str) -> Reply:
         try:
             command = parse_command(text)
         except UsageError as exc:
@@ -178,3 +232,13 @@ class CommandService:
             f"For `{command.name}`, use `/gpu {command.name} …` in the channel.",
             public=True,
         )
+
+
+def _command_word(text: str) -> str:
+    words = text.split()
+    return words[0].lower() if words else "help"
+
+
+def _store_down(what: str, exc: StoreUnavailable) -> Reply:
+    log.warning("refused %s: %s", what, exc)
+    return store_unavailable()

@@ -11,9 +11,13 @@ from slack_bolt.middleware.async_middleware import AsyncMiddleware
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
+from bot.core.store import StoreUnavailable
+
 log = logging.getLogger(__name__)
 
 Next = Callable[[], Awaitable[BoltResponse]]
+# Set in the listener context when the delivery could not be checked for repeats.
+STORE_UNAVAILABLE = "store_unavailable"
 
 
 class DeliveryLog(Protocol):
@@ -89,9 +93,14 @@ class DeduplicateDeliveries(AsyncMiddleware):
             # the key right after (handlers.commands): the write stays off the ack path.
             req.context["delivery_key"] = key
             return await next()
-        if key is not None and not await self.deliveries.remember_delivery(key):
-            log.info("ignored a repeated delivery of %s", key.split(":", 1)[0])
-            return _acknowledged()
+        try:
+            if key is not None and not await self.deliveries.remember_delivery(key):
+                log.info("ignored a repeated delivery of %s", key.split(":", 1)[0])
+                return _acknowledged()
+        except StoreUnavailable as exc:
+            # Listeners answer "the store is unavailable, nothing was changed" and act not.
+            log.warning("could not check a delivery for repeats: %s", exc)
+            req.context[STORE_UNAVAILABLE] = True
         return await next()
 
 

@@ -61,14 +61,19 @@ class Execution:
 
     async def execute(self, request_id: str, *, actor: str) -> None:
         deps = self.deps
-        record = await deps.store.get_request(request_id)
-        if record is None or record.state is not RequestState.APPROVED:
+        try:
+            record = await deps.store.get_request(request_id)
+            if record is None or record.state is not RequestState.APPROVED:
+                return
+            # The lease comes first: the cluster lock names it, and may only be taken over
+            # once it has lapsed (and the last provider call can no longer arrive).
+            lease = await deps.store.take_lease(
+                lease_name(record.id), deps.instance_id, deps.exec_lease_seconds
+            )
+        except StoreUnavailable as exc:
+            # Nothing sent, nothing held: the sweeper ends it once the store is back.
+            log.warning("change %s not started: %s", request_id, exc)
             return
-        # The lease comes first: the cluster lock names it, and may only be taken over
-        # once it has lapsed (and the last provider call can no longer arrive).
-        lease = await deps.store.take_lease(
-            lease_name(record.id), deps.instance_id, deps.exec_lease_seconds
-        )
         if lease is None:
             return  # another replica is sending it
         keeper = LeaseKeeper(deps.store, lease, deps.exec_lease_seconds)

@@ -25,6 +25,7 @@ class LeaseKeeper:
         self._renewed_at = time.monotonic()
         self.lost = False  # the store said another holder has it
         self.store_failed = False  # a renewal could not reach the store
+        self._warned = False
 
     @property
     def surely_held(self) -> bool:
@@ -49,7 +50,8 @@ class LeaseKeeper:
             renewed = await self.store.renew_lease(self.lease, self.ttl)
         except StoreUnavailable as exc:
             self.store_failed = True
-            if not self.surely_held:
+            if not self.surely_held and not self._warned:
+                self._warned = True
                 log.warning("lease %s may have lapsed: %s", self.lease.name, exc.reason)
             return False
         if renewed is None:
@@ -58,4 +60,5 @@ class LeaseKeeper:
             return False
         self.lease = renewed
         self._renewed_at = sent_at
+        self._warned = False
         return True

@@ -226,12 +226,20 @@ class LocalStack:
         )
 
     async def start_replica(
-        self, instance_id: str, *, start_background: bool | None = None
+        self,
+        instance_id: str,
+        *,
+        start_background: bool | None = None,
+        database_url: str | None = None,
     ) -> BotReplica:
         """Another bot replica on the same database, simulators and FakeSlack (as a second
         ``gpuops serve`` would be); stopped with the stack. Several replicas need a database
-        that several processes share: PostgreSQL (or, one at a time, the SQLite file)."""
-        settings = self.runtime.settings.model_copy(update={"gpuops_instance_id": instance_id})
+        that several processes share: PostgreSQL (or, one at a time, the SQLite file).
+        ``database_url`` reaches that same database another way (e.g. a fault proxy)."""
+        update: dict[str, Any] = {"gpuops_instance_id": instance_id}
+        if database_url is not None:
+            update["gpuops_database_url"] = database_url
+        settings = self.runtime.settings.model_copy(update=update)
         replica = await serve_bot(
             settings,
             _provider_env(self.options),

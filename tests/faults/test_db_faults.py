@@ -1,0 +1,318 @@
+"""The database fault matrix, end to end over real HTTP: PostgreSQL behind the fault proxy
+(bot.local.faults.proxy) refused, dropped or hanging at each step of the change path, with
+two replicas on one database where it matters.
+
+Each cell asserts the end state, what the person was told, how many provider calls were
+made, and that no two changes ran on one cluster at once. Leases, store timeouts and retry
+waits are short (settings), so the whole matrix takes well under a minute on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from bot.core.answers import STORE_UNAVAILABLE_TEXT
+from bot.core.store import RequestState, Store
+from bot.local.demo.stack import BotReplica, LocalStack
+from bot.local.faults.proxy import FaultProxy
+from bot.local.simulators.base import Fault, FaultKind
+from tests.conftest import PG_URL_TEMPLATE, StackFactory, create_pg_database, drop_pg_database
+from tests.support.reliability import FAST_RETRY_SETTINGS
+from tests.support.workflow_kit import (
+    BOB,
+    CHANNEL,
+    DAVE,
+    Opened,
+    click,
+    next_ephemeral,
+    open_direct,
+    poll_until,
+    roots,
+    thread_texts,
+    wait_reply,
+    wait_state,
+)
+
+pytestmark = pytest.mark.postgres
+
+S = RequestState
+LEASE = 1.0  # execution lease (its heartbeat renews every third of it)
+STORE_TIMEOUT = 0.5  # connect and transaction bounds of the proxied replica
+DB_SETTINGS: dict[str, Any] = {
+    **FAST_RETRY_SETTINGS,
+    "gpuops_exec_lease_seconds": LEASE,
+    "gpuops_db_connect_timeout": STORE_TIMEOUT,
+    "gpuops_db_operation_timeout": STORE_TIMEOUT,
+}
+TOGETHER = ("together-prod", "tc-h100-reserved")  # scaling it down needs approval
+E2E_CLUSTERS = ("101", "103", "104", "105", "106")
+ANSWER_WITHIN = 5.0  # a person hears back this soon even with the store hanging
+SLOW_UPDATE = 4.0  # case 1: Together takes this long to answer the retried update
+FaultStep = Callable[[FaultProxy], Awaitable[None]]
+
+
+async def refused(proxy: FaultProxy) -> None:
+    proxy.refuse()
+    proxy.drop()
+
+
+async def dropped(proxy: FaultProxy) -> None:
+    await proxy.outage()
+
+
+async def hanging(proxy: FaultProxy) -> None:
+    proxy.hang()
+
+
+FAULTS: dict[str, FaultStep] = {"refused": refused, "dropped": dropped, "hanging": hanging}
+
+
+@pytest.fixture
+async def database() -> AsyncIterator[str]:
+    name = await create_pg_database()
+    yield name
+    await drop_pg_database(name)
+
+
+@pytest.fixture
+async def proxy() -> AsyncIterator[FaultProxy]:
+    fault_proxy = FaultProxy(target_port=5432)
+    await fault_proxy.start()
+    yield fault_proxy
+    await fault_proxy.close()
+
+
+def _url(database: str, port: int = 5432) -> str:
+    return PG_URL_TEMPLATE.format(name=database).replace(":5432/", f":{port}/")
+
+
+@pytest.fixture
+async def stack(make_stack: StackFactory, database: str) -> LocalStack:
+    """Replica "direct" on a healthy connection; the tests add replicas through the proxy."""
+    return await make_stack(
+        database_url=_url(database),
+        instance_id="direct",
+        transition_seconds=0,
+        total_timeout=5.0,  # room for case 1's slow update
+        extra_settings=DB_SETTINGS,
+    )
+
+
+@pytest.fixture
+async def proxied(stack: LocalStack, proxy: FaultProxy, database: str) -> AsyncIterator[BotReplica]:
+    """Replica "proxied" on the same database, through the fault proxy (healed at the end)."""
+    replica = await stack.start_replica(
+        "proxied", start_background=False, database_url=_url(database, proxy.port)
+    )
+    yield replica
+    await proxy.heal_async()
+
+
+def provider_writes(stack: LocalStack) -> int:
+    return len(stack.e2e.calls("action", "PUT")) + len(stack.together.calls("update", "PUT"))
+
+
+async def answer_to(stack: LocalStack, sender_of: BotReplica, text: str) -> str:
+    """DAVE types ``/gpu text`` at ``sender_of``; the ephemeral answer's text (timed)."""
+    seen = len(stack.slack.ephemerals_for(DAVE))
+    started = time.monotonic()
+    result = await sender_of.sender.command(DAVE, CHANNEL, text)
+    assert result.status == 200 and result.acked_in_time, result
+    answer = await next_ephemeral(stack, DAVE, seen, within=ANSWER_WITHIN)
+    assert time.monotonic() - started < ANSWER_WITHIN
+    return answer.text
+
+
+# ---- people first: commands, clicks and health while the store is down ------------------
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+async def test_a_change_command_while_the_store_is_down_is_refused_clearly(
+    stack: LocalStack, proxied: BotReplica, proxy: FaultProxy, fault: str
+) -> None:
+    await FAULTS[fault](proxy)
+    text = await answer_to(stack, proxied, "action e2e-delhi 101 scale_cluster additional_nodes=1")
+    assert STORE_UNAVAILABLE_TEXT in text
+    await proxy.heal_async()
+    assert await stack.runtime.store.list_requests() == []  # nothing was created
+    assert provider_writes(stack) == 0
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+async def test_help_show_and_list_work_without_the_store(
+    stack: LocalStack, proxied: BotReplica, proxy: FaultProxy, fault: str
+) -> None:
+    await FAULTS[fault](proxy)
+    assert "tc-h200-ondemand" in await answer_to(stack, proxied, "list together-prod")
+    assert "/gpu" in await answer_to(stack, proxied, "help")
+    seen = len(roots(stack, CHANNEL))
+    result = await proxied.sender.command(DAVE, CHANNEL, "show e2e-delhi 101")
+    assert result.status == 200 and result.acked_in_time
+    await stack.slack.wait_for(
+        lambda: next(iter(roots(stack, CHANNEL)[seen:]), None), within=ANSWER_WITHIN
+    )
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize("decision", ["approve_request", "deny_request", "cancel_request"])
+async def test_a_click_while_the_store_is_down_changes_nothing(
+    stack: LocalStack, proxied: BotReplica, proxy: FaultProxy, fault: str, decision: str
+) -> None:
+    opened = await open_direct(
+        stack, DAVE, "e2e-delhi", "101", "scale_cluster", {"additional_nodes": "1"}
+    )
+    clicker = DAVE if decision == "cancel_request" else BOB
+    await FAULTS[fault](proxy)
+    seen = len(stack.slack.ephemerals_for(clicker))
+    started = time.monotonic()
+    await click(stack, opened, clicker, decision, sender=proxied.sender)
+    told = await next_ephemeral(stack, clicker, seen, within=ANSWER_WITHIN)
+    assert STORE_UNAVAILABLE_TEXT in told.text
+    assert time.monotonic() - started < ANSWER_WITHIN
+    await proxy.heal_async()
+    record = await stack.runtime.store.get_request(opened.id)
+    assert record is not None and record.state is S.PENDING
+    assert provider_writes(stack) == 0
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+async def test_healthz_is_not_ok_while_the_store_is_unreachable(
+    proxied: BotReplica, proxy: FaultProxy, fault: str
+) -> None:
+    async with httpx.AsyncClient(base_url=proxied.base_url, timeout=10) as client:
+        assert (await client.get("/healthz")).status_code == 200
+        await FAULTS[fault](proxy)
+        assert (await client.get("/healthz")).status_code == 503
+        await proxy.heal_async()
+        await poll_until(lambda: _ok(client), within=5.0)
+
+
+async def _ok(client: httpx.AsyncClient) -> bool:
+    return (await client.get("/healthz")).status_code == 200
+
+
+# ---- the executor: heartbeat, result recording, fencing ---------------------------------
+
+
+async def _approve_on(stack: LocalStack, replica: BotReplica, opened: Opened) -> None:
+    await click(stack, opened, BOB, sender=replica.sender)
+
+
+async def test_case_1_a_second_change_waits_until_the_first_call_can_no_longer_arrive(
+    stack: LocalStack, proxied: BotReplica, proxy: FaultProxy
+) -> None:
+    """Issue #11 case 1: a long Together update, retried, while its replica loses the
+    database; recovery elsewhere ends it ``unknown`` but keeps the cluster; a second change
+    on the cluster does not run while the first call may still arrive; the first replica
+    then records what really happened, as a correction."""
+    project, cluster = TOGETHER
+    stack.together.faults.add(Fault(route="update", kind=FaultKind.SERVER_ERROR, status=503))
+    stack.together.faults.add(Fault(route="update", kind=FaultKind.LATENCY, seconds=SLOW_UPDATE))
+    first = await open_direct(stack, DAVE, project, cluster, "update", {"num_gpus": "8"})
+    await _approve_on(stack, proxied, first)
+    await wait_state(stack.runtime.store, first.id, S.EXECUTING)
+    await poll_until(lambda: len(stack.together.calls("update", "PUT")) >= 1)
+    await dropped(proxy)  # the sending replica loses its database mid-call
+
+    # its lease lapses; recovery on the healthy replica gives up on it (unknown) …
+    await asyncio.sleep(LEASE * 1.5)
+    assert await stack.runtime.workflow.recover_interrupted() == 1
+    record = await wait_state(stack.runtime.store, first.id, S.UNKNOWN)
+    assert record.result_message and "stopped answering" in record.result_message
+    assert "gpuops restarted" not in record.result_message  # it does not know that
+    # … but the cluster stays taken: the first call may still reach Together
+    second = await open_direct(stack, DAVE, project, cluster, "update", {"num_gpus": "8"})
+    await click(stack, second, BOB)
+    refused_second = await wait_state(stack.runtime.store, second.id, S.FAILED)
+    assert refused_second.result_message and first.id in refused_second.result_message
+    await wait_reply(stack, second, f"another change ({first.id})")
+
+    await proxy.heal_async()  # the first replica comes back with Together's answer
+    corrected = await wait_state(stack.runtime.store, first.id, S.SUCCEEDED, within=10)
+    assert corrected.result_message == "Together accepted the update"
+    note = await wait_reply(stack, first, "Correction")
+    assert "Together accepted the update" in note.text
+    puts = stack.together.calls("update", "PUT")
+    assert [p.body for p in puts] == [{"num_gpus": 8}, {"num_gpus": 8}]  # the 503, its retry
+    assert stack.together.clusters[cluster]["num_gpus"] == 8
+
+
+async def test_case_3_results_answered_during_an_outage_are_recorded_after_it(
+    stack: LocalStack, proxied: BotReplica, proxy: FaultProxy
+) -> None:
+    """Issue #11 case 3: five approved scale changes whose provider answers arrive while the
+    store is down are recorded and reported once it is back — none ``unknown``."""
+    store = stack.runtime.store
+    for _ in E2E_CLUSTERS:
+        stack.e2e.faults.add(Fault(route="action", kind=FaultKind.LATENCY, seconds=0.8))
+    opened = [
+        await open_direct(stack, DAVE, "e2e-delhi", c, "scale_cluster", {"additional_nodes": "1"})
+        for c in E2E_CLUSTERS
+    ]
+    for each in opened:
+        await _approve_on(stack, proxied, each)
+    await poll_until(lambda: len(stack.e2e.calls("action", "PUT")) == len(E2E_CLUSTERS))
+    await hanging(proxy)
+    await asyncio.sleep(LEASE * 2)  # every answer arrives meanwhile, and every lease lapses
+    for each in opened:
+        await wait_reply(stack, each, "it will record the result and confirm here")
+    await proxy.heal_async()
+    for each in opened:
+        record = await wait_state(store, each.id, S.SUCCEEDED, S.UNKNOWN, within=10)
+        assert record.state is S.SUCCEEDED, record.result_message
+        await wait_reply(stack, each, "lost contact with its database while sending")
+    assert len(stack.e2e.calls("action", "PUT")) == len(E2E_CLUSTERS)
+
+
+async def test_a_heartbeat_blip_shorter_than_the_lease_changes_nothing(
+    stack: LocalStack, proxied: BotReplica, proxy: FaultProxy
+) -> None:
+    store = stack.runtime.store
+    stack.e2e.faults.add(Fault(route="action", kind=FaultKind.LATENCY, seconds=1.5))
+    opened = await open_direct(
+        stack, DAVE, "e2e-delhi", "101", "scale_cluster", {"additional_nodes": "1"}
+    )
+    await _approve_on(stack, proxied, opened)
+    await poll_until(lambda: len(stack.e2e.calls("action", "PUT")) == 1)
+    await dropped(proxy)
+    await asyncio.sleep(LEASE / 3)
+    await proxy.heal_async()
+    # the replica renewed in time: recovery elsewhere must leave it alone
+    await asyncio.sleep(LEASE / 3)
+    assert await stack.runtime.workflow.recover_interrupted() == 0
+    record = await wait_state(store, opened.id, S.SUCCEEDED, within=10)
+    assert record.result_message and "Correction" not in record.result_message
+    assert len(stack.e2e.calls("action", "PUT")) == 1
+    assert not any("database" in t for t in thread_texts(stack, opened))
+
+
+async def test_an_outage_when_recording_the_start_sends_nothing(
+    stack: LocalStack, proxied: BotReplica, proxy: FaultProxy, database: str
+) -> None:
+    """The store goes away between the approval and the start of sending: the change is
+    never sent, and once the store is back it ends ``failed`` saying nothing was sent."""
+    opened = await open_direct(
+        stack, DAVE, "e2e-delhi", "101", "scale_cluster", {"additional_nodes": "1"}
+    )
+    proxied_store: Store = proxied.runtime.store
+    real_lock = proxied_store.lock_cluster
+
+    async def lock_then_lose_the_store(*args: Any, **kwargs: Any) -> bool:
+        locked = await real_lock(*args, **kwargs)
+        await dropped(proxy)
+        return locked
+
+    proxied_store.lock_cluster = lock_then_lose_the_store  # type: ignore[method-assign]
+    await _approve_on(stack, proxied, opened)
+    await asyncio.sleep(STORE_TIMEOUT * 2)
+    await proxy.heal_async()
+    record = await wait_state(stack.runtime.store, opened.id, S.FAILED, within=10)
+    assert record.result_message and "nothing was sent" in record.result_message
+    assert provider_writes(stack) == 0
+    await wait_reply(stack, opened, "nothing was sent")
