@@ -316,3 +316,29 @@ async def test_an_outage_when_recording_the_start_sends_nothing(
     assert record.result_message and "nothing was sent" in record.result_message
     assert provider_writes(stack) == 0
     await wait_reply(stack, opened, "nothing was sent")
+
+
+async def test_follow_up_goes_on_through_an_outage(
+    make_stack: StackFactory, database: str, proxy: FaultProxy
+) -> None:
+    """The store goes away right after the result is recorded: the replica that sent the
+    change still follows the cluster until it is steady and says so in the thread."""
+    stack = await make_stack(
+        database_url=_url(database),
+        poll_seconds=0.2,
+        transition_seconds=1.0,
+        extra_settings=DB_SETTINGS,
+    )
+    proxied = await stack.start_replica(
+        "proxied", start_background=False, database_url=_url(database, proxy.port)
+    )
+    project, cluster = TOGETHER
+    opened = await open_direct(stack, DAVE, project, cluster, "update", {"num_gpus": "8"})
+    await _approve_on(stack, proxied, opened)
+    await wait_state(stack.runtime.store, opened.id, S.SUCCEEDED)
+    await dropped(proxy)
+    await wait_reply(stack, opened, " is Ready.")
+    await proxy.heal_async()
+    assert len(stack.together.calls("update", "PUT")) == 1
+    record = await stack.runtime.store.get_request(opened.id)
+    assert record is not None and record.state is S.SUCCEEDED

@@ -316,6 +316,10 @@ class Execution:
             return
         summary_ts = await deps.notifier.result(done, summary)
         if summary_ts:
-            done = await deps.store.update_fields(done.id, summary_ts=summary_ts) or done
+            try:
+                done = await deps.store.update_fields(done.id, summary_ts=summary_ts) or done
+            except StoreUnavailable as exc:  # the result is recorded and shown already
+                log.warning("change %s: summary not linked to its request: %s", done.id, exc)
+                done = done.model_copy(update={"summary_ts": summary_ts})
         if to is RequestState.SUCCEEDED and deps.poll_seconds > 0 and not summary.steady:
-            deps.tasks.spawn(self.follow_up.follow_up(done.id), f"follow-up-{done.id}")
+            deps.tasks.spawn(self.follow_up.follow_up(done), f"follow-up-{done.id}")

@@ -1,16 +1,20 @@
 """After a change: poll the cluster until it is steady, updating its summary.
 
-One replica polls a request, under a lease."""
+One replica polls a request, under a lease. Polling goes on through a store outage: it
+needs the provider and Slack, and only the replica that sent the change starts it."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import timedelta
 
 from bot.core.requests.settle import RequestDeps
-from bot.core.store import ChangeRequestRecord
+from bot.core.store import ChangeRequestRecord, StoreUnavailable
 from bot.providers.base import ClusterSummary
 from bot.providers.errors import ProviderError
+
+log = logging.getLogger(__name__)
 
 _FAILURES_BEFORE_GIVING_UP = 5
 
@@ -21,28 +25,36 @@ class FollowUp:
     def __init__(self, deps: RequestDeps) -> None:
         self.deps = deps
 
-    async def follow_up(self, request_id: str) -> None:
-        lease = f"poll:{request_id}"
+    async def follow_up(self, record: ChangeRequestRecord) -> None:
+        lease = f"poll:{record.id}"
         ttl = max(self.deps.poll_seconds * 3, 10.0)
-        if not await self.deps.store.acquire_lease(lease, self.deps.instance_id, ttl):
+        if not await self._hold(lease, ttl):
             return
         try:
-            await self._poll_until_steady(request_id, lease, ttl)
+            await self._poll_until_steady(record, lease, ttl)
         finally:
-            await self.deps.store.release_lease(lease, self.deps.instance_id)
+            try:
+                await self.deps.store.release_lease(lease, self.deps.instance_id)
+            except StoreUnavailable as exc:
+                log.warning("could not release %s (it lapses by itself): %s", lease, exc)
 
-    async def _poll_until_steady(self, request_id: str, lease: str, ttl: float) -> None:
+    async def _hold(self, lease: str, ttl: float) -> bool:
+        """Take or renew the poll lease; True too when the store cannot say (keep polling)."""
+        try:
+            return await self.deps.store.acquire_lease(lease, self.deps.instance_id, ttl)
+        except StoreUnavailable as exc:
+            log.warning("following without the %s lease: %s", lease, exc)
+            return True
+
+    async def _poll_until_steady(self, record: ChangeRequestRecord, lease: str, ttl: float) -> None:
         deps = self.deps
-        record = await deps.store.get_request(request_id)
-        if record is None:
-            return
         adapter = deps.access.adapter_for(record.project)
         deadline = deps.clock() + timedelta(minutes=deps.followup_minutes)
         last_status: str | None = None
         failures = 0
         while deps.clock() < deadline:
             await asyncio.sleep(deps.poll_seconds)
-            await deps.store.acquire_lease(lease, deps.instance_id, ttl)
+            await self._hold(lease, ttl)
             try:
                 summary = (await adapter.get_cluster(record.cluster_id)).summary
             except ProviderError as exc:
@@ -72,5 +84,8 @@ class FollowUp:
         )
 
     async def _show_status(self, record: ChangeRequestRecord, summary: ClusterSummary) -> None:
-        fresh = await self.deps.store.get_request(record.id) or record
+        try:
+            fresh = await self.deps.store.get_request(record.id) or record
+        except StoreUnavailable:
+            fresh = record
         await self.deps.notifier.status(fresh, summary, self.deps.clock())
