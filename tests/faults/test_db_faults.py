@@ -24,6 +24,7 @@ from bot.local.faults.proxy import FaultProxy
 from bot.local.simulators.base import Fault, FaultKind
 from tests.conftest import PG_URL_TEMPLATE, StackFactory, create_pg_database, drop_pg_database
 from tests.support.reliability import FAST_RETRY_SETTINGS
+from tests.support.slack_support import opened_modal
 from tests.support.workflow_kit import (
     BOB,
     CHANNEL,
@@ -342,3 +343,75 @@ async def test_follow_up_goes_on_through_an_outage(
     assert len(stack.together.calls("update", "PUT")) == 1
     record = await stack.runtime.store.get_request(opened.id)
     assert record is not None and record.state is S.SUCCEEDED
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+async def test_the_store_lost_at_request_creation_opens_nothing(
+    stack: LocalStack, proxied: BotReplica, proxy: FaultProxy, fault: str
+) -> None:
+    """The command's de-dup write goes through, then the store goes away before the request
+    is created: the person is told, nothing is created, nothing is sent."""
+    proxied_store: Store = proxied.runtime.store
+    real_remember = proxied_store.remember_delivery
+
+    async def remember_then_lose_the_store(key: str) -> bool:
+        first = await real_remember(key)
+        await FAULTS[fault](proxy)
+        return first
+
+    proxied_store.remember_delivery = remember_then_lose_the_store  # type: ignore[method-assign]
+    text = await answer_to(stack, proxied, "action e2e-delhi 101 scale_cluster additional_nodes=1")
+    assert STORE_UNAVAILABLE_TEXT in text
+    await proxy.heal_async()
+    assert await stack.runtime.store.list_requests() == []
+    assert provider_writes(stack) == 0
+    assert roots(stack, CHANNEL) == []  # no request message was posted either
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+async def test_a_form_submitted_while_the_store_is_down_opens_nothing(
+    stack: LocalStack, proxied: BotReplica, proxy: FaultProxy, fault: str
+) -> None:
+    project, cluster = TOGETHER
+    await proxied.sender.command(DAVE, CHANNEL, f"update {project} {cluster}")
+    view = await opened_modal(stack, DAVE, "gpu_update")
+    await FAULTS[fault](proxy)
+    seen = len(stack.slack.ephemerals_for(DAVE))
+    submitted = await proxied.sender.view_submission(DAVE, view.id, {"num_gpus": "8"})
+    assert submitted.status == 200 and submitted.problems == ()
+    told = await next_ephemeral(stack, DAVE, seen, within=ANSWER_WITHIN)
+    assert STORE_UNAVAILABLE_TEXT in told.text
+    await proxy.heal_async()
+    assert await stack.runtime.store.list_requests() == []
+    assert provider_writes(stack) == 0
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+async def test_an_approval_in_flight_when_the_store_goes_is_answered_and_left_pending(
+    stack: LocalStack, proxied: BotReplica, proxy: FaultProxy, fault: str
+) -> None:
+    """The click's de-dup write goes through, then the store goes away: the approver is
+    told, the request stays pending (approvable later), nothing is sent."""
+    opened = await open_direct(
+        stack, DAVE, "e2e-delhi", "101", "scale_cluster", {"additional_nodes": "1"}
+    )
+    proxied_store: Store = proxied.runtime.store
+    real_remember = proxied_store.remember_delivery
+
+    async def remember_then_lose_the_store(key: str) -> bool:
+        first = await real_remember(key)
+        await FAULTS[fault](proxy)
+        return first
+
+    proxied_store.remember_delivery = remember_then_lose_the_store  # type: ignore[method-assign]
+    seen = len(stack.slack.ephemerals_for(BOB))
+    await click(stack, opened, BOB, sender=proxied.sender)
+    told = await next_ephemeral(stack, BOB, seen, within=ANSWER_WITHIN)
+    assert STORE_UNAVAILABLE_TEXT in told.text
+    await proxy.heal_async()
+    record = await stack.runtime.store.get_request(opened.id)
+    assert record is not None and record.state is S.PENDING
+    assert provider_writes(stack) == 0
+    await click(stack, opened, BOB)  # still approvable once the store is back
+    await wait_state(stack.runtime.store, opened.id, S.SUCCEEDED)
+    assert provider_writes(stack) == 1
