@@ -160,8 +160,14 @@ async def test_help_show_and_list_work_without_the_store(
     )
 
 
-@pytest.mark.parametrize("fault", FAULTS)
-@pytest.mark.parametrize("decision", ["approve_request", "deny_request", "cancel_request"])
+@pytest.mark.parametrize(
+    ("decision", "fault"),
+    [
+        *(("approve_request", fault) for fault in FAULTS),
+        ("deny_request", "hanging"),
+        ("cancel_request", "refused"),
+    ],
+)
 async def test_a_click_while_the_store_is_down_changes_nothing(
     stack: LocalStack, proxied: BotReplica, proxy: FaultProxy, fault: str, decision: str
 ) -> None:
