@@ -24,7 +24,7 @@ from bot.local.faults.proxy import FaultProxy
 from bot.local.simulators.base import Fault, FaultKind
 from tests.conftest import PG_URL_TEMPLATE, StackFactory, create_pg_database, drop_pg_database
 from tests.support.reliability import FAST_RETRY_SETTINGS
-from tests.support.slack_support import opened_modal
+from tests.support.slack_support import opened_modal, roots
 from tests.support.workflow_kit import (
     BOB,
     CHANNEL,
@@ -34,7 +34,6 @@ from tests.support.workflow_kit import (
     next_ephemeral,
     open_direct,
     poll_until,
-    roots,
     thread_texts,
     wait_reply,
     wait_state,

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from bot.core.paging import AUDIT_PAGE_SIZE, LIST_PAGE_SIZE, Page
 from bot.core.requests.view import RequestView
-from bot.core.store.db import AuditEntry
+from bot.core.store import AuditEntry
 from bot.providers.base import ClusterSummary
 from bot.slack import blocks as render
 from tests.support import limits
