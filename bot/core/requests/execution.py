@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 
 from bot.core.requests.fencing import LeaseKeeper
@@ -87,8 +88,8 @@ class Execution:
             not_sent = Result(RequestState.FAILED, _NOT_SENT, "store", sent=False)
             kept = self._keep(record, not_sent, keeper, heartbeat)
         finally:
-            deps.in_flight.done(record.id)
-            if not kept:
+            if not kept:  # a kept result stays in hand (in flight) until it is recorded
+                deps.in_flight.done(record.id)
                 heartbeat.cancel()
                 await self._release(record, keeper)
 
@@ -122,7 +123,8 @@ class Execution:
         keeper: LeaseKeeper,
         heartbeat: asyncio.Task[None],
     ) -> bool:
-        self.pending.keep(Unrecorded(record, result, keeper, heartbeat))
+        settled = functools.partial(self.deps.in_flight.done, record.id)
+        self.pending.keep(Unrecorded(record, result, keeper, heartbeat, on_settled=settled))
         self.deps.tasks.spawn(self._tell_kept(record, result), f"kept-{record.id}")
         return True
 
@@ -239,6 +241,15 @@ class Execution:
             return
         if status is OutcomeRecorded.ALREADY_RECORDED:
             return
+        try:
+            await self._report(record, done, result, self._told(status, result, late=late))
+        except StoreUnavailable as exc:  # recorded: what is left is told without the store
+            log.error(
+                "change %s: recorded; a store write while reporting it failed: %s", record.id, exc
+            )
+
+    @staticmethod
+    def _told(status: OutcomeRecorded, result: Result, *, late: bool) -> str:
         message = result.message
         if status is OutcomeRecorded.CORRECTED_UNKNOWN:
             message = (
@@ -250,7 +261,7 @@ class Execution:
                 "gpuops lost contact with its database while sending this change; the "
                 f"result, recorded now that it is back: {message}"
             )
-        await self._report(record, done, result, message)
+        return message
 
     async def _write(
         self, record: ChangeRequestRecord, fence: Lease, result: Result

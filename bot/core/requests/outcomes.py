@@ -37,10 +37,13 @@ class Unrecorded:
     keeper: LeaseKeeper
     heartbeat: asyncio.Task[None] | None
     kept_at: float = field(default_factory=time.monotonic)
+    on_settled: Callable[[], None] | None = None  # recorded or given up: no longer in hand
 
     def stop(self) -> None:
         if self.heartbeat is not None:
             self.heartbeat.cancel()
+        if self.on_settled is not None:
+            self.on_settled()
 
 
 Record = Callable[[Unrecorded], Awaitable[None]]
