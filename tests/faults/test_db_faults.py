@@ -420,3 +420,23 @@ async def test_an_approval_in_flight_when_the_store_goes_is_answered_and_left_pe
     await click(stack, opened, BOB)  # still approvable once the store is back
     await wait_state(stack.runtime.store, opened.id, S.SUCCEEDED)
     assert provider_writes(stack) == 1
+
+
+async def test_the_sweeper_rides_out_an_outage_with_one_line_a_round(
+    stack: LocalStack,
+    proxied: BotReplica,
+    proxy: FaultProxy,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    opened = await open_direct(
+        stack, DAVE, "e2e-delhi", "101", "scale_cluster", {"additional_nodes": "1"}
+    )
+    await refused(proxy)
+    sweeping = asyncio.create_task(proxied.runtime.workflow.sweep_forever(0.05))
+    await poll_until(lambda: caplog.text.count("sweeper round skipped") >= 2)
+    await proxy.heal_async()
+    sweeping.cancel()
+    await asyncio.gather(sweeping, return_exceptions=True)
+    assert "Traceback" not in caplog.text and "sweeper round failed" not in caplog.text
+    record = await stack.runtime.store.get_request(opened.id)
+    assert record is not None and record.state is S.PENDING

@@ -11,7 +11,7 @@ from datetime import timedelta
 
 from bot.core.requests.execution import lease_name
 from bot.core.requests.settle import Change, RequestDeps, settle
-from bot.core.store import ChangeRequestRecord, RequestState
+from bot.core.store import ChangeRequestRecord, RequestState, StoreUnavailable
 from bot.metrics import APPROVALS_PENDING
 
 log = logging.getLogger(__name__)
@@ -131,6 +131,8 @@ class Sweeper:
         while True:
             try:
                 await self.sweep_once()
+            except StoreUnavailable as exc:  # expected during an outage: one line, no trace
+                log.warning("sweeper round skipped: %s", exc)
             except Exception:
                 log.exception("sweeper round failed")
             await asyncio.sleep(every)
