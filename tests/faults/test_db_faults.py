@@ -1,6 +1,6 @@
 """The database fault matrix, end to end over real HTTP: PostgreSQL behind the fault proxy
-(bot.local.faults.proxy) refused, dropped or hanging at each step of the change path, with
-two replicas on one database where it matters.
+(bot.local.faults.proxy) stopped (connections refused and reset) or hanging at each step of
+the change path, with two replicas on one database where it matters.
 
 Each cell asserts the end state, what the person was told, how many provider calls were
 made, and that no two changes ran on one cluster at once. Leases, store timeouts and retry
@@ -57,20 +57,17 @@ SLOW_UPDATE = 4.0  # case 1: Together takes this long to answer the retried upda
 FaultStep = Callable[[FaultProxy], Awaitable[None]]
 
 
-async def refused(proxy: FaultProxy) -> None:
-    proxy.refuse()
-    proxy.drop()
-
-
-async def dropped(proxy: FaultProxy) -> None:
+async def stopped(proxy: FaultProxy) -> None:
+    """A database that went away: new connections refused, open ones reset."""
     await proxy.outage()
 
 
 async def hanging(proxy: FaultProxy) -> None:
+    """A database that accepts connections and never answers."""
     proxy.hang()
 
 
-FAULTS: dict[str, FaultStep] = {"refused": refused, "dropped": dropped, "hanging": hanging}
+FAULTS: dict[str, FaultStep] = {"stopped": stopped, "hanging": hanging}
 
 
 @pytest.fixture
@@ -164,7 +161,7 @@ async def test_help_show_and_list_work_without_the_store(
     [
         *(("approve_request", fault) for fault in FAULTS),
         ("deny_request", "hanging"),
-        ("cancel_request", "refused"),
+        ("cancel_request", "stopped"),
     ],
 )
 async def test_a_click_while_the_store_is_down_changes_nothing(
@@ -224,7 +221,7 @@ async def test_case_1_a_second_change_waits_until_the_first_call_can_no_longer_a
     await _approve_on(stack, proxied, first)
     await wait_state(stack.runtime.store, first.id, S.EXECUTING)
     await poll_until(lambda: len(stack.together.calls("update", "PUT")) >= 1)
-    await dropped(proxy)  # the sending replica loses its database mid-call
+    await stopped(proxy)  # the sending replica loses its database mid-call
 
     # its lease lapses; recovery on the healthy replica gives up on it (unknown) …
     await asyncio.sleep(LEASE * 1.5)
@@ -286,7 +283,7 @@ async def test_a_heartbeat_blip_shorter_than_the_lease_changes_nothing(
     )
     await _approve_on(stack, proxied, opened)
     await poll_until(lambda: len(stack.e2e.calls("action", "PUT")) == 1)
-    await dropped(proxy)
+    await stopped(proxy)
     await asyncio.sleep(LEASE / 3)
     await proxy.heal_async()
     # the replica renewed in time: recovery elsewhere must leave it alone
@@ -311,7 +308,7 @@ async def test_an_outage_when_recording_the_start_sends_nothing(
 
     async def lock_then_lose_the_store(*args: Any, **kwargs: Any) -> bool:
         locked = await real_lock(*args, **kwargs)
-        await dropped(proxy)
+        await stopped(proxy)
         return locked
 
     proxied_store.lock_cluster = lock_then_lose_the_store  # type: ignore[method-assign]
@@ -342,7 +339,7 @@ async def test_follow_up_goes_on_through_an_outage(
     opened = await open_direct(stack, DAVE, project, cluster, "update", {"num_gpus": "8"})
     await _approve_on(stack, proxied, opened)
     await wait_state(stack.runtime.store, opened.id, S.SUCCEEDED)
-    await dropped(proxy)
+    await stopped(proxy)
     await wait_reply(stack, opened, " is Ready.")
     await proxy.heal_async()
     assert len(stack.together.calls("update", "PUT")) == 1
@@ -431,7 +428,7 @@ async def test_the_sweeper_rides_out_an_outage_with_one_line_a_round(
     opened = await open_direct(
         stack, DAVE, "e2e-delhi", "101", "scale_cluster", {"additional_nodes": "1"}
     )
-    await refused(proxy)
+    await stopped(proxy)
     sweeping = asyncio.create_task(proxied.runtime.workflow.sweep_forever(0.05))
     await poll_until(lambda: caplog.text.count("sweeper round skipped") >= 2)
     await proxy.heal_async()
