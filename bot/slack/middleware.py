@@ -3,6 +3,7 @@ deliveries, hand the listeners the services they use."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
@@ -12,12 +13,14 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
 from bot.core.store import StoreUnavailable
+from bot.slack.deadline import Deadline
 
 log = logging.getLogger(__name__)
 
 Next = Callable[[], Awaitable[BoltResponse]]
 # Set in the listener context when the delivery could not be checked for repeats.
 STORE_UNAVAILABLE = "store_unavailable"
+_ACK_MARGIN = 0.5  # seconds left for the listener to ack after a de-dup write gave up
 
 
 class DeliveryLog(Protocol):
@@ -83,6 +86,23 @@ class DeduplicateDeliveries(AsyncMiddleware):
 
     def __init__(self, deliveries: DeliveryLog) -> None:
         self.deliveries = deliveries
+        self._late: set[asyncio.Task[bool]] = set()
+
+    async def _remember(self, key: str, deadline: object) -> bool:
+        """The de-dup write, given up on (left to finish alone) before the answer is due:
+        cancelling a query on a silent database would itself wait on it."""
+        task = asyncio.ensure_future(self.deliveries.remember_delivery(key))
+        done, _ = await asyncio.wait({task}, timeout=_before_deadline(deadline))
+        if task in done:
+            return task.result()
+        self._late.add(task)
+        task.add_done_callback(self._late_done)
+        raise TimeoutError("the state store gave no answer before the Slack deadline")
+
+    def _late_done(self, task: asyncio.Task[bool]) -> None:
+        self._late.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.info("a late de-dup write failed too: %s", type(task.exception()).__name__)
 
     async def async_process(
         self, *, req: AsyncBoltRequest, resp: BoltResponse, next: Next
@@ -93,15 +113,26 @@ class DeduplicateDeliveries(AsyncMiddleware):
             # the key right after (handlers.commands): the write stays off the ack path.
             req.context["delivery_key"] = key
             return await next()
+        if key is None:
+            return await next()
         try:
-            if key is not None and not await self.deliveries.remember_delivery(key):
-                log.info("ignored a repeated delivery of %s", key.split(":", 1)[0])
-                return _acknowledged()
-        except StoreUnavailable as exc:
+            first = await self._remember(key, req.context.get("deadline"))
+        except (StoreUnavailable, TimeoutError) as exc:
             # Listeners answer "the store is unavailable, nothing was changed" and act not.
             log.warning("could not check a delivery for repeats: %s", exc)
             req.context[STORE_UNAVAILABLE] = True
+            return await next()
+        if not first:
+            log.info("ignored a repeated delivery of %s", key.split(":", 1)[0])
+            return _acknowledged()
         return await next()
+
+
+def _before_deadline(deadline: object) -> float | None:
+    """Seconds the de-dup write may take: up to half a second before the answer is due."""
+    if not isinstance(deadline, Deadline):
+        return None
+    return max(0.1, deadline.remaining() - _ACK_MARGIN)
 
 
 class InjectServices(AsyncMiddleware):

@@ -437,3 +437,30 @@ async def test_the_sweeper_rides_out_an_outage_with_one_line_a_round(
     assert "Traceback" not in caplog.text and "sweeper round failed" not in caplog.text
     record = await stack.runtime.store.get_request(opened.id)
     assert record is not None and record.state is S.PENDING
+
+
+async def test_a_click_is_answered_before_the_deadline_under_the_default_store_bounds(
+    make_stack: StackFactory, database: str, proxy: FaultProxy
+) -> None:
+    """With the production bounds (a 10 s transaction), a hanging store still cannot hold a
+    click's answer past Slack's deadline: the de-dup write gives up before it, and the
+    approver is told at once that nothing was changed."""
+    stack = await make_stack(
+        database_url=_url(database, proxy.port),
+        extra_settings={"gpuops_db_operation_timeout": 10.0},
+    )
+    opened = await open_direct(
+        stack, DAVE, "e2e-delhi", "101", "scale_cluster", {"additional_nodes": "1"}
+    )
+    await hanging(proxy)
+    seen = len(stack.slack.ephemerals_for(BOB))
+    started = time.monotonic()
+    result = await click(stack, opened, BOB)
+    assert result.elapsed < 3.0
+    told = await next_ephemeral(stack, BOB, seen, within=ANSWER_WITHIN)
+    assert STORE_UNAVAILABLE_TEXT in told.text
+    assert time.monotonic() - started < 3.0  # told within Slack's 3 s, not after 10 s
+    await proxy.heal_async()
+    record = await stack.runtime.store.get_request(opened.id)
+    assert record is not None and record.state is S.PENDING
+    assert provider_writes(stack) == 0
