@@ -5,8 +5,9 @@ knows a chat platform."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from bot.core.access import Access, Refusal
 from bot.core.answers import Reply, error, notice, store_unavailable
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 CommandOutcome = Reply | FormRequest
 # Answered from the policy and the providers alone: they work while the store is down.
 _READ_ONLY = frozenset({"help", "list", "show"})
+DEDUP_SECONDS = 2.0  # a command's de-dup write is given up after this (its answer waits)
 _PROVIDER_LABELS = {"together": "Together", "e2e": "E2E"}
 
 
@@ -50,18 +52,32 @@ class CommandService:
         self.forms = Forms(access)
         # Commands' work after the ack, a few at a time (see bot.pacing).
         self.pacer = Pacer()
+        self._late: set[asyncio.Task[bool]] = set()  # de-dup writes given up on
 
     async def first_delivery(self, key: str, command_text: str | None = None) -> bool:
         """True the first time a delivery key is seen (a redelivery must act once). With
-        the store down, a read-only command's ``command_text`` is answered anyway (a
-        repeat of it is harmless); anything else raises StoreUnavailable."""
+        the store down or silent (no answer within DEDUP_SECONDS), a read-only command's
+        ``command_text`` is answered anyway (a repeat of it is harmless); anything else
+        raises StoreUnavailable."""
         try:
-            return await self.access.store.remember_delivery(key)
+            return await self._remember_soon(key)
         except StoreUnavailable as exc:
             if not isinstance(command_text, str) or _command_word(command_text) not in _READ_ONLY:
                 raise
             log.warning("answering a read-only command without de-duplication: %s", exc)
             return True
+
+    async def _remember_soon(self, key: str) -> bool:
+        # Left to finish alone when late: cancelling a query on a silent database would
+        # itself wait on it.
+        store = self.access.store
+        task = asyncio.ensure_future(store.remember_delivery(key))
+        done, _ = await asyncio.wait({task}, timeout=DEDUP_SECONDS)
+        if task in done:
+            return task.result()
+        self._late.add(task)
+        task.add_done_callback(_forget_late(self._late))
+        raise StoreUnavailable(store.database, f"no answer within {DEDUP_SECONDS:g} s")
 
     async def decide(
         self,
@@ -242,3 +258,12 @@ def _command_word(text: str) -> str:
 def _store_down(what: str, exc: StoreUnavailable) -> Reply:
     log.warning("refused %s: %s", what, exc)
     return store_unavailable()
+
+
+def _forget_late(late: set[asyncio.Task[bool]]) -> Callable[[asyncio.Task[bool]], None]:
+    def forget(task: asyncio.Task[bool]) -> None:
+        late.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.info("a late de-dup write failed too: %s", type(task.exception()).__name__)
+
+    return forget

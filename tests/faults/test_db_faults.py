@@ -22,6 +22,7 @@ from bot.core.store import RequestState, Store
 from bot.local.demo.stack import BotReplica, LocalStack
 from bot.local.faults.proxy import FaultProxy
 from bot.local.simulators.base import Fault, FaultKind
+from bot.local.slack.sender import SlackSender
 from tests.conftest import PG_URL_TEMPLATE, StackFactory, create_pg_database, drop_pg_database
 from tests.support.reliability import FAST_RETRY_SETTINGS
 from tests.support.slack_support import opened_modal, roots
@@ -115,11 +116,11 @@ def provider_writes(stack: LocalStack) -> int:
     return len(stack.e2e.calls("action", "PUT")) + len(stack.together.calls("update", "PUT"))
 
 
-async def answer_to(stack: LocalStack, sender_of: BotReplica, text: str) -> str:
-    """DAVE types ``/gpu text`` at ``sender_of``; the ephemeral answer's text (timed)."""
+async def answer_to(stack: LocalStack, sender: SlackSender, text: str) -> str:
+    """DAVE types ``/gpu text`` through ``sender``; the ephemeral answer's text (timed)."""
     seen = len(stack.slack.ephemerals_for(DAVE))
     started = time.monotonic()
-    result = await sender_of.sender.command(DAVE, CHANNEL, text)
+    result = await sender.command(DAVE, CHANNEL, text)
     assert result.status == 200 and result.acked_in_time, result
     answer = await next_ephemeral(stack, DAVE, seen, within=ANSWER_WITHIN)
     assert time.monotonic() - started < ANSWER_WITHIN
@@ -134,7 +135,9 @@ async def test_a_change_command_while_the_store_is_down_is_refused_clearly(
     stack: LocalStack, proxied: BotReplica, proxy: FaultProxy, fault: str
 ) -> None:
     await FAULTS[fault](proxy)
-    text = await answer_to(stack, proxied, "action e2e-delhi 101 scale_cluster additional_nodes=1")
+    text = await answer_to(
+        stack, proxied.sender, "action e2e-delhi 101 scale_cluster additional_nodes=1"
+    )
     assert STORE_UNAVAILABLE_TEXT in text
     await proxy.heal_async()
     assert await stack.runtime.store.list_requests() == []  # nothing was created
@@ -146,8 +149,8 @@ async def test_help_show_and_list_work_without_the_store(
     stack: LocalStack, proxied: BotReplica, proxy: FaultProxy, fault: str
 ) -> None:
     await FAULTS[fault](proxy)
-    assert "tc-h200-ondemand" in await answer_to(stack, proxied, "list together-prod")
-    assert "/gpu" in await answer_to(stack, proxied, "help")
+    assert "tc-h200-ondemand" in await answer_to(stack, proxied.sender, "list together-prod")
+    assert "/gpu" in await answer_to(stack, proxied.sender, "help")
     seen = len(roots(stack, CHANNEL))
     result = await proxied.sender.command(DAVE, CHANNEL, "show e2e-delhi 101")
     assert result.status == 200 and result.acked_in_time
@@ -362,7 +365,9 @@ async def test_the_store_lost_at_request_creation_opens_nothing(
         return first
 
     proxied_store.remember_delivery = remember_then_lose_the_store  # type: ignore[method-assign]
-    text = await answer_to(stack, proxied, "action e2e-delhi 101 scale_cluster additional_nodes=1")
+    text = await answer_to(
+        stack, proxied.sender, "action e2e-delhi 101 scale_cluster additional_nodes=1"
+    )
     assert STORE_UNAVAILABLE_TEXT in text
     await proxy.heal_async()
     assert await stack.runtime.store.list_requests() == []
@@ -463,4 +468,25 @@ async def test_a_click_is_answered_before_the_deadline_under_the_default_store_b
     await proxy.heal_async()
     record = await stack.runtime.store.get_request(opened.id)
     assert record is not None and record.state is S.PENDING
+    assert provider_writes(stack) == 0
+
+
+async def test_commands_are_answered_in_time_under_the_default_store_bounds(
+    make_stack: StackFactory, database: str, proxy: FaultProxy
+) -> None:
+    """With the production bounds, a hanging store delays no command past a few seconds:
+    the de-dup write is given up after 2 s; help and list answer, a change is refused."""
+    stack = await make_stack(
+        database_url=_url(database, proxy.port),
+        extra_settings={"gpuops_db_operation_timeout": 10.0},
+    )
+    await hanging(proxy)
+    assert "/gpu" in await answer_to(stack, stack.sender, "help")
+    assert "tc-h200-ondemand" in await answer_to(stack, stack.sender, "list together-prod")
+    text = await answer_to(
+        stack, stack.sender, "action e2e-delhi 101 scale_cluster additional_nodes=1"
+    )
+    assert STORE_UNAVAILABLE_TEXT in text
+    await proxy.heal_async()
+    assert await stack.runtime.store.list_requests() == []
     assert provider_writes(stack) == 0
