@@ -16,7 +16,7 @@ from bot.core.policy import Authorizer, Role
 from bot.core.pricing import change_price_line
 from bot.core.registry import MissingCredential
 from bot.core.requests.decisions import Decision, NeedsBreakGlass
-from bot.core.store.db import ChangeRequestRecord, Store
+from bot.core.store import ChangeRequestRecord, Store
 from bot.core.store.home_queries import (
     FINISHED_STATES,
     OPEN_STATES,

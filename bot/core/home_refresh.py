@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import datetime
 
 from bot.core.notifier import Notifier, RequestEvent, Tone
-from bot.core.store.db import ChangeRequestRecord
+from bot.core.store import ChangeRequestRecord
 from bot.metrics import HOME_PUBLISHES
 from bot.providers.base import ClusterSummary
 from bot.redact import redact

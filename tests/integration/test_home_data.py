@@ -11,7 +11,7 @@ from slack_sdk.models.views import View
 
 from bot.core.home import STORE_UNAVAILABLE, HomeBuilder, HomeData, HomeLimits
 from bot.core.policy import Authorizer, Policy
-from bot.core.store.db import RequestState, Store
+from bot.core.store import RequestState, Store
 from bot.local.demo.stack import DEMO_POLICY, LocalStack
 from bot.local.simulators.base import Fault, FaultKind
 from bot.slack.home import home_view
@@ -158,7 +158,8 @@ async def test_a_failing_store_still_shows_the_clusters_and_says_so(
     sqlite_stack: LocalStack,
 ) -> None:
     access = sqlite_stack.runtime.ops.access
-    unreachable = UnreachableStore(sqlite_stack.runtime.store._engine, serialize=True)
+    store = sqlite_stack.runtime.store
+    unreachable = UnreachableStore(store.engine, database=store.database)
     home = await HomeBuilder(access.authorizer, unreachable, access.adapter_for).build(BOB)
     assert home.requests_error == STORE_UNAVAILABLE
     assert [p.name for p in home.projects] == ["e2e-delhi", "together-prod"]

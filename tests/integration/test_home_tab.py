@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from bot.core.store.db import RequestState
+from bot.core.store import RequestState
 from bot.local.demo.stack import DEMO_POLICY, LocalStack
 from bot.local.slack.models import View
 from bot.metrics import HOME_PUBLISHES

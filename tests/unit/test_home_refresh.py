@@ -11,7 +11,7 @@ import pytest
 
 from bot.core.home_refresh import FanOutNotifier, HomeRefresher
 from bot.core.notifier import NotDelivered, RequestEvent
-from bot.core.store.db import ChangeRequestRecord, RequestState
+from bot.core.store import ChangeRequestRecord, RequestState
 from bot.metrics import HOME_PUBLISHES
 
 

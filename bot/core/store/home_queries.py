@@ -8,7 +8,9 @@ from dataclasses import dataclass
 
 from sqlalchemy import Select, func, select
 
-from bot.core.store.db import ChangeRequestRecord, RequestState, Store, change_requests
+from bot.core.store.db import Store
+from bot.core.store.records import ChangeRequestRecord, RequestState
+from bot.core.store.tables import change_requests
 
 OPEN_STATES: frozenset[RequestState] = frozenset(
     {RequestState.PENDING, RequestState.APPROVED, RequestState.EXECUTING}
