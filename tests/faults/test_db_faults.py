@@ -490,3 +490,20 @@ async def test_commands_are_answered_in_time_under_the_default_store_bounds(
     await proxy.heal_async()
     assert await stack.runtime.store.list_requests() == []
     assert provider_writes(stack) == 0
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+async def test_a_mention_show_is_answered_in_its_thread_without_the_store(
+    stack: LocalStack, proxied: BotReplica, proxy: FaultProxy, fault: str
+) -> None:
+    root = await stack.slack.post_user_message(CHANNEL, DAVE, "GPUs look stuck?")
+    await FAULTS[fault](proxy)
+    started = time.monotonic()
+    result = await proxied.sender.mention(DAVE, CHANNEL, "show e2e-delhi 101", thread_ts=root.ts)
+    assert result.status == 200 and result.acked_in_time
+    answer = await stack.slack.wait_for(
+        lambda: next((m for m in stack.slack.replies(CHANNEL, root.ts) if m.bot_id), None),
+        within=ANSWER_WITHIN,
+    )
+    assert "(101)" in answer.text and time.monotonic() - started < ANSWER_WITHIN
+    assert provider_writes(stack) == 0
