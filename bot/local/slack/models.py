@@ -563,14 +563,14 @@ def block_problems(blocks: Any, *, in_view: bool = False) -> list[str]:
         if not isinstance(block, dict) or block.get("type") not in _BLOCK_TYPES:
             problems.append(f"unsupported block type {where}")
             continue
+        own = _single_block_problems(block, in_view)
         block_id = block.get("block_id")
         if block_id is not None:
             if len(str(block_id)) > 255:
-                problems.append(f"block_id must be at most 255 characters {where}")
+                own.append("block_id must be at most 255 characters")
             if block_id in seen_block_ids:
-                problems.append(f"duplicate block_id {block_id!r} {where}")
+                own.append(f"duplicate block_id {block_id!r}")
             seen_block_ids.add(str(block_id))
-        own = _single_block_problems(block, in_view)
         for element in block_elements(block):
             action_id = element.get("action_id")
             if action_id is not None and block.get("type") == "actions":
