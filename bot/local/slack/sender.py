@@ -61,6 +61,8 @@ STALE_SECONDS = 10 * 60  # Bolt refuses timestamps older than 5 minutes
 # Slack still sends its deprecated per-app verification token in every payload; apps must
 # not rely on it (they verify the signature), so any value does.
 VERIFICATION_TOKEN_PLACEHOLDER = "localslack-not-a-secret"  # noqa: S105
+# Socket Mode envelopes are not signed; the verifier still wants a secret to exist.
+SOCKET_MODE_UNUSED_SECRET = "socket-mode-sends-no-signatures"  # noqa: S105
 
 
 class Tamper(enum.StrEnum):
@@ -162,8 +164,23 @@ class SlackSender:
         self._owns_http = http is None
         self._sent_events: dict[str, str] = {}
 
+    @classmethod
+    def over_socket_mode(
+        cls, fake: FakeSlack, *, timeout: float = 10.0, api_app_id: str = "A0GPUOPS"
+    ) -> SlackSender:
+        """A sender that delivers every request as a Socket Mode envelope to the app
+        connected to ``fake`` (no URL, no signature)."""
+        return cls(
+            "",
+            SOCKET_MODE_UNUSED_SECRET,
+            fake,
+            transport="socket",
+            timeout=timeout,
+            api_app_id=api_app_id,
+        )
+
     def __repr__(self) -> str:
-        return f"SlackSender(events_url={self.events_url!r})"
+        return f"SlackSender(events_url={self.events_url!r}, transport={self.transport!r})"
 
     async def aclose(self) -> None:
         if self._owns_http:
