@@ -23,6 +23,7 @@ from bot.local.demo.render_text import Button, ButtonBoard, TextRenderer, initia
 from bot.local.demo.stack import CHANNELS, ROLES, USERS, LocalStack, StackOptions
 from bot.local.slack.models import (
     EphemeralPosted,
+    ErrorShown,
     MessageEdited,
     MessagePosted,
     View,
@@ -136,6 +137,8 @@ class DemoConsole:
             self._show_view(event.view)
         elif isinstance(event, ViewClosed) and event.view.user == self.user:
             self.emit(f"(form closed: {event.view.closed_reason or 'done'})", "dim")
+        elif isinstance(event, ErrorShown):  # the bot answered Slack too late or failed
+            self.fail(f"Slack showed {event.user} an error ({event.where}): {event.text}")
 
     def _show(
         self,
