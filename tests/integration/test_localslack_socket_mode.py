@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import pytest
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncAck, AsyncApp
@@ -198,3 +199,72 @@ async def test_socket_mode_requests_cannot_be_tampered_with(h: Harness) -> None:
         await h.sender.command(ALICE, CHANNEL, "list", tamper=Tamper.WRONG_SIGNATURE)
     with pytest.raises(SenderInputError, match="url_verification"):
         await h.sender.url_verification("challenge")
+
+
+# -- the protocol, seen from a bare WebSocket client ------------------------------------------
+
+
+@pytest.fixture
+async def bare_fake() -> AsyncIterator[FakeSlack]:
+    fake = FakeSlack(
+        TOKEN, channels={CHANNEL: "gpu-ops"}, users={ALICE: "Alice"}, app_token=APP_TOKEN
+    )
+    await fake.start()
+    yield fake
+    await fake.stop()
+
+
+async def connection_url(fake: FakeSlack) -> str:
+    app_client = AsyncWebClient(token=APP_TOKEN, base_url=fake.api_url)
+    return str((await app_client.apps_connections_open(app_token=APP_TOKEN))["url"])
+
+
+async def test_hello_envelopes_and_acks_have_slacks_shapes(bare_fake: FakeSlack) -> None:
+    url = await connection_url(bare_fake)
+    async with aiohttp.ClientSession() as session, session.ws_connect(url) as socket:
+        hello = await socket.receive_json(timeout=5)
+        assert hello["type"] == "hello" and hello["num_connections"] == 1
+        assert hello["connection_info"] == {"app_id": bare_fake.app_id}
+        sender = SlackSender.over_socket_mode(bare_fake)
+        sending = asyncio.create_task(sender.command(ALICE, CHANNEL, "help"))
+        envelope = await socket.receive_json(timeout=5)
+        assert envelope["type"] == "slash_commands" and envelope["accepts_response_payload"]
+        assert envelope["payload"]["command"] == "/gpu" and envelope["payload"]["text"] == "help"
+        await socket.send_json({"envelope_id": envelope["envelope_id"], "payload": {"text": "hi"}})
+        result = await sending
+        await sender.aclose()
+    assert result.status == 200 and result.json == {"text": "hi"} and result.acked_in_time
+
+
+async def test_an_unacked_event_comes_again_with_its_retry_attempt(bare_fake: FakeSlack) -> None:
+    url = await connection_url(bare_fake)
+    async with aiohttp.ClientSession() as session, session.ws_connect(url) as socket:
+        await socket.receive_json(timeout=5)  # hello
+        sender = SlackSender.over_socket_mode(bare_fake, timeout=5.0)
+        sending = asyncio.create_task(sender.mention(ALICE, CHANNEL, "show p1 c1"))
+        first = await socket.receive_json(timeout=5)
+        assert (first["type"], first["retry_attempt"], first["retry_reason"]) == (
+            "events_api",
+            0,
+            "",
+        )
+        assert not first["accepts_response_payload"]
+        retry = await socket.receive_json(timeout=5)  # nothing acked the first within 3 s
+        assert (retry["retry_attempt"], retry["retry_reason"]) == (1, "http_timeout")
+        assert retry["payload"]["event_id"] == first["payload"]["event_id"]
+        assert retry["envelope_id"] != first["envelope_id"]
+        for envelope in (first, retry):
+            await socket.send_json({"envelope_id": envelope["envelope_id"]})
+        result = await sending
+        await sender.aclose()
+    assert result.late and [r.acked_in_time for r in result.retries] == [True]
+
+
+async def test_a_connection_url_is_good_once(bare_fake: FakeSlack) -> None:
+    url = await connection_url(bare_fake)
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(url) as socket:
+            assert (await socket.receive_json(timeout=5))["type"] == "hello"
+        with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+            await session.ws_connect(url)
+    assert refused.value.status == 401

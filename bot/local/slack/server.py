@@ -782,7 +782,7 @@ class FakeSlack:
 
     async def _views_publish(self, args: JsonDict) -> JsonDict:
         user = str(args.get("user_id", ""))
-        if user not in self.users:
+        if not user or (self.users and user not in self.users):
             raise ApiError("user_not_found")
         definition = args.get("view")
         problems = view_problems(definition, kind="home")
