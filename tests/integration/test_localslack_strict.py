@@ -438,3 +438,17 @@ async def test_the_app_token_opens_connections_and_nothing_else(h: Harness) -> N
     assert await error_of(bot_opens) == "not_allowed_token_type"
     app_posts = app_client.chat_postMessage(channel=CHANNEL, text="hi")
     assert await error_of(app_posts) == "not_allowed_token_type"
+
+
+async def test_a_bare_user_id_in_a_fallback_is_noted_as_a_spec_problem(h: Harness) -> None:
+    blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": "request r1"}}]
+    await h.client.chat_postMessage(channel=CHANNEL, text=f"<@{ALICE}> asks", blocks=blocks)
+    assert h.fake.spec_problems == []
+    await h.client.chat_postMessage(channel=CHANNEL, text=f"{ALICE} asks", blocks=blocks)
+    url = h.fake.new_response_url(CHANNEL, ALICE)
+    async with httpx.AsyncClient() as http:
+        await http.post(url, json={"text": f"approved by {BOB}"})
+    assert h.fake.spec_problems == [
+        f"the text '{ALICE} asks' names {ALICE} bare, not <@{ALICE}>",
+        f"the text 'approved by {BOB}' names {BOB} bare, not <@{BOB}>",
+    ]

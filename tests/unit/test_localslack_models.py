@@ -8,6 +8,7 @@ import pytest
 
 from bot.local.slack.models import (
     BlockInputError,
+    bare_user_ids,
     block_problems,
     entry_from_input,
     fallback_problems,
@@ -252,3 +253,10 @@ def test_modal_limits_from_the_spec() -> None:
         ],
     }
     assert "button value must be at most 2000" in block_problems([button])[0]
+
+
+def test_bare_user_ids_are_those_not_written_as_mentions() -> None:
+    text = "U01ALICE asked; <@U01ALICE> and <@U02BOB|bob> approved, xU02BOB; U02BOB. U99NOBODY"
+    assert bare_user_ids(text, ["U01ALICE", "U02BOB"]) == ["U01ALICE", "U02BOB"]
+    assert bare_user_ids("<@U01ALICE> asked", ["U01ALICE"]) == []
+    assert bare_user_ids("W0ENTERPRISE approved", ["W0ENTERPRISE"]) == ["W0ENTERPRISE"]

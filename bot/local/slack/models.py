@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import secrets
 import string
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, date, datetime, time
 from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any, Literal
@@ -709,6 +709,16 @@ def sdk_view_problems(view: Mapping[str, Any]) -> list[str]:
     except (SlackObjectFormationError, TypeError, ValueError, KeyError, AttributeError) as exc:
         return [f"slack_sdk: {exc}"]
     return []
+
+
+_BARE_USER_ID = re.compile(r"(?<![<@\w])([UW][A-Z0-9]{2,})\b")
+
+
+def bare_user_ids(text: str, users: Iterable[str]) -> list[str]:
+    """Known user ids written bare in a message text (``U01ALICE`` instead of
+    ``<@U01ALICE>``): Slack shows them as they are, not as the person's name (SPEC §4.6)."""
+    known = set(users)
+    return sorted({m for m in _BARE_USER_ID.findall(text) if m in known})
 
 
 def fallback_problems(text: Any, blocks: Any) -> list[str]:

@@ -49,6 +49,7 @@ from bot.local.slack.models import (
     ViewClosed,
     ViewOpened,
     ViewUpdated,
+    bare_user_ids,
     block_problems,
     fallback_problems,
     fill_block_ids,
@@ -207,6 +208,9 @@ class FakeSlack:
         """user → the App Home view published for them (``views.publish``)."""
         self.errors_shown: list[ErrorShown] = []
         self.delays: dict[str, float] = {}
+        self.spec_problems: list[str] = []
+        """What Slack accepts but SPEC §4.6 forbids, noticed in the bot's messages (a user
+        id written bare in a text fallback): tests assert it stays empty."""
         self.users: dict[str, str] = dict(users or {})
         self.usergroups: dict[str, list[str]] = {k: list(v) for k, v in (usergroups or {}).items()}
         self.trigger_ttl = trigger_ttl
@@ -295,6 +299,7 @@ class FakeSlack:
         self.views.clear()
         self.homes.clear()
         self.errors_shown.clear()
+        self.spec_problems.clear()
         self.response_posts.clear()
         self.events.clear()
         self._faults.clear()
@@ -599,7 +604,12 @@ class FakeSlack:
             raise ApiError(
                 "no_text", response_metadata={"messages": [f"[ERROR] {p}" for p in missing]}
             )
+        self._note_bare_user_ids(str(text or ""))
         return (None if text is None else str(text)), blocks
+
+    def _note_bare_user_ids(self, text: str) -> None:
+        for user in bare_user_ids(text, self.users):
+            self.spec_problems.append(f"the text {text[:80]!r} names {user} bare, not <@{user}>")
 
     def _next_ts(self) -> str:
         micros = max(int(time.time() * 1_000_000), self._last_ts_micros + 1)
@@ -1094,6 +1104,7 @@ class FakeSlack:
             return web.Response(status=400, text="invalid_blocks")
         if fallback_problems(body.get("text"), blocks):
             return web.Response(status=400, text="no_text")
+        self._note_bare_user_ids(str(body.get("text") or ""))
         target.uses += 1
         post = ResponsePost(
             channel=target.channel,
