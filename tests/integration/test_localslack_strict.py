@@ -452,3 +452,56 @@ async def test_a_bare_user_id_in_a_fallback_is_noted_as_a_spec_problem(h: Harnes
         f"the text '{ALICE} asks' names {ALICE} bare, not <@{ALICE}>",
         f"the text 'approved by {BOB}' names {BOB} bare, not <@{BOB}>",
     ]
+
+
+# -- the stand-in's older checks, each through its HTTP API -------------------------------------
+
+
+async def test_only_the_bots_own_messages_can_be_updated(h: Harness) -> None:
+    said = await h.fake.post_user_message(CHANNEL, ALICE, "mine")
+    update = h.client.chat_update(channel=CHANNEL, ts=said.ts, text="the bot's now")
+    assert await error_of(update) == "cant_update_message"
+
+
+async def test_an_external_id_belongs_to_one_view(h: Harness) -> None:
+    await h.client.views_open(
+        trigger_id=h.fake.issue_trigger_id(ALICE), view=modal(external_id="x1")
+    )
+    again = h.client.views_open(
+        trigger_id=h.fake.issue_trigger_id(BOB), view=modal(external_id="x1")
+    )
+    assert await error_of(again) == "duplicate_external_id"
+
+
+async def test_a_body_that_is_not_json_is_invalid_json(h: Harness) -> None:
+    async with httpx.AsyncClient() as http:
+        answer = await http.post(
+            f"{h.fake.api_url}chat.postMessage",
+            content=b"[1, 2]",
+            headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+        )
+    assert answer.json() == {"ok": False, "error": "invalid_json"}
+
+
+async def test_conversations_open_takes_one_known_user(h: Harness) -> None:
+    assert await error_of(h.client.conversations_open(users="")) == "not_enough_users"
+    both = h.client.conversations_open(users=f"{ALICE},{BOB}")
+    assert await error_of(both) == "method_not_supported_for_mpim"
+    assert await error_of(h.client.conversations_open(users="UNOBODY")) == "user_not_found"
+
+
+async def test_response_urls_expire_run_out_and_want_json(h: Harness) -> None:
+    url = h.fake.new_response_url(CHANNEL, ALICE)
+    async with httpx.AsyncClient() as http:
+        not_json = await http.post(url, content=b"text=hi")
+        uses = [await http.post(url, json={"text": f"#{n}"}) for n in range(6)]
+        unknown = await http.post(f"{h.fake.base_url}/response/nope", json={"text": "hi"})
+        old = h.fake.new_response_url(CHANNEL, ALICE)
+        token = old.rsplit("/", 1)[-1]
+        h.fake._response_targets[token].created_at -= 30 * 60 + 1
+        expired = await http.post(old, json={"text": "hi"})
+    assert (not_json.status_code, not_json.text) == (400, "invalid_payload")
+    assert [u.status_code for u in uses] == [200] * 5 + [404]
+    assert uses[-1].text == "used_url"
+    assert (unknown.status_code, unknown.text) == (404, "no_service")
+    assert (expired.status_code, expired.text) == (404, "expired_url")
