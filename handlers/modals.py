@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any
@@ -13,10 +14,13 @@ from bot.core.forms import ReadySubmission, SubmissionErrors
 from bot.core.requests.decisions import NeedsBreakGlass
 from bot.core.service import CommandService
 from bot.slack import blocks as render
+from bot.slack.deadline import Deadline
 from bot.slack.messenger import Messenger, SlackDeliveryError
 from handlers.payloads import ViewSubmission, parse, state_values
 
 log = logging.getLogger(__name__)
+
+ANSWER_MARGIN = 1.0  # seconds kept for answering itself on a busy loop (measured in bench)
 
 
 def register(app: AsyncApp) -> None:
@@ -28,25 +32,97 @@ def register(app: AsyncApp) -> None:
 async def handle_change_submission(ack: Any, body: dict[str, Any], context: Any) -> None:
     ops: CommandService = context["gpuops"]
     messenger: Messenger = context["messenger"]
+    deadline: Deadline = context.get("deadline") or Deadline()
+    raw = body.get("view")
+    raw_view: dict[str, Any] = raw if isinstance(raw, dict) else {}
     submission = parse(ViewSubmission, body)
     if submission is None:
         await ack(
             response_action="errors",
-            errors={"num_gpus": "This form could not be read; run the command again."},
+            errors=errors_for_view(
+                {"": "This form could not be read; run the command again."}, raw_view
+            ),
         )
         return
-    result = await ops.check_submission(
-        submission.user.id,
-        render.form_kind(submission.view.callback_id),
-        submission.view.private_metadata,
-        state_values(submission.view),
+    checking = asyncio.create_task(
+        ops.check_submission(
+            submission.user.id,
+            render.form_kind(submission.view.callback_id),
+            submission.view.private_metadata,
+            state_values(submission.view),
+        )
     )
+    done, _ = await asyncio.wait({checking}, timeout=max(0.0, deadline.remaining() - ANSWER_MARGIN))
+    if checking in done:
+        await answer_in_time(ops, messenger, ack, submission, raw_view, checking.result())
+        return
+    # The checks outlast Slack's deadline: keep the form open on a "checking…" view and
+    # tell the person through it (and ephemerally) once they end.
+    await ack(
+        response_action="update",
+        view=render.checking_modal(submission.view.callback_id, "gpuops", {}),
+    )
+    result = await checking
     if isinstance(result, SubmissionErrors):
-        await ack(response_action="errors", errors=result.errors)
+        await show(
+            messenger, submission.view.id, render.form_with_problems(raw_view, result.errors)
+        )
+        return
+    reply, first = await request_once(ops, submission, result)
+    if first:  # a second submission of this view leaves the view to the first
+        view = render.reply_modal(submission.view.callback_id, render.reply_message(reply), {})
+        await show(messenger, submission.view.id, view)
+    await whisper_or_dm(messenger, result, submission.user.id, reply)
+
+
+async def answer_in_time(
+    ops: CommandService,
+    messenger: Messenger,
+    ack: Any,
+    submission: ViewSubmission,
+    raw_view: dict[str, Any],
+    result: SubmissionErrors | ReadySubmission,
+) -> None:
+    if isinstance(result, SubmissionErrors):
+        await ack(response_action="errors", errors=errors_for_view(result.errors, raw_view))
         return
     await ack()
-    reply = await ops.submit(submission.user.id, result)
+    reply, _ = await request_once(ops, submission, result)
     await whisper_or_dm(messenger, result, submission.user.id, reply)
+
+
+async def request_once(
+    ops: CommandService, submission: ViewSubmission, ready: ReadySubmission
+) -> tuple[Reply, bool]:
+    """Request the change unless this view already did (and say whether this was the first
+    submission): a form submitted again (Slack showed an error, the person pressed again)
+    is the same view with a new trigger."""
+    if not await ops.first_delivery(f"view:{submission.view.id}"):
+        log.info("ignored a second submission of the same form")
+        return error("This form was already submitted; its request is in the channel."), False
+    return await ops.submit(submission.user.id, ready), True
+
+
+async def show(messenger: Messenger, view_id: str, view: dict[str, Any]) -> None:
+    try:
+        await messenger.update_view(view_id, view)
+    except SlackDeliveryError as exc:  # closed by the person meanwhile: the whisper tells
+        log.info("could not update a submitted form: %s", exc.code)
+
+
+def errors_for_view(errors: dict[str, str], view: dict[str, Any]) -> dict[str, str]:
+    """Slack rejects a whole errors answer naming a block the form does not have: an error
+    for a missing block goes to the form's first input block instead."""
+    inputs = [
+        str(b.get("block_id"))
+        for b in view.get("blocks") or []
+        if isinstance(b, dict) and b.get("type") == "input" and b.get("block_id")
+    ]
+    shown: dict[str, str] = {}
+    for key, message in errors.items():
+        where = key if key in inputs else (inputs[0] if inputs else key)
+        shown[where] = f"{shown[where]} {message}" if where in shown else message
+    return shown
 
 
 async def whisper_or_dm(
