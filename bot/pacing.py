@@ -15,10 +15,6 @@ cheap and sits behind the acks, not inside them.
 A turn that holds the slot for ``max_hold`` seconds at a stretch (a wait not wrapped in
 ``waiting_elsewhere``, or a long computation) gives it up until its next wait: nothing
 queues behind a stuck command for long.
-
-Tasks a command spawns during its turn (``/gpu list`` fetches every project in child tasks)
-share the turn: any of them waiting elsewhere frees the slot, and the first one back takes
-it again, so a command gathering slow fetches holds no one back either.
 """
 
 from __future__ import annotations
@@ -35,24 +31,16 @@ DEFAULT_MAX_HOLD_SECONDS = 0.25
 class _Turn:
     """One command's turn: whether it holds a slot now, and the guard on how long."""
 
-    def __init__(self, pacer: Pacer) -> None:
+    def __init__(self, pacer: Pacer, task: asyncio.Task[object] | None) -> None:
         self.pacer = pacer
+        self.task = task
         self.holding = False
-        self.ended = False
-        self._taking = asyncio.Lock()  # the turn's tasks take the slot once between them
         self._guard: asyncio.TimerHandle | None = None
 
     async def hold(self) -> None:
-        async with self._taking:
-            if self.holding or self.ended:
-                return
-            await self.pacer._acquire()
-            if self.ended:  # the turn ended while one of its tasks queued
-                self.pacer._free.release()
-                return
-            self.holding = True
-            loop = asyncio.get_running_loop()
-            self._guard = loop.call_later(self.pacer.max_hold, self.release)
+        await self.pacer._acquire()
+        self.holding = True
+        self._guard = asyncio.get_running_loop().call_later(self.pacer.max_hold, self.release)
 
     def release(self) -> None:
         if self._guard is not None:
@@ -61,10 +49,6 @@ class _Turn:
         if self.holding:
             self.holding = False
             self.pacer._free.release()
-
-    def end(self) -> None:
-        self.ended = True
-        self.release()
 
 
 _current: ContextVar[_Turn | None] = ContextVar("gpuops_pacing_turn", default=None)
@@ -91,24 +75,23 @@ class Pacer:
     @asynccontextmanager
     async def turn(self) -> AsyncIterator[None]:
         """Run the block as one command's turn: it computes only while it holds a slot."""
-        turn = _Turn(self)
+        turn = _Turn(self, asyncio.current_task())
         await turn.hold()
         token = _current.set(turn)
         try:
             yield
         finally:
             _current.reset(token)
-            turn.end()
+            turn.release()
 
 
 @asynccontextmanager
 async def waiting_elsewhere() -> AsyncIterator[None]:
     """Around an await on another service: the current command's slot (if it holds one)
-    is free meanwhile, and taken again, in the queue, when the block ends. Tasks spawned
-    during a turn share it (they inherit the context)."""
+    is free meanwhile, and taken again, in the queue, when the block ends."""
     turn = _current.get()
-    if turn is None or turn.ended:
-        yield  # not a paced command: nothing to give up
+    if turn is None or turn.task is not asyncio.current_task():
+        yield  # not a paced command (or a task it spawned): nothing to give up
         return
     turn.release()
     try:
