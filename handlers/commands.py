@@ -29,18 +29,20 @@ async def handle_gpu(ack: Any, body: dict[str, Any], respond: Any, context: Any)
     if command is None:
         await deliver(respond, error("I could not read that command; try /gpu help."))
         return
-    key = context.get("delivery_key")  # set by bot.slack.middleware.DeduplicateDeliveries
-    if key is not None and not await ops.first_delivery(key):
-        log.info("ignored a repeated delivery of a slash command")
-        return
     # Forms first: the trigger expires 3 s after the command, so the form opens (loading)
     # before any provider call, group look-up or queueing behind other commands' work.
     wanted = ops.forms.wanted(command.channel_id, command.text)
-    view_id = await open_loading(messenger, respond, command, wanted) if wanted else None
-    if wanted is not None and view_id is None:
-        return  # the person was told why the form could not open
-    # Everything after the ack queues here, behind other requests' acks, not inside them.
+    view_id = None
+    if wanted is not None:
+        if not await first_delivery(ops, context):
+            return
+        view_id = await open_loading(messenger, respond, command, wanted)
+        if view_id is None:
+            return  # the person was told why the form could not open
+    # Everything else after the ack queues here, behind other requests' acks, not inside them.
     async with ops.pacer.turn():
+        if wanted is None and not await first_delivery(ops, context):
+            return
         try:
             outcome = await ops.handle_command(command.user_id, command.channel_id, command.text)
         except Exception as exc:  # a bug must not leave the person with silence
@@ -103,6 +105,15 @@ def form_failed(exc: SlackDeliveryError) -> Reply:
         f"I could not open the form ({exc.code}); pass the fields on the command line, "
         "e.g. `/gpu update <project> <cluster_id> num_gpus=16`."
     )
+
+
+async def first_delivery(ops: CommandService, context: Any) -> bool:
+    """False for a repeated delivery of the same command (it must act once)."""
+    key = context.get("delivery_key")  # set by bot.slack.middleware.DeduplicateDeliveries
+    if key is None or await ops.first_delivery(key):
+        return True
+    log.info("ignored a repeated delivery of a slash command")
+    return False
 
 
 def internal_error(exc: Exception) -> Reply:

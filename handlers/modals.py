@@ -62,17 +62,34 @@ async def handle_change_submission(ack: Any, body: dict[str, Any], context: Any)
         response_action="update",
         view=render.checking_modal(submission.view.callback_id, "gpuops", {}),
     )
-    result = await checking
+    try:
+        result = await checking
+    except Exception:  # a bug must not leave the form saying "checking…" for ever
+        log.exception("checking a form failed unexpectedly")
+        failed = error("gpuops could not check this form; it is logged. Run the command again.")
+        await show(messenger, submission.view.id, _answer_view(submission, failed))
+        return
     if isinstance(result, SubmissionErrors):
-        await show(
-            messenger, submission.view.id, render.form_with_problems(raw_view, result.errors)
-        )
+        again = render.form_with_problems(raw_view, result.errors)
+        if not await show(messenger, submission.view.id, again):  # closed meanwhile
+            problems = "; ".join(result.errors.values())
+            await whisper_or_dm(
+                messenger, result_channel(submission), submission.user.id, error(problems)
+            )
         return
     reply, first = await request_once(ops, submission, result)
     if first:  # a second submission of this view leaves the view to the first
-        view = render.reply_modal(submission.view.callback_id, render.reply_message(reply), {})
-        await show(messenger, submission.view.id, view)
+        await show(messenger, submission.view.id, _answer_view(submission, reply))
     await whisper_or_dm(messenger, result, submission.user.id, reply)
+
+
+def _answer_view(submission: ViewSubmission, reply: Reply) -> dict[str, Any]:
+    return render.reply_modal(submission.view.callback_id, render.reply_message(reply), {})
+
+
+def result_channel(submission: ViewSubmission) -> str:
+    """Where the form's command was typed (its metadata), else the person's DM."""
+    return _metadata(submission.view.private_metadata).get("channel") or submission.user.id
 
 
 async def answer_in_time(
@@ -103,11 +120,14 @@ async def request_once(
     return await ops.submit(submission.user.id, ready), True
 
 
-async def show(messenger: Messenger, view_id: str, view: dict[str, Any]) -> None:
+async def show(messenger: Messenger, view_id: str, view: dict[str, Any]) -> bool:
+    """Replace a submitted form's view; False when it is gone (closed by the person)."""
     try:
         await messenger.update_view(view_id, view)
-    except SlackDeliveryError as exc:  # closed by the person meanwhile: the whisper tells
+    except SlackDeliveryError as exc:
         log.info("could not update a submitted form: %s", exc.code)
+        return False
+    return True
 
 
 def errors_for_view(errors: dict[str, str], view: dict[str, Any]) -> dict[str, str]:
