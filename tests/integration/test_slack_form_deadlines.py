@@ -92,6 +92,7 @@ async def test_a_submission_behind_a_rate_limited_group_look_up_is_answered_in_t
     assert len(await stack.runtime.store.list_requests()) == 1
     await stack.runtime.workflow.drain()
     assert len(stack.together.calls("update", "PUT")) == 1
+    assert stack.slack.spec_problems == []  # e.g. no user id written bare in a fallback
 
 
 async def test_slow_checks_that_find_a_problem_show_the_form_again_with_its_values(
