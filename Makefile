@@ -26,7 +26,10 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 bench: $(STAMP)
-	$(BIN)/python -m bench.run
+	status=0; \
+	$(BIN)/python -m bench.run || status=1; \
+	$(BIN)/python -m bench.deadlines || status=1; \
+	exit $$status
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

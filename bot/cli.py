@@ -141,6 +141,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     demo = sub.add_parser("demo", help="simulators + local Slack + the bot + a terminal chat")
     demo.add_argument("--script", help="run a file of chat lines non-interactively")
     demo.add_argument("--no-tour", action="store_true", help="skip the guided tour text")
+    demo.add_argument(
+        "--socket", action="store_true", help="connect the bot over Socket Mode, not HTTP"
+    )
     serve = sub.add_parser("serve", help="HTTP mode: /slack/events, /healthz, /metrics")
     serve.add_argument("--host", default="0.0.0.0")  # noqa: S104 - a server binds all interfaces
     serve.add_argument("--port", type=int, default=3000)
@@ -165,7 +168,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         from bot.local.demo.console import run_demo
 
         _configure_logging(args.log_level or "WARNING")
-        raise SystemExit(asyncio.run(run_demo(script=args.script, tour=not args.no_tour)))
+        raise SystemExit(
+            asyncio.run(run_demo(script=args.script, tour=not args.no_tour, socket=args.socket))
+        )
     # --log-level wins; else GPUOPS_LOG_LEVEL (SPEC-style env configuration); else INFO.
     _configure_logging(args.log_level or os.environ.get("GPUOPS_LOG_LEVEL") or "INFO")
     try:

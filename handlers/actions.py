@@ -104,6 +104,9 @@ async def handle_action_select(ack: Any, body: dict[str, Any], context: Any) -> 
     )
     view = render.change_form(form)
     try:
-        await messenger.update_view(action.view.id, view)
+        await messenger.update_view(action.view.id, view, hash=action.view.hash)
     except SlackDeliveryError as exc:
+        if exc.code == "hash_conflict":  # a later choice updated the form first: it wins
+            log.info("the action modal changed meanwhile; kept the later choice")
+            return
         log.warning("could not update the action modal: %s", exc.code)

@@ -26,30 +26,101 @@ async def handle_gpu(ack: Any, body: dict[str, Any], respond: Any, context: Any)
     await ack()
     ops: CommandService = context["gpuops"]
     messenger: Messenger = context["messenger"]
-    # Everything after the ack queues here, behind other requests' acks, not inside them.
-    async with ops.pacer.turn():
-        key = context.get("delivery_key")  # set by bot.slack.middleware.DeduplicateDeliveries
-        try:
-            if key is not None and not await ops.first_delivery(key, body.get("text")):
-                log.info("ignored a repeated delivery of a slash command")
-                return
-        except StoreUnavailable:
-            await deliver(respond, store_unavailable())
+    command = parse(SlashCommand, body)
+    if command is None:
+        await deliver(respond, error("I could not read that command; try /gpu help."))
+        return
+    # Forms first: the trigger expires 3 s after the command, so the form opens (loading)
+    # before any provider call, group look-up or queueing behind other commands' work.
+    wanted = ops.forms.wanted(command.channel_id, command.text)
+    view_id = None
+    if wanted is not None:
+        if not await first_delivery(ops, context, respond, command.text):
             return
-        command = parse(SlashCommand, body)
-        if command is None:
-            await deliver(respond, error("I could not read that command; try /gpu help."))
+        view_id = await open_loading(messenger, respond, command, wanted)
+        if view_id is None:
+            return  # the person was told why the form could not open
+    # Everything else after the ack queues here, behind other requests' acks, not inside them.
+    async with ops.pacer.turn():
+        if wanted is None and not await first_delivery(ops, context, respond, command.text):
             return
         try:
             outcome = await ops.handle_command(command.user_id, command.channel_id, command.text)
         except Exception as exc:  # a bug must not leave the person with silence
             log.exception("/gpu failed unexpectedly")
-            await deliver(respond, internal_error(exc))
-            return
-    if isinstance(outcome, FormRequest):
+            outcome = internal_error(exc)
+    if view_id is not None and wanted is not None:
+        await fill_form(ops, messenger, respond, command, wanted, view_id, outcome)
+    elif isinstance(outcome, FormRequest):
         await open_modal(ops, messenger, respond, command, outcome)
-        return
-    await deliver(respond, outcome)
+    else:
+        await deliver(respond, outcome)
+
+
+async def open_loading(
+    messenger: Messenger, respond: Any, command: SlashCommand, request: FormRequest
+) -> str | None:
+    """Open the form's loading view at once; None (and the person told) when it cannot."""
+    if not command.trigger_id:
+        await deliver(
+            respond,
+            error("Slack sent no trigger to open a form; pass the fields on the command line."),
+        )
+        return None
+    callback = render.FORM_CALLBACKS[request.kind]
+    loading = render.loading_modal(callback, "gpuops", request.metadata())
+    try:
+        return await messenger.open_view(command.trigger_id, loading)
+    except SlackDeliveryError as exc:
+        await deliver(respond, form_failed(exc))
+        return None
+
+
+async def fill_form(
+    ops: CommandService,
+    messenger: Messenger,
+    respond: Any,
+    command: SlashCommand,
+    wanted: FormRequest,
+    view_id: str,
+    outcome: Reply | FormRequest,
+) -> None:
+    """Replace the loading view with the form, or with the answer that stands in its place
+    (a refusal: also answered in the channel, where it stays once the form is closed)."""
+    callback = render.FORM_CALLBACKS[wanted.kind]
+    if isinstance(outcome, FormRequest):
+        view = render.change_form(await ops.forms.open(command.user_id, outcome))
+    else:
+        await deliver(respond, outcome)
+        view = render.reply_modal(callback, render.reply_message(outcome), wanted.metadata())
+    try:
+        await messenger.update_view(view_id, view)
+    except SlackDeliveryError as exc:
+        log.warning("could not fill a form: %s", exc.code)
+        if isinstance(outcome, FormRequest):
+            await deliver(respond, form_failed(exc))
+
+
+def form_failed(exc: SlackDeliveryError) -> Reply:
+    return error(
+        f"I could not open the form ({exc.code}); pass the fields on the command line, "
+        "e.g. `/gpu update <project> <cluster_id> num_gpus=16`."
+    )
+
+
+async def first_delivery(ops: CommandService, context: Any, respond: Any, text: str) -> bool:
+    """False for a repeated delivery of the same command (it must act once), and for a
+    command the store is needed for while it is unavailable (the person is told so; help,
+    list and show go on without the de-dup, see CommandService.first_delivery)."""
+    key = context.get("delivery_key")  # set by bot.slack.middleware.DeduplicateDeliveries
+    try:
+        if key is None or await ops.first_delivery(key, text):
+            return True
+    except StoreUnavailable:
+        await deliver(respond, store_unavailable())
+        return False
+    log.info("ignored a repeated delivery of a slash command")
+    return False
 
 
 def internal_error(exc: Exception) -> Reply:
@@ -92,10 +163,4 @@ async def open_modal(
         view = render.change_form(await ops.forms.open(command.user_id, request))
         await messenger.update_view(view_id, view)
     except SlackDeliveryError as exc:
-        await deliver(
-            respond,
-            error(
-                f"I could not open the form ({exc.code}); pass the fields on the command line, "
-                "e.g. `/gpu update <project> <cluster_id> num_gpus=16`."
-            ),
-        )
+        await deliver(respond, form_failed(exc))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any
@@ -12,12 +13,16 @@ from bot.core.answers import Reply, error, store_unavailable
 from bot.core.forms import ReadySubmission, SubmissionErrors
 from bot.core.requests.decisions import NeedsBreakGlass
 from bot.core.service import CommandService
+from bot.core.store import StoreUnavailable
 from bot.slack import blocks as render
+from bot.slack.deadline import Deadline
 from bot.slack.messenger import Messenger, SlackDeliveryError
 from bot.slack.middleware import STORE_UNAVAILABLE
 from handlers.payloads import ViewSubmission, parse, state_values
 
 log = logging.getLogger(__name__)
+
+ANSWER_MARGIN = 1.0  # seconds kept for answering itself on a busy loop (measured in bench)
 
 
 def register(app: AsyncApp) -> None:
@@ -29,28 +34,126 @@ def register(app: AsyncApp) -> None:
 async def handle_change_submission(ack: Any, body: dict[str, Any], context: Any) -> None:
     ops: CommandService = context["gpuops"]
     messenger: Messenger = context["messenger"]
+    deadline: Deadline = context.get("deadline") or Deadline()
+    raw = body.get("view")
+    raw_view: dict[str, Any] = raw if isinstance(raw, dict) else {}
     submission = parse(ViewSubmission, body)
     if submission is None:
         await ack(
             response_action="errors",
-            errors={"num_gpus": "This form could not be read; run the command again."},
+            errors=errors_for_view(
+                {"": "This form could not be read; run the command again."}, raw_view
+            ),
         )
         return
-    result = await ops.check_submission(
-        submission.user.id,
-        render.form_kind(submission.view.callback_id),
-        submission.view.private_metadata,
-        state_values(submission.view),
+    checking = asyncio.create_task(
+        ops.check_submission(
+            submission.user.id,
+            render.form_kind(submission.view.callback_id),
+            submission.view.private_metadata,
+            state_values(submission.view),
+        )
     )
+    done, _ = await asyncio.wait({checking}, timeout=max(0.0, deadline.remaining() - ANSWER_MARGIN))
+    if checking in done:
+        await answer_in_time(ops, messenger, ack, submission, raw_view, checking.result(), context)
+        return
+    # The checks outlast Slack's deadline: keep the form open on a "checking…" view and
+    # tell the person through it (and ephemerally) once they end.
+    await ack(
+        response_action="update",
+        view=render.checking_modal(submission.view.callback_id, "gpuops", {}),
+    )
+    try:
+        result = await checking
+    except Exception:  # a bug must not leave the form saying "checking…" for ever
+        log.exception("checking a form failed unexpectedly")
+        failed = error("gpuops could not check this form; it is logged. Run the command again.")
+        await show(messenger, submission.view.id, _answer_view(submission, failed))
+        return
     if isinstance(result, SubmissionErrors):
-        await ack(response_action="errors", errors=result.errors)
+        again = render.form_with_problems(raw_view, result.errors)
+        if not await show(messenger, submission.view.id, again):  # closed meanwhile
+            problems = "; ".join(result.errors.values())
+            await whisper_or_dm(
+                messenger, result_channel(submission), submission.user.id, error(problems)
+            )
+        return
+    reply, first = await request_once(ops, submission, result, context)
+    if first:  # a second submission of this view leaves the view to the first
+        await show(messenger, submission.view.id, _answer_view(submission, reply))
+    await whisper_or_dm(messenger, result, submission.user.id, reply)
+
+
+def _answer_view(submission: ViewSubmission, reply: Reply) -> dict[str, Any]:
+    return render.reply_modal(submission.view.callback_id, render.reply_message(reply), {})
+
+
+def result_channel(submission: ViewSubmission) -> str:
+    """Where the form's command was typed (its metadata), else the person's DM."""
+    return _metadata(submission.view.private_metadata).get("channel") or submission.user.id
+
+
+async def answer_in_time(
+    ops: CommandService,
+    messenger: Messenger,
+    ack: Any,
+    submission: ViewSubmission,
+    raw_view: dict[str, Any],
+    result: SubmissionErrors | ReadySubmission,
+    context: Any,
+) -> None:
+    if isinstance(result, SubmissionErrors):
+        await ack(response_action="errors", errors=errors_for_view(result.errors, raw_view))
         return
     await ack()
-    if context.get(STORE_UNAVAILABLE):  # the submission could not be checked for repeats
-        await whisper_or_dm(messenger, result, submission.user.id, store_unavailable())
-        return
-    reply = await ops.submit(submission.user.id, result)
+    reply, _ = await request_once(ops, submission, result, context)
     await whisper_or_dm(messenger, result, submission.user.id, reply)
+
+
+async def request_once(
+    ops: CommandService, submission: ViewSubmission, ready: ReadySubmission, context: Any
+) -> tuple[Reply, bool]:
+    """Request the change unless this view already did (and say whether this was the first
+    submission, whose answer the view shows): a form submitted again (Slack showed an error,
+    the person pressed again) is the same view with a new trigger. With the state store
+    unavailable nothing is requested and the person is told so (in the view too)."""
+    if context.get(STORE_UNAVAILABLE):  # the submission could not be checked for repeats
+        return store_unavailable(), True
+    try:
+        first = await ops.first_delivery(f"view:{submission.view.id}")
+    except StoreUnavailable as exc:
+        log.warning("refused a form: %s", exc)
+        return store_unavailable(), True
+    if not first:
+        log.info("ignored a second submission of the same form")
+        return error("This form was already submitted; its request is in the channel."), False
+    return await ops.submit(submission.user.id, ready), True
+
+
+async def show(messenger: Messenger, view_id: str, view: dict[str, Any]) -> bool:
+    """Replace a submitted form's view; False when it is gone (closed by the person)."""
+    try:
+        await messenger.update_view(view_id, view)
+    except SlackDeliveryError as exc:
+        log.info("could not update a submitted form: %s", exc.code)
+        return False
+    return True
+
+
+def errors_for_view(errors: dict[str, str], view: dict[str, Any]) -> dict[str, str]:
+    """Slack rejects a whole errors answer naming a block the form does not have: an error
+    for a missing block goes to the form's first input block instead."""
+    inputs = [
+        str(b.get("block_id"))
+        for b in view.get("blocks") or []
+        if isinstance(b, dict) and b.get("type") == "input" and b.get("block_id")
+    ]
+    shown: dict[str, str] = {}
+    for key, message in errors.items():
+        where = key if key in inputs else (inputs[0] if inputs else key)
+        shown[where] = f"{shown[where]} {message}" if where in shown else message
+    return shown
 
 
 async def whisper_or_dm(

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from bot.core.access import Access, Refusal
+from bot.core.grammar import ActionCommand, UpdateCommand, UsageError, parse_command
 from bot.core.policy import Role
 from bot.core.registry import MissingCredential
 from bot.providers.base import ClusterState, ClusterSummary, FieldSpec
@@ -160,6 +161,40 @@ class Forms:
             return adapter.fields_for(action) if action in adapter.actions() else []
         except (KeyError, MissingCredential):
             return []
+
+    def request_for(
+        self, channel: str, command: UpdateCommand | ActionCommand
+    ) -> FormRequest | None:
+        """The form a change command asks for when it lacks parameters; None when the
+        command line says everything (the change is requested straight away)."""
+        kind: FormKind = "update" if isinstance(command, UpdateCommand) else "action"
+        action = "update" if isinstance(command, UpdateCommand) else command.action
+        fields = command.fields
+        missing = action is not None and any(
+            s.required and not fields.get(s.name) for s in self.fields_of(command.project, action)
+        )
+        if action is not None and not missing and (fields or kind == "action"):
+            return None
+        return FormRequest(
+            kind=kind,
+            project=command.project,
+            cluster_id=command.cluster_id,
+            channel=channel,
+            action=None if kind == "update" else action,
+            prefill=dict(fields),
+            reason=command.reason,
+        )
+
+    def wanted(self, channel: str, text: str) -> FormRequest | None:
+        """Whether the command text will open a form, known from the text alone (no provider
+        call, no group look-up): a surface opens the form before doing the work."""
+        try:
+            command = parse_command(text)
+        except UsageError:
+            return None
+        if not isinstance(command, UpdateCommand | ActionCommand):
+            return None
+        return self.request_for(channel, command)
 
     async def open(self, user: str, request: FormRequest) -> FormView | FormMessage:
         try:

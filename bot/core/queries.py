@@ -13,6 +13,7 @@ from bot.core.grammar import DEFAULT_AUDIT_LIMIT
 from bot.core.paging import AUDIT_PAGE_SIZE, LIST_PAGE_SIZE, Page, counted_range, page_of
 from bot.core.policy import Role
 from bot.core.registry import MissingCredential
+from bot.pacing import waiting_elsewhere
 from bot.providers.base import ClusterState, ClusterSummary
 from bot.providers.errors import ProviderError
 
@@ -51,7 +52,8 @@ class Queries:
                 raise Refusal(
                     "you have no projects you can view in this channel.", kind="not_authorized"
                 )
-        results = await asyncio.gather(*(self._list_one(p) for p in projects))
+        async with waiting_elsewhere():  # the fetches wait in child tasks: free the turn
+            results = await asyncio.gather(*(self._list_one(p) for p in projects))
         rows = [
             (name, item)
             for name, result in zip(projects, results, strict=True)

@@ -155,22 +155,10 @@ class CommandService:
             raise Refusal(
                 f"{command.project} is an {label} project: use `/gpu {verb}`.", kind="usage"
             )
-        kind: FormKind = "update" if isinstance(command, UpdateCommand) else "action"
-        action = "update" if isinstance(command, UpdateCommand) else command.action
-        if (
-            action is None
-            or (not command.fields and kind == "update")
-            or self._missing_fields(command.project, action, command.fields)
-        ):
-            return FormRequest(
-                kind=kind,
-                project=command.project,
-                cluster_id=command.cluster_id,
-                channel=channel,
-                action=None if kind == "update" else action,
-                prefill=dict(command.fields),
-                reason=command.reason,
-            )
+        form = self.forms.request_for(channel, command)
+        if form is not None:
+            return form
+        action = "update" if isinstance(command, UpdateCommand) else str(command.action)
         return await self.workflow.request_change(
             user=user,
             channel=channel,
@@ -179,13 +167,7 @@ class CommandService:
             action=action,
             inputs=command.fields,
             reason=command.reason,
-            command=f"{kind} {command.project} {command.cluster_id}",
-        )
-
-    def _missing_fields(self, project: str, action: str, fields: Mapping[str, str]) -> bool:
-        # An unknown action has no fields: planning will say the action is unknown.
-        return any(
-            s.required and not fields.get(s.name) for s in self.forms.fields_of(project, action)
+            command=f"{command.name} {command.project} {command.cluster_id}",
         )
 
     # -- forms ----------------------------------------------------------

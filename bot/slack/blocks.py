@@ -434,6 +434,60 @@ def message_modal(callback_id: str, title: str, text: str, metadata: Mapping[str
     }
 
 
+def reply_modal(callback_id: str, message: SlackMessage, metadata: Mapping[str, Any]) -> Block:
+    """A view showing an answer (a refusal, an outcome) where a form was or would be."""
+    view = message_modal(callback_id, "gpuops", "", metadata)
+    view["blocks"] = [b for b in message.blocks if b.get("type") in _MODAL_ANSWER_BLOCKS][:100]
+    if not view["blocks"]:
+        view["blocks"] = [section(escape(message.text))]
+    return view
+
+
+_MODAL_ANSWER_BLOCKS = {"section", "context", "header", "divider"}
+
+
+def checking_modal(callback_id: str, title: str, metadata: Mapping[str, Any]) -> Block:
+    """The view a slow submission is answered with while its checks go on."""
+    view = message_modal(callback_id, title, "", metadata)
+    view["blocks"] = [section(":hourglass_flowing_sand: Checking your request…")]
+    return view
+
+
+def form_with_problems(view: Mapping[str, Any], problems: Mapping[str, str]) -> Block:
+    """A submitted form shown again with what was typed and what is wrong (views.update
+    cannot mark fields the way a submission's answer does)."""
+    state = view.get("state", {}).get("values", {}) if isinstance(view.get("state"), dict) else {}
+    blocks: list[Block] = [
+        section(":warning: " + escape("; ".join(f"{k}: {v}" for k, v in problems.items())))
+    ]
+    for block in view.get("blocks") or []:
+        if not isinstance(block, dict):
+            continue
+        blocks.append(_with_typed(block, state.get(block.get("block_id", ""), {})))
+    shown: Block = {
+        k: view[k]
+        for k in ("type", "callback_id", "title", "submit", "close", "private_metadata")
+        if k in view
+    }
+    shown["blocks"] = blocks[:100]
+    return shown
+
+
+def _with_typed(block: Mapping[str, Any], typed: Mapping[str, Any]) -> Block:
+    again = dict(block)
+    element = block.get("element")
+    if block.get("type") != "input" or not isinstance(element, dict):
+        return again
+    value = typed.get(element.get("action_id", ""), {})
+    element = {k: v for k, v in element.items() if k not in ("initial_value", "initial_option")}
+    if isinstance(value, dict) and value.get("selected_option"):
+        element["initial_option"] = value["selected_option"]
+    elif isinstance(value, dict) and value.get("value"):
+        element["initial_value"] = value["value"]
+    again["element"] = element
+    return again
+
+
 def _form(callback_id: str, title: str, blocks: list[Block], metadata: Mapping[str, Any]) -> Block:
     return {
         "type": "modal",

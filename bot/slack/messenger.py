@@ -114,8 +114,15 @@ class Messenger:
         data = await self._call("views.open", None, trigger_id=trigger_id, view=view)
         return str((data.get("view") or {}).get("id", ""))
 
-    async def update_view(self, view_id: str, view: dict[str, Any]) -> None:
-        await self._call("views.update", None, view_id=view_id, view=view)
+    async def update_view(
+        self, view_id: str, view: dict[str, Any], *, hash: str | None = None
+    ) -> None:
+        """Replace a view; with ``hash`` (of the view being replaced) Slack refuses with
+        ``hash_conflict`` if it changed meanwhile."""
+        args: dict[str, Any] = {"view_id": view_id, "view": view}
+        if hash:
+            args["hash"] = hash
+        await self._call("views.update", None, **args)
 
     async def publish_home(self, user: str, view: dict[str, Any]) -> None:
         """Show ``view`` as the person's App Home tab (a 429 is retried after Retry-After)."""

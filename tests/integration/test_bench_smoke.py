@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bench.deadlines import DeadlineConfig, run_deadlines
 from bench.driver import BenchConfig, run_benchmark
 from bench.report import write
 
@@ -45,3 +46,17 @@ async def test_the_benchmark_runs_end_to_end_at_concurrency_2(tmp_path: Path) ->
     assert saved["levels"][0]["gpuops"]["updates"] == 8
     assert (tmp_path / "results.md").read_text() == text
     assert (tmp_path / "latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+async def test_the_deadline_scenarios_run_end_to_end() -> None:
+    config = DeadlineConfig(
+        forms=4, lists=1, submissions=2, provider_latency=0.2, group_latency=0.3
+    )
+    forms, submissions = await run_deadlines(config, log=lambda *_: None)
+
+    assert forms.name == "command → views.open" and forms.target_seconds == 1.0
+    assert len(forms.seconds) == 3 and all(0 < s < 1.0 for s in forms.seconds)
+    assert forms.refused == [] and forms.notes["lists"] == 1 and forms.ok
+    assert submissions.target_seconds == 2.5 and len(submissions.seconds) == 2
+    assert submissions.notes["late"] == 0 and submissions.notes["puts"] == 2
+    assert submissions.ok and "met" in submissions.summary()

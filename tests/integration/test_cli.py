@@ -282,3 +282,58 @@ async def test_serve_names_a_refused_or_silent_database_and_exits_in_time(
         assert "not-shown" not in done.stderr and "Traceback" not in done.stderr
     assert "no answer within 5 s" in silent.stderr  # asyncpg's connect timeout
     assert took < 20  # connect (5 s), plus start-up on a loaded machine
+
+
+APP_TOKEN = "xapp-1-A0GPUOPS-cli-socket-test"
+
+
+async def test_socket_connects_to_slack_and_answers_commands_over_it(
+    tmp_path: Path, policy_file: Path, world: World
+) -> None:
+    world.slack.app_token = APP_TOKEN
+    port = free_port()
+    env = base_env(
+        tmp_path,
+        policy_file,
+        SLACK_APP_TOKEN=APP_TOKEN,
+        SLACK_API_URL=world.slack.api_url,
+        TOGETHER_BASE_URL=world.together.base_url,
+        E2E_BASE_URL=world.e2e.base_url,
+        GPUOPS_POLL_SECONDS="0",
+    )
+    process = await asyncio.create_subprocess_exec(
+        GPUOPS,
+        "socket",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        env=env,
+        cwd=tmp_path,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        await wait_healthy(f"http://127.0.0.1:{port}/healthz", process, within=8.0)
+        await world.slack.socket_mode.wait_connected(within=8.0)
+        async with SlackSender.over_socket_mode(world.slack) as sender:
+            result = await sender.command(
+                "U04DAVE", "C0INCIDENT", "show together-prod tc-h100-reserved"
+            )
+            assert result.status == 200 and result.acked_in_time
+        posted = await world.slack.wait_for(
+            lambda: next(iter(world.slack.messages.get("C0INCIDENT", [])), None)
+        )
+        assert posted.text.startswith("train-h100-reserved (tc-h100-reserved)")
+        process.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(process.wait(), 5)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    _, err = await process.communicate()
+    log = err.decode()
+    assert code == 0, log
+    assert "connected in Socket Mode" in log
+    for secret in (APP_TOKEN, DEMO_BOT_TOKEN, *CREDENTIALS.values()):
+        assert secret not in log

@@ -10,10 +10,14 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples" / "demo.script"
 
 
-def run_demo(script: Path, *, tour: bool = False) -> subprocess.CompletedProcess[str]:
+def run_demo(
+    script: Path, *, tour: bool = False, socket: bool = False
+) -> subprocess.CompletedProcess[str]:
     args = [sys.executable, "-m", "bot.cli", "demo", "--script", str(script)]
     if not tour:
         args.append("--no-tour")
+    if socket:
+        args.append("--socket")
     return subprocess.run(  # noqa: S603 - our own CLI
         args, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
     )
@@ -42,6 +46,16 @@ def test_the_example_script_passes_and_shows_every_path() -> None:
     assert "❌ you are viewer on e2e-delhi; this needs operator" in out
     # follow-up reached a steady status
     assert "infer-h200 is Ready." in out
+    assert out.rstrip().endswith("script: 13 steps, all passed")
+
+
+def test_the_example_script_passes_over_socket_mode() -> None:
+    """gpuops demo --socket: the same script, every request an envelope over Socket Mode."""
+    done = run_demo(SCRIPT, socket=True)
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert "(the bot is connected over Socket Mode)" in out
+    assert "🟢 Together accepted the update" in out and "✅ Approved by @bob." in out
     assert out.rstrip().endswith("script: 13 steps, all passed")
 
 

@@ -171,11 +171,17 @@ async def test_action_with_a_missing_field_opens_the_modal_preselected(
     assert await stack.runtime.store.list_requests() == []
 
 
-async def test_a_viewer_gets_a_refusal_instead_of_a_modal(sqlite_stack: LocalStack) -> None:
+async def test_a_viewer_gets_a_refusal_in_the_form_and_in_the_channel(
+    sqlite_stack: LocalStack,
+) -> None:
+    """Forms first: the form opens before the group look-up; the refusal then replaces it."""
     stack = sqlite_stack
     answer = await whisper(stack, "U05ERIN", "C0INCIDENT", "update together-prod tc-h100-reserved")
     assert "viewer" in answer.text and "operator" in answer.text
-    assert stack.slack.calls_to("views.open") == [] and stack.slack.views == {}
+    (view,) = stack.slack.views.values()
+    shown = await stack.slack.wait_for(lambda: "operator" in json.dumps(view.view) or None)
+    assert shown and "submit" not in view.view  # nothing to submit: only the refusal
+    assert provider_writes(stack) == []
 
 
 async def test_a_failed_views_open_is_explained(sqlite_stack: LocalStack) -> None:

@@ -8,10 +8,13 @@ import pytest
 
 from bot.local.slack.models import (
     BlockInputError,
+    bare_user_ids,
     block_problems,
     entry_from_input,
+    fallback_problems,
     initial_entry,
     missing_required,
+    sdk_block_problems,
     state_values,
     view_problems,
 )
@@ -120,3 +123,140 @@ def test_modals_need_a_submit_button_for_inputs() -> None:
         "submit is required when an input block is within the blocks array"
     ]
     assert view_problems({**view, "submit": {"type": "plain_text", "text": "Go"}}) == []
+
+
+def text_input(**element: Any) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "input",
+            "block_id": "reason",
+            "label": {"type": "plain_text", "text": "Reason"},
+            "element": {"type": "plain_text_input", "action_id": "reason", **element},
+        }
+    ]
+
+
+def only_problem(blocks: list[dict[str, Any]]) -> str:
+    [problem] = block_problems(blocks, in_view=True)
+    return problem
+
+
+def test_a_text_input_has_lengths_slack_accepts() -> None:
+    assert block_problems(text_input(min_length=0, max_length=3000), in_view=True) == []
+    assert "max_length must be between 1 and 3000" in only_problem(text_input(max_length=3001))
+    assert "max_length must be between 1 and 3000" in only_problem(text_input(max_length=0))
+    assert "min_length must be between 0 and 3000" in only_problem(text_input(min_length=3001))
+    assert "min_length must not be more than max_length" in only_problem(
+        text_input(min_length=10, max_length=5)
+    )
+    assert "initial_value must not be longer" in only_problem(
+        text_input(max_length=3, initial_value="four")
+    )
+
+
+def test_placeholders_and_hints_have_slacks_lengths() -> None:
+    placeholder = {"type": "plain_text", "text": "p" * 151}
+    assert "placeholder must be less than 151" in only_problem(text_input(placeholder=placeholder))
+    [block] = text_input()
+    hinted = [{**block, "hint": {"type": "plain_text", "text": "h" * 2001}}]
+    assert "hint must be less than 2001" in only_problem(hinted)
+    assert (
+        block_problems([{**block, "hint": {"type": "plain_text", "text": "h"}}], in_view=True) == []
+    )
+
+
+def test_an_initial_option_must_be_one_of_the_options() -> None:
+    kubernetes, slurm = SELECT["options"]
+    nomad = {"text": {"type": "plain_text", "text": "Nomad"}, "value": "NOMAD"}
+    renamed = {"text": {"type": "plain_text", "text": "Slurm!"}, "value": "SLURM"}
+    for good in (kubernetes, slurm):
+        assert block_problems(text_input_with(SELECT, initial_option=good), in_view=True) == []
+    for bad in (nomad, renamed):
+        assert "must be one of the options" in only_problem(
+            text_input_with(SELECT, initial_option=bad)
+        )
+    boxes = {**SELECT, "type": "checkboxes"}
+    assert "'NOMAD' must be one of" in only_problem(
+        text_input_with(boxes, initial_options=[slurm, nomad])
+    )
+
+
+def text_input_with(element: dict[str, Any], **extra: Any) -> list[dict[str, Any]]:
+    [block] = text_input()
+    return [{**block, "element": {**element, **extra}}]
+
+
+def test_slack_sdk_models_are_the_second_opinion() -> None:
+    image = {"type": "image", "image_url": "https://example.com/a.png"}
+    assert block_problems([image]) == [
+        "slack_sdk: ImageBlock.__init__() missing 1 required keyword-only argument: 'alt_text'"
+        " [json-pointer:/blocks/0]"
+    ]
+    assert block_problems([{**image, "alt_text": "a" * 2001}]) == [
+        "slack_sdk: alt_text attribute cannot exceed 2000 characters [json-pointer:/blocks/0]"
+    ]
+    long_text = {"type": "section", "text": {"type": "mrkdwn", "text": "x" * 3001}}
+    assert block_problems([long_text]) == [
+        "text must be less than 3001 characters [json-pointer:/blocks/0]"
+    ]
+    assert sdk_block_problems({"type": "section", "text": {"type": "mrkdwn", "text": "x"}}) == []
+    assert sdk_block_problems({"type": "bogus"}) == ["slack_sdk does not know this block"]
+
+
+def test_a_message_with_blocks_needs_a_text_fallback() -> None:
+    blocks = [{"type": "divider"}]
+    assert fallback_problems("", blocks) == [
+        "a message with blocks needs a text fallback [json-pointer:/text]"
+    ]
+    assert fallback_problems("   ", blocks)
+    assert fallback_problems(None, blocks)
+    assert fallback_problems("summary", blocks) == []
+    assert fallback_problems("plain", None) == []
+
+
+def test_home_views_take_100_blocks_and_no_title() -> None:
+    section = {"type": "section", "text": {"type": "mrkdwn", "text": "a cluster"}}
+    home = {"type": "home", "blocks": [section] * 100}
+    assert view_problems(home, kind="home") == []
+    assert (
+        "no more than 100 items"
+        in view_problems({**home, "blocks": [section] * 101}, kind="home")[0]
+    )
+    assert "must be home" in view_problems({**home, "type": "modal"}, kind="home")[0]
+    assert "must be modal" in view_problems(home)[0]
+    too_much = {**home, "private_metadata": "m" * 3001}
+    assert view_problems(too_much, kind="home") == [
+        "private_metadata must be at most 3000 characters"
+    ]
+
+
+def test_modal_limits_from_the_spec() -> None:
+    section = {"type": "section", "text": {"type": "mrkdwn", "text": "x"}}
+    modal = {
+        "type": "modal",
+        "title": {"type": "plain_text", "text": "t" * 24},
+        "blocks": [section],
+    }
+    assert view_problems(modal) == []
+    assert (
+        "title must be less than 25"
+        in view_problems({**modal, "title": {"type": "plain_text", "text": "t" * 25}})[0]
+    )
+    assert "no more than 100 items" in view_problems({**modal, "blocks": [section] * 101})[0]
+    assert view_problems({**modal, "private_metadata": "m" * 3001}) == [
+        "private_metadata must be at most 3000 characters"
+    ]
+    button = {
+        "type": "actions",
+        "elements": [
+            {"type": "button", "text": {"type": "plain_text", "text": "Go"}, "value": "v" * 2001}
+        ],
+    }
+    assert "button value must be at most 2000" in block_problems([button])[0]
+
+
+def test_bare_user_ids_are_those_not_written_as_mentions() -> None:
+    text = "U01ALICE asked; <@U01ALICE> and <@U02BOB|bob> approved, xU02BOB; U02BOB. U99NOBODY"
+    assert bare_user_ids(text, ["U01ALICE", "U02BOB"]) == ["U01ALICE", "U02BOB"]
+    assert bare_user_ids("<@U01ALICE> asked", ["U01ALICE"]) == []
+    assert bare_user_ids("W0ENTERPRISE approved", ["W0ENTERPRISE"]) == ["W0ENTERPRISE"]

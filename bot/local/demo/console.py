@@ -23,6 +23,7 @@ from bot.local.demo.render_text import Button, ButtonBoard, TextRenderer, initia
 from bot.local.demo.stack import CHANNELS, ROLES, USERS, LocalStack, StackOptions
 from bot.local.slack.models import (
     EphemeralPosted,
+    ErrorShown,
     MessageEdited,
     MessagePosted,
     View,
@@ -136,6 +137,8 @@ class DemoConsole:
             self._show_view(event.view)
         elif isinstance(event, ViewClosed) and event.view.user == self.user:
             self.emit(f"(form closed: {event.view.closed_reason or 'done'})", "dim")
+        elif isinstance(event, ErrorShown):  # the bot answered Slack too late or failed
+            self.fail(f"Slack showed {event.user} an error ({event.where}): {event.text}")
 
     def _show(
         self,
@@ -485,8 +488,9 @@ def read_script(path: str) -> list[str]:
     return Path(path).read_text(encoding="utf-8").splitlines()
 
 
-async def run_demo(*, script: str | None = None, tour: bool = True) -> int:
-    """Start the local stack and run the console; the exit code of ``gpuops demo``."""
+async def run_demo(*, script: str | None = None, tour: bool = True, socket: bool = False) -> int:
+    """Start the local stack and run the console; the exit code of ``gpuops demo``. With
+    ``socket`` the bot is connected over Socket Mode instead of receiving HTTP requests."""
     interactive = script is None
     console = (
         Console(highlight=False, soft_wrap=True)
@@ -503,6 +507,9 @@ async def run_demo(*, script: str | None = None, tour: bool = True) -> int:
     stack = await LocalStack.start(StackOptions(poll_seconds=1.0, transition_seconds=4.0))
     demo = DemoConsole(stack, console, interactive=interactive)
     try:
+        if socket:
+            await stack.use_socket_mode()
+            console.print("(the bot is connected over Socket Mode)", markup=False)
         if tour:
             console.print(TOUR, markup=False, highlight=False)
         if interactive:

@@ -18,11 +18,13 @@ from bot.local.simulators.together import TogetherSimulator
 from bot.local.slack.sender import SlackSender
 from bot.local.slack.server import FakeSlack
 from bot.runtime import Runtime
+from bot.slack.deadline import DeadlineSocketModeHandler
 from bot.slack.http_server import HttpLimits, LimitedSite, limited_runner
 
 # Values that only exist here; distinctive so that leak scans can look for them.
 DEMO_BOT_TOKEN = "xoxb-demo-0000-bot-token-gpuops"  # noqa: S105
 DEMO_SIGNING_SECRET = "demo-signing-secret-5f2b9c"  # noqa: S105
+DEMO_APP_TOKEN = "xapp-1-A0GPUOPS-demo-socket-mode"  # noqa: S105
 DEMO_TOGETHER_KEY = "demo-together-key-8d41e7"
 DEMO_E2E_KEY = "demo-e2e-apikey-3a9c50"
 DEMO_E2E_TOKEN = "demo-e2e-token-7b1f22"  # noqa: S105
@@ -162,6 +164,7 @@ class LocalStack:
     _runner: web.AppRunner
     _tmp: tempfile.TemporaryDirectory[str] | None = None
     replicas: list[BotReplica] = field(default_factory=list)
+    _socket: DeadlineSocketModeHandler | None = None
 
     @classmethod
     async def start(
@@ -272,8 +275,20 @@ class LocalStack:
         self.runtime, self.sender, self._runner = bot.runtime, bot.sender, bot._runner
         self.events_url, self.base_url = bot.events_url, bot.base_url
 
+    async def use_socket_mode(self, app_token: str = DEMO_APP_TOKEN) -> None:
+        """Connect the bot to the FakeSlack over Socket Mode (as ``gpuops socket`` does) and
+        send everything as envelopes from now on instead of signed HTTP requests."""
+        self.slack.app_token = app_token
+        self._socket = DeadlineSocketModeHandler(self.runtime.bolt, app_token)
+        await self._socket.connect_async()  # type: ignore[no-untyped-call]
+        await self.slack.socket_mode.wait_connected(within=10.0)
+        await self.sender.aclose()
+        self.sender = SlackSender.over_socket_mode(self.slack)
+
     async def stop(self) -> None:
         await handlers_finished()
+        if self._socket is not None:
+            await self._socket.close_async()  # type: ignore[no-untyped-call]
         for replica in reversed(self.replicas):
             await replica.stop()
         self.replicas.clear()

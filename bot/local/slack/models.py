@@ -10,12 +10,15 @@ from __future__ import annotations
 import re
 import secrets
 import string
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, date, datetime, time
 from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
+from slack_sdk.errors import SlackObjectFormationError
+from slack_sdk.models.blocks import Block
+from slack_sdk.models.views import View as SdkView
 
 JsonDict = dict[str, Any]
 InputValue = str | int | list[str] | None
@@ -227,6 +230,19 @@ class ViewClosed(BaseModel):
     view: View
 
 
+class ErrorShown(BaseModel):
+    """What Slack's client showed a person instead of the app's answer (the app answered
+    late or with an error): ``where`` is ``command``, ``block_actions``, ``view_submission``
+    or ``event`` (events are retried, nobody sees them fail)."""
+
+    kind: Literal["error_shown"] = "error_shown"
+    user: str
+    channel: str | None
+    where: str
+    text: str
+    at: float
+
+
 class UserActed(BaseModel):
     """What a user did through the sender, as a line to show: ``/gpu show p c``,
     ``[clicked Approve]``, ``[submitted Update cluster]``. Not a channel message."""
@@ -247,6 +263,7 @@ FakeEvent = Annotated[
     | ViewOpened
     | ViewUpdated
     | ViewClosed
+    | ErrorShown
     | HomePublished
     | UserActed,
     Field(discriminator="kind"),
@@ -546,21 +563,23 @@ def block_problems(blocks: Any, *, in_view: bool = False) -> list[str]:
         if not isinstance(block, dict) or block.get("type") not in _BLOCK_TYPES:
             problems.append(f"unsupported block type {where}")
             continue
+        own = _single_block_problems(block, in_view)
         block_id = block.get("block_id")
         if block_id is not None:
             if len(str(block_id)) > 255:
-                problems.append(f"block_id must be at most 255 characters {where}")
+                own.append("block_id must be at most 255 characters")
             if block_id in seen_block_ids:
-                problems.append(f"duplicate block_id {block_id!r} {where}")
+                own.append(f"duplicate block_id {block_id!r}")
             seen_block_ids.add(str(block_id))
-        problems.extend(f"{p} {where}" for p in _single_block_problems(block, in_view))
         for element in block_elements(block):
             action_id = element.get("action_id")
             if action_id is not None and block.get("type") == "actions":
                 if action_id in seen_action_ids:
-                    problems.append(f"duplicate action_id {action_id!r} {where}")
+                    own.append(f"duplicate action_id {action_id!r}")
                 seen_action_ids.add(str(action_id))
-            problems.extend(f"{p} {where}" for p in _element_problems(element))
+            own.extend(_element_problems(element))
+        # slack_sdk's models are the second opinion, for what the rules above do not cover.
+        problems.extend(f"{p} {where}" for p in own or sdk_block_problems(block))
     return problems
 
 
@@ -603,6 +622,8 @@ def _single_block_problems(block: JsonDict, in_view: bool) -> list[str]:
         if not in_view:
             return []
         problems = _text_problems(block.get("label"), "label", 2000, plain_only=True)
+        if "hint" in block:
+            problems += _text_problems(block["hint"], "hint", 2000, plain_only=True)
         if not isinstance(block.get("element"), dict):
             problems.append("input needs an element")
         return problems
@@ -618,6 +639,10 @@ def _element_problems(element: JsonDict) -> list[str]:
         problems += _text_problems(element.get("text"), "button text", 75, plain_only=True)
         if len(str(element.get("value", ""))) > 2000:
             problems.append("button value must be at most 2000 characters")
+    if "placeholder" in element:
+        problems += _text_problems(element["placeholder"], "placeholder", 150, plain_only=True)
+    if element.get("type") == "plain_text_input":
+        problems += _text_input_problems(element)
     options = element_options(element)
     if len(options) > 100:
         problems.append("no more than 100 options allowed")
@@ -625,29 +650,94 @@ def _element_problems(element: JsonDict) -> list[str]:
         problems += _text_problems(option.get("text"), "option text", 75)
         if len(str(option.get("value", ""))) > 150:
             problems.append("option value must be at most 150 characters")
+    return problems + _initial_option_problems(element, options)
+
+
+_TEXT_INPUT_MAX = 3000
+
+
+def _text_input_problems(element: JsonDict) -> list[str]:
+    """``plain_text_input``: 0 ≤ min_length ≤ 3000, 1 ≤ max_length ≤ 3000, min ≤ max, and an
+    initial value within them."""
+    problems: list[str] = []
+    low, high = element.get("min_length"), element.get("max_length")
+    if low is not None and (not isinstance(low, int) or not 0 <= low <= _TEXT_INPUT_MAX):
+        problems.append(f"min_length must be between 0 and {_TEXT_INPUT_MAX}")
+    if high is not None and (not isinstance(high, int) or not 1 <= high <= _TEXT_INPUT_MAX):
+        problems.append(f"max_length must be between 1 and {_TEXT_INPUT_MAX}")
+    if isinstance(low, int) and isinstance(high, int) and low > high:
+        problems.append("min_length must not be more than max_length")
+    initial = element.get("initial_value")
+    if isinstance(initial, str) and isinstance(high, int) and len(initial) > high:
+        problems.append("initial_value must not be longer than max_length")
     return problems
 
 
-def home_view_problems(view: Any) -> list[str]:
-    """What ``views.publish`` would reject in an App Home definition (100 blocks at most)."""
-    if not isinstance(view, dict):
-        return ["view must be an object"]
-    if view.get("type") != "home":
-        return ["views.publish takes home views only [json-pointer:/view/type]"]
-    problems = block_problems(view.get("blocks"), in_view=True)
-    if len(str(view.get("private_metadata", ""))) > 3000:
-        problems.append("private_metadata must be at most 3000 characters")
-    if len(str(view.get("callback_id", ""))) > 255:
-        problems.append("callback_id must be at most 255 characters")
-    return problems
+def _same_option(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return str(a.get("value")) == str(b.get("value")) and _option_text(a) == _option_text(b)
 
 
-def view_problems(view: Any) -> list[str]:
-    """What ``views.open`` / ``views.update`` would reject in a modal definition."""
+def _initial_option_problems(element: JsonDict, options: list[JsonDict]) -> list[str]:
+    """Slack refuses an ``initial_option(s)`` that is not exactly one of the options."""
+    if not options:
+        return []  # external or conversation selects: nothing to compare with
+    initial = [element["initial_option"]] if isinstance(element.get("initial_option"), dict) else []
+    initial += [o for o in element.get("initial_options") or [] if isinstance(o, dict)]
+    return [
+        f"initial option {str(o.get('value'))!r} must be one of the options"
+        for o in initial
+        if not any(_same_option(o, option) for option in options)
+    ]
+
+
+def sdk_block_problems(block: Mapping[str, Any]) -> list[str]:
+    """What slack_sdk's Block Kit models refuse in one block."""
+    try:
+        parsed = Block.parse(dict(block))
+        if parsed is None:
+            return ["slack_sdk does not know this block"]
+        parsed.validate_json()
+    except (SlackObjectFormationError, TypeError, ValueError, KeyError, AttributeError) as exc:
+        return [f"slack_sdk: {exc}"]
+    return []
+
+
+def sdk_view_problems(view: Mapping[str, Any]) -> list[str]:
+    """What slack_sdk's ``View`` model refuses in a view definition."""
+    try:
+        SdkView(**dict(view)).validate_json()
+    except (SlackObjectFormationError, TypeError, ValueError, KeyError, AttributeError) as exc:
+        return [f"slack_sdk: {exc}"]
+    return []
+
+
+_BARE_USER_ID = re.compile(r"(?<![<@\w])([UW][A-Z0-9]{2,})\b")
+
+
+def bare_user_ids(text: str, users: Iterable[str]) -> list[str]:
+    """Known user ids written bare in a message text (``U01ALICE`` instead of
+    ``<@U01ALICE>``): Slack shows them as they are, not as the person's name (SPEC §4.6)."""
+    known = set(users)
+    return sorted({m for m in _BARE_USER_ID.findall(text) if m in known})
+
+
+def fallback_problems(text: Any, blocks: Any) -> list[str]:
+    """A message with blocks needs a non-empty ``text`` fallback (notifications, screen
+    readers and old clients show it)."""
+    if blocks and not str(text or "").strip():
+        return ["a message with blocks needs a text fallback [json-pointer:/text]"]
+    return []
+
+
+def view_problems(view: Any, *, kind: Literal["modal", "home"] = "modal") -> list[str]:
+    """What ``views.open`` / ``views.update`` (modals) or ``views.publish`` (home) would
+    reject in a view definition."""
     if not isinstance(view, dict):
         return ["view must be an object"]
-    if view.get("type") != "modal":
-        return ["only modal views are supported [json-pointer:/view/type]"]
+    if view.get("type") != kind:
+        return [f"the view type must be {kind} here [json-pointer:/view/type]"]
+    if kind == "home":
+        return _home_problems(view)
     problems = _text_problems(view.get("title"), "title", 24, plain_only=True)
     for button in ("submit", "close"):
         if button in view:
@@ -663,4 +753,13 @@ def view_problems(view: Any) -> list[str]:
         problems.append("private_metadata must be at most 3000 characters")
     if len(str(view.get("callback_id", ""))) > 255:
         problems.append("callback_id must be at most 255 characters")
-    return problems
+    return problems or sdk_view_problems(view)
+
+
+def _home_problems(view: JsonDict) -> list[str]:
+    problems = block_problems(view.get("blocks"), in_view=True)
+    if len(str(view.get("private_metadata", ""))) > 3000:
+        problems.append("private_metadata must be at most 3000 characters")
+    if len(str(view.get("callback_id", ""))) > 255:
+        problems.append("callback_id must be at most 255 characters")
+    return problems or sdk_view_problems(view)

@@ -6,17 +6,24 @@ signed with the v0 scheme (``X-Slack-Signature`` = ``v0=`` HMAC-SHA256 of
 It works with a ``FakeSlack``: trigger_ids and response_urls come from it, clicked messages
 and modals are read from it, and what the app answers to a modal submission is applied to it
 (errors shown, view updated, pushed or closed), as Slack's client would.
+
+It is as strict about time as Slack: an answer that comes after 3 s is late. The person then
+sees an error (recorded in ``FakeSlack.errors_shown``), a late answer to a modal submission
+is ignored (the modal stays as it was), and an event is retried with ``X-Slack-Retry-Num``
+(up to 3 times). With ``transport="socket"`` the same requests go as Socket Mode envelopes
+over the stand-in's WebSocket instead of signed HTTP posts.
 """
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import json
 import time
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Any
-from urllib.parse import urlencode
+from typing import Any, Literal
+from urllib.parse import parse_qsl, urlencode
 
 import httpx
 from slack_sdk.signature import SignatureVerifier
@@ -36,14 +43,26 @@ from bot.local.slack.models import (
     state_values,
 )
 from bot.local.slack.server import FakeSlack
+from bot.local.slack.socket_mode import EnvelopeType
+
+Transport = Literal["http", "socket"]
 
 FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"
 JSON_CONTENT_TYPE = "application/json"
 ACK_DEADLINE_SECONDS = 3.0  # Slack gives up on an answer after 3 seconds
+EVENT_RETRIES = 3  # Slack retries an event it got no timely 2xx for, 3 times
+# Slack waits ~0 s, 1 min and 5 min before its retries; locally the same order, compressed.
+EVENT_RETRY_DELAYS = (0.0, 0.5, 1.0)
+COMMAND_TIMEOUT_ERROR = 'failed with the error "operation_timeout"'
+COMMAND_FAILED_ERROR = 'failed with the error "dispatch_failed"'
+INTERACTION_ERROR = "The app did not respond in time: Slack shows a warning on the element"
+SUBMISSION_ERROR = "We had some trouble connecting. Try again?"
 STALE_SECONDS = 10 * 60  # Bolt refuses timestamps older than 5 minutes
 # Slack still sends its deprecated per-app verification token in every payload; apps must
 # not rely on it (they verify the signature), so any value does.
 VERIFICATION_TOKEN_PLACEHOLDER = "localslack-not-a-secret"  # noqa: S105
+# Socket Mode envelopes are not signed; the verifier still wants a secret to exist.
+SOCKET_MODE_UNUSED_SECRET = "socket-mode-sends-no-signatures"  # noqa: S105
 
 
 class Tamper(enum.StrEnum):
@@ -69,6 +88,8 @@ class SenderResult:
     content_type: str = field(repr=False)
     problems: tuple[str, ...] = ()
     """For modal submissions: what Slack would refuse in the app's answer."""
+    retries: tuple[SenderResult, ...] = ()
+    """For events: the retries Slack sent because this delivery was late or failed."""
 
     @property
     def ok(self) -> bool:
@@ -77,6 +98,11 @@ class SenderResult:
     @property
     def acked_in_time(self) -> bool:
         return self.elapsed <= ACK_DEADLINE_SECONDS
+
+    @property
+    def late(self) -> bool:
+        """Slack gave up on this answer: it ignores it and shows the person an error."""
+        return not self.acked_in_time
 
 
 def _action_ts() -> str:
@@ -121,8 +147,13 @@ class SlackSender:
         api_app_id: str = "A0GPUOPS",
         http: httpx.AsyncClient | None = None,
         timeout: float = 10.0,
+        transport: Transport = "http",
+        event_retry_delays: tuple[float, ...] = EVENT_RETRY_DELAYS,
     ) -> None:
         self.events_url = events_url
+        self.transport: Transport = transport
+        self.event_retry_delays = event_retry_delays
+        self._timeout = timeout
         self.fake = fake
         self.team_id = team_id or fake.team_id
         self.api_app_id = api_app_id
@@ -133,8 +164,23 @@ class SlackSender:
         self._owns_http = http is None
         self._sent_events: dict[str, str] = {}
 
+    @classmethod
+    def over_socket_mode(
+        cls, fake: FakeSlack, *, timeout: float = 10.0, api_app_id: str = "A0GPUOPS"
+    ) -> SlackSender:
+        """A sender that delivers every request as a Socket Mode envelope to the app
+        connected to ``fake`` (no URL, no signature)."""
+        return cls(
+            "",
+            SOCKET_MODE_UNUSED_SECRET,
+            fake,
+            transport="socket",
+            timeout=timeout,
+            api_app_id=api_app_id,
+        )
+
     def __repr__(self) -> str:
-        return f"SlackSender(events_url={self.events_url!r})"
+        return f"SlackSender(events_url={self.events_url!r}, transport={self.transport!r})"
 
     async def aclose(self) -> None:
         if self._owns_http:
@@ -181,24 +227,86 @@ class SlackSender:
         tamper: Tamper | None = None,
     ) -> SenderResult:
         """POST one signed request body to the app and read its answer."""
-        headers = self.signed_headers(
-            body, content_type, retry_num=retry_num, retry_reason=retry_reason, tamper=tamper
-        )
         started = time.perf_counter()
-        response = await self._http.post(self.events_url, content=body.encode(), headers=headers)
+        if self.transport == "socket":
+            if tamper is not None:
+                raise SenderInputError("Socket Mode requests are not signed: nothing to tamper")
+            status, text = await self._send_envelope(body, content_type, retry_num, retry_reason)
+        else:
+            headers = self.signed_headers(
+                body, content_type, retry_num=retry_num, retry_reason=retry_reason, tamper=tamper
+            )
+            response = await self._http.post(
+                self.events_url, content=body.encode(), headers=headers
+            )
+            status, text = response.status_code, response.text
         elapsed = time.perf_counter() - started
         try:
-            parsed = response.json() if response.content.strip() else None
+            parsed = json.loads(text) if text.strip() else None
         except ValueError:
             parsed = None
         return SenderResult(
-            status=response.status_code,
-            body=response.text,
+            status=status,
+            body=text,
             json=parsed,
             elapsed=elapsed,
             request_body=body,
             content_type=content_type,
         )
+
+    async def _send_envelope(
+        self, body: str, content_type: str, retry_num: int | None, retry_reason: str | None
+    ) -> tuple[int, str]:
+        """Deliver a request body as a Socket Mode envelope; (200, the ack's payload as
+        JSON) once acknowledged, (504, "") when no ack came within the sender's timeout."""
+        kind, payload, accepts = _envelope_of(body, content_type)
+        future = await self.fake.socket_mode.send(
+            kind,
+            payload,
+            accepts_response_payload=accepts,
+            retry_attempt=retry_num or 0,
+            retry_reason=(retry_reason or "http_timeout") if retry_num else "",
+        )
+        try:
+            ack = await asyncio.wait_for(future, self._timeout)
+        except TimeoutError:
+            return 504, ""
+        return 200, "" if ack.payload is None else json.dumps(ack.payload)
+
+    async def _post_event(self, body: str, tamper: Tamper | None) -> SenderResult:
+        """Deliver an event as Slack does: when it is not acknowledged with a 2xx within
+        3 s, send it again with ``X-Slack-Retry-Num`` 1…3, without waiting for the late
+        answer (the app may still be working on the first delivery)."""
+        first = asyncio.create_task(self.post(body, JSON_CONTENT_TYPE, tamper=tamper))
+        attempts = [first]
+        for retry_num in range(1, EVENT_RETRIES + 1):
+            done, _ = await asyncio.wait({attempts[-1]}, timeout=ACK_DEADLINE_SECONDS)
+            if done and attempts[-1].result().ok and attempts[-1].result().acked_in_time:
+                break
+            reason = "http_timeout" if not done else "http_error"
+            delay = self.event_retry_delays[min(retry_num - 1, len(self.event_retry_delays) - 1)]
+            await asyncio.sleep(delay)
+            attempts.append(
+                asyncio.create_task(
+                    self.post(
+                        body,
+                        JSON_CONTENT_TYPE,
+                        retry_num=retry_num,
+                        retry_reason=reason,
+                        tamper=tamper,
+                    )
+                )
+            )
+        results = await asyncio.gather(*attempts)
+        return replace(results[0], retries=tuple(results[1:]))
+
+    async def _show_error_if_late(
+        self, result: SenderResult, user: str, channel: str | None, where: str, text: str
+    ) -> None:
+        if result.late:
+            await self.fake.show_error(user, channel, where, text)
+        elif not result.ok:
+            await self.fake.show_error(user, channel, where, f"HTTP {result.status}: {text}")
 
     async def redeliver(
         self, result: SenderResult, *, retry_num: int = 1, retry_reason: str = "http_timeout"
@@ -272,14 +380,20 @@ class SlackSender:
             "response_url": self.fake.new_response_url(channel, user),
             "trigger_id": self.fake.issue_trigger_id(user),
         }
+        if channel == self.fake.dm_channel(user):
+            self.fake.open_dm(user)  # typed in the bot's Messages tab: that DM exists
         await self.fake.note_user_action(user, channel, f"{command} {text}".rstrip())
-        return await self.post(
+        result = await self.post(
             urlencode(fields),
             FORM_CONTENT_TYPE,
             retry_num=retry_num,
             retry_reason=retry_reason,
             tamper=tamper,
         )
+        error = COMMAND_TIMEOUT_ERROR if result.late else COMMAND_FAILED_ERROR
+        if result.late or not result.ok:
+            await self.fake.show_error(user, channel, "command", f"{command} {error}")
+        return result
 
     # -- buttons on messages ------------------------------------------------------------
 
@@ -339,9 +453,11 @@ class SlackSender:
             "actions": [action],
         }
         await self.fake.note_user_action(user, channel, f"[clicked {label}]", thread_ts=thread)
-        return await self._post_payload(
+        result = await self._post_payload(
             payload, retry_num=retry_num, retry_reason=retry_reason, tamper=tamper
         )
+        await self._show_error_if_late(result, user, channel, "block_actions", INTERACTION_ERROR)
+        return result
 
     # -- modals ---------------------------------------------------------------------------
 
@@ -406,7 +522,9 @@ class SlackSender:
                 {**entry, "action_id": action_id, "block_id": block_id, "action_ts": _action_ts()}
             ],
         }
-        return await self._post_payload(payload, tamper=tamper)
+        result = await self._post_payload(payload, tamper=tamper)
+        await self._show_error_if_late(result, user, None, "block_actions", INTERACTION_ERROR)
+        return result
 
     async def view_submission(
         self,
@@ -441,7 +559,14 @@ class SlackSender:
         title = _text_of(view.view.get("title")) or view.callback_id
         await self.fake.note_user_action(user, None, f"[submitted {title}]")
         result = await self._post_payload(payload, tamper=tamper)
+        if result.late:
+            # Slack stopped waiting: the modal stays open as it was, whatever came later.
+            await self.fake.show_error(user, None, "view_submission", SUBMISSION_ERROR)
+            late = f"answered after {result.elapsed:.2f}s: Slack ignored the answer"
+            return replace(result, problems=(late,))
         problems = await self.fake.apply_view_response(view_id, result.status, result.json)
+        if not result.ok:
+            await self.fake.show_error(user, None, "view_submission", SUBMISSION_ERROR)
         return replace(result, problems=tuple(problems))
 
     async def view_closed(
@@ -463,23 +588,6 @@ class SlackSender:
         return await self._post_payload(payload, tamper=tamper) if notify else None
 
     # -- App Home -------------------------------------------------------------------------
-
-    async def app_home_opened(self, user: str, *, tab: str = "home") -> SenderResult:
-        """``user`` opens the app's Home tab (Slack sends the view last published, if any)."""
-        now = _action_ts()
-        event: JsonDict = {
-            "type": "app_home_opened",
-            "user": user,
-            "channel": self.fake.dm_channel(user),
-            "tab": tab,
-            "event_ts": now,
-        }
-        home = self.fake.home_of(user)
-        if home is not None:
-            event["view"] = home.as_slack()
-        await self.fake.note_user_action(user, None, f"[opened the {tab} tab]")
-        envelope = self._event_envelope(event, None)
-        return await self.post(json.dumps(envelope, separators=(",", ":")), JSON_CONTENT_TYPE)
 
     async def home_action(
         self, user: str, *, action_id: str, value: str, tamper: Tamper | None = None
@@ -545,17 +653,68 @@ class SlackSender:
                 retry_reason=retry_reason,
                 tamper=tamper,
             )
+        return await self._send_event(
+            self._app_mention(
+                user,
+                channel,
+                await self._mention_message(user, channel, text, thread_ts),
+                thread_ts,
+            ),
+            event_id,
+            retry_num=retry_num,
+            retry_reason=retry_reason,
+            tamper=tamper,
+        )
+
+    async def _mention_message(
+        self, user: str, channel: str, text: str, thread_ts: str | None
+    ) -> Message:
         mention = f"<@{self.fake.bot_user_id}>"
         full_text = text if text.startswith(mention) else f"{mention} {text}"
-        message = await self.fake.post_user_message(channel, user, full_text, thread_ts=thread_ts)
-        envelope = self._event_envelope(
-            self._app_mention(user, channel, message, thread_ts), event_id
-        )
+        return await self.fake.post_user_message(channel, user, full_text, thread_ts=thread_ts)
+
+    async def app_home_opened(
+        self, user: str, *, tab: str = "home", tamper: Tamper | None = None
+    ) -> SenderResult:
+        """``user`` opens the app's Home tab (``app_home_opened``; ``view`` is the Home view
+        published for them before, if any)."""
+        channel = self.fake.open_dm(user)
+        event: JsonDict = {
+            "type": "app_home_opened",
+            "user": user,
+            "channel": channel,
+            "tab": tab,
+            "event_ts": _action_ts(),
+        }
+        home = self.fake.homes.get(user)
+        if home is not None:
+            event["view"] = home.as_slack()
+        await self.fake.note_user_action(user, None, f"[opened the app's {tab} tab]")
+        return await self._send_event(event, None, tamper=tamper)
+
+    async def _send_event(
+        self,
+        event: JsonDict,
+        event_id: str | None,
+        *,
+        retry_num: int | None = None,
+        retry_reason: str | None = None,
+        tamper: Tamper | None = None,
+    ) -> SenderResult:
+        """Send an ``event_callback``; with no explicit ``retry_num``, Slack's retries follow
+        a late or failed delivery."""
+        envelope = self._event_envelope(event, event_id)
         body = json.dumps(envelope, separators=(",", ":"))
         self._sent_events[envelope["event_id"]] = body
-        return await self.post(
-            body, JSON_CONTENT_TYPE, retry_num=retry_num, retry_reason=retry_reason, tamper=tamper
-        )
+        if retry_num is not None:
+            return await self.post(
+                body,
+                JSON_CONTENT_TYPE,
+                retry_num=retry_num,
+                retry_reason=retry_reason,
+                tamper=tamper,
+            )
+        return await self._post_event(body, tamper)
 
     def _app_mention(
         self, user: str, channel: str, message: Message, thread_ts: str | None
@@ -621,3 +780,19 @@ class SlackSender:
             {"token": self.verification_token, "challenge": challenge, "type": "url_verification"}
         )
         return await self.post(body, JSON_CONTENT_TYPE, tamper=tamper)
+
+
+def _envelope_of(body: str, content_type: str) -> tuple[EnvelopeType, JsonDict, bool]:
+    """The Socket Mode envelope type, payload and ``accepts_response_payload`` for a request
+    body Slack would otherwise POST to ``/slack/events``."""
+    if content_type == JSON_CONTENT_TYPE:
+        payload = json.loads(body)
+        if payload.get("type") != "event_callback":
+            raise SenderInputError(f"no Socket Mode envelope for {payload.get('type')!r}")
+        return "events_api", payload, False
+    fields = dict(parse_qsl(body, keep_blank_values=True))
+    if "payload" in fields:
+        interaction = json.loads(fields["payload"])
+        accepts = interaction.get("type") in ("view_submission", "block_suggestion")
+        return "interactive", interaction, accepts
+    return "slash_commands", fields, True

@@ -32,6 +32,7 @@ from bot.local.slack.models import (
     Ephemeral,
     EphemeralPosted,
     EphemeralSource,
+    ErrorShown,
     FakeEvent,
     HomePublished,
     JsonDict,
@@ -48,13 +49,15 @@ from bot.local.slack.models import (
     ViewClosed,
     ViewOpened,
     ViewUpdated,
+    bare_user_ids,
     block_problems,
+    fallback_problems,
     fill_block_ids,
-    home_view_problems,
     random_id,
     stateful_elements,
     view_problems,
 )
+from bot.local.slack.socket_mode import SocketModeHub
 
 logger = logging.getLogger(__name__)
 
@@ -182,6 +185,8 @@ class FakeSlack:
         app_id: str = "A0GPUOPS",
         channels: Mapping[str, str] | None = None,
         not_member_channels: Mapping[str, str] | Iterable[str] | None = None,
+        private_channels: Mapping[str, str] | Iterable[str] | None = None,
+        app_token: str | None = None,
         users: Mapping[str, str] | None = None,
         usergroups: Mapping[str, list[str]] | None = None,
         trigger_ttl: float = 3.0,
@@ -194,6 +199,18 @@ class FakeSlack:
         self.app_id = app_id
         self.channels: dict[str, str] = dict(DEFAULT_CHANNELS if channels is None else channels)
         self.not_member_channels: dict[str, str] = _channel_names(not_member_channels)
+        # Private channels the bot is not in: to the bot they do not exist.
+        self.private_channels: dict[str, str] = _channel_names(private_channels)
+        self.app_token = app_token
+        self.dms: set[str] = set()
+        """DM channels between the bot and a person that exist (opened by either side)."""
+        self.homes: dict[str, View] = {}
+        """user → the App Home view published for them (``views.publish``)."""
+        self.errors_shown: list[ErrorShown] = []
+        self.delays: dict[str, float] = {}
+        self.spec_problems: list[str] = []
+        """What Slack accepts but SPEC §4.6 forbids, noticed in the bot's messages (a user
+        id written bare in a text fallback): tests assert it stays empty."""
         self.users: dict[str, str] = dict(users or {})
         self.usergroups: dict[str, list[str]] = {k: list(v) for k, v in (usergroups or {}).items()}
         self.trigger_ttl = trigger_ttl
@@ -202,7 +219,6 @@ class FakeSlack:
         self.messages: dict[str, list[Message]] = {}
         self.ephemerals: list[Ephemeral] = []
         self.views: dict[str, View] = {}
-        self.homes: dict[str, View] = {}  # user id -> the App Home tab published for them
         self.response_posts: list[ResponsePost] = []
         self.events: list[FakeEvent] = []
         self._faults: list[SlackFault] = []
@@ -218,12 +234,15 @@ class FakeSlack:
         self.app = web.Application()
         self.app.router.add_route("*", "/api/{method}", self._api)
         self.app.router.add_post("/response/{token}", self._response_url)
+        self.socket_mode = SocketModeHub(app_id, lambda: self.base_url)
+        self.app.router.add_get("/socket-mode/{ticket}", self.socket_mode.handle)
         self.app.router.add_post("/_fake/reset", self._control_reset)
         self.app.router.add_get("/_fake/calls", self._control_calls)
         self.app.router.add_post("/_fake/faults", self._control_add_fault)
         self.app.router.add_delete("/_fake/faults", self._control_clear_faults)
         self._methods: dict[str, Callable[[JsonDict], Awaitable[JsonDict]]] = {
             "auth.test": self._auth_test,
+            "apps.connections.open": self._apps_connections_open,
             "chat.postMessage": self._chat_post_message,
             "chat.update": self._chat_update,
             "chat.postEphemeral": self._chat_post_ephemeral,
@@ -232,6 +251,7 @@ class FakeSlack:
             "views.update": self._views_update,
             "views.push": self._views_push,
             "views.publish": self._views_publish,
+            "conversations.open": self._conversations_open,
             "usergroups.users.list": self._usergroups_users_list,
             "users.info": self._users_info,
             "conversations.info": self._conversations_info,
@@ -254,6 +274,7 @@ class FakeSlack:
         return self.api_url
 
     async def stop(self) -> None:
+        await self.socket_mode.close_all()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -277,6 +298,8 @@ class FakeSlack:
         self.ephemerals.clear()
         self.views.clear()
         self.homes.clear()
+        self.errors_shown.clear()
+        self.spec_problems.clear()
         self.response_posts.clear()
         self.events.clear()
         self._faults.clear()
@@ -299,12 +322,38 @@ class FakeSlack:
     def channel_name(self, channel: str) -> str:
         if channel.startswith("D"):
             return "directmessage"
-        return self.channels.get(channel) or self.not_member_channels.get(channel) or channel
+        for known in (self.channels, self.not_member_channels, self.private_channels):
+            if channel in known:
+                return known[channel]
+        return channel
 
     @staticmethod
     def dm_channel(user: str) -> str:
         """The DM channel id a post to a user id lands in."""
         return "D" + user[1:]
+
+    def open_dm(self, user: str) -> str:
+        """The person opened the bot's Messages tab: their DM with the bot exists now."""
+        channel = self.dm_channel(user)
+        self.dms.add(channel)
+        return channel
+
+    def delay(self, method: str, seconds: float) -> None:
+        """Answer every call of ``method`` only after ``seconds`` (0 = no delay): a slow
+        Web API, e.g. a user-group look-up that takes 4 s."""
+        if seconds > 0:
+            self.delays[method] = seconds
+        else:
+            self.delays.pop(method, None)
+
+    async def show_error(self, user: str, channel: str | None, where: str, text: str) -> None:
+        """Record what Slack's client shows a person when the app did not answer in time."""
+        shown = ErrorShown(user=user, channel=channel, where=where, text=text, at=time.time())
+        self.errors_shown.append(shown)
+        await self._emit(shown)
+
+    def errors_shown_to(self, user: str) -> list[ErrorShown]:
+        return [e for e in self.errors_shown if e.user == user]
 
     # -- interaction plumbing for the sender --------------------------------------------------
 
@@ -483,11 +532,14 @@ class FakeSlack:
     ) -> tuple[int, JsonDict, Mapping[str, str]]:
         if token is None:
             return 200, ApiError("not_authed").body(), {}
-        if not hmac.compare_digest(token.encode(), self._bot_token.encode()):
-            return 200, ApiError("invalid_auth").body(), {}
+        token_error = self._token_error(method, token)
+        if token_error is not None:
+            return 200, ApiError(token_error).body(), {}
         handler = self._methods.get(method)
         if handler is None:
             return 200, ApiError("unknown_method").body(), {}
+        if method in self.delays:
+            await asyncio.sleep(self.delays[method])
         fault = self._take_fault(method)
         if fault is not None:
             return fault.http_status, ApiError(fault.error).body(), fault.headers()
@@ -495,6 +547,19 @@ class FakeSlack:
             return 200, await handler(args), {}
         except ApiError as exc:
             return 200, exc.body(), {}
+
+    def _token_error(self, method: str, token: str) -> str | None:
+        """Web API methods take the bot token; ``apps.connections.open`` only the app-level
+        token (``xapp-…``)."""
+        is_bot = hmac.compare_digest(token.encode(), self._bot_token.encode())
+        is_app = self.app_token is not None and hmac.compare_digest(
+            token.encode(), self.app_token.encode()
+        )
+        if method == "apps.connections.open":
+            return None if is_app else ("not_allowed_token_type" if is_bot else "invalid_auth")
+        if is_app:
+            return "not_allowed_token_type"
+        return None if is_bot else "invalid_auth"
 
     # -- channels and content ---------------------------------------------------------------
 
@@ -508,10 +573,14 @@ class FakeSlack:
         return channel
 
     def _postable_channel(self, raw: Any) -> str:
+        """Where a post to ``raw`` lands, as Slack decides: a user id opens (or reuses) the
+        DM with that person; a ``D…`` id only if that DM exists; a public channel the bot is
+        not in gives ``not_in_channel``; a private channel it is not in, or an unknown id,
+        ``channel_not_found``."""
         channel = self._channel_id(raw)
         if channel[:1] in ("U", "W"):
-            return self.dm_channel(channel)
-        if channel.startswith("D") or channel in self.channels:
+            return self.open_dm(channel)
+        if channel in self.dms or channel in self.channels:
             return channel
         if channel in self.not_member_channels:
             raise ApiError("not_in_channel")
@@ -530,7 +599,17 @@ class FakeSlack:
             blocks = fill_block_ids(blocks)
         if not text and not blocks and not args.get("attachments"):
             raise ApiError("no_text")
+        missing = fallback_problems(text, blocks)
+        if missing:
+            raise ApiError(
+                "no_text", response_metadata={"messages": [f"[ERROR] {p}" for p in missing]}
+            )
+        self._note_bare_user_ids(str(text or ""))
         return (None if text is None else str(text)), blocks
+
+    def _note_bare_user_ids(self, text: str) -> None:
+        for user in bare_user_ids(text, self.users):
+            self.spec_problems.append(f"the text {text[:80]!r} names {user} bare, not <@{user}>")
 
     def _next_ts(self) -> str:
         micros = max(int(time.time() * 1_000_000), self._last_ts_micros + 1)
@@ -628,6 +707,9 @@ class FakeSlack:
             "is_enterprise_install": False,
         }
 
+    async def _apps_connections_open(self, args: JsonDict) -> JsonDict:
+        return {"ok": True, "url": self.socket_mode.new_url()}
+
     async def _chat_post_message(self, args: JsonDict) -> JsonDict:
         channel = self._postable_channel(args.get("channel"))
         text, blocks = self._content(args)
@@ -710,33 +792,36 @@ class FakeSlack:
 
     async def _views_publish(self, args: JsonDict) -> JsonDict:
         user = str(args.get("user_id", ""))
-        if user not in self.users:
+        if not user or (self.users and user not in self.users):
             raise ApiError("user_not_found")
         definition = args.get("view")
-        problems = home_view_problems(definition)
-        if problems:
+        problems = view_problems(definition, kind="home")
+        if problems or not isinstance(definition, dict):
             raise ApiError(
                 "invalid_arguments",
                 response_metadata={"messages": [f"[ERROR] {p}" for p in problems]},
             )
-        assert isinstance(definition, dict)  # checked by home_view_problems
-        home = self.homes.get(user)
+        current = self.homes.get(user)
         expected_hash = _optional_str(args.get("hash"))
-        if expected_hash is not None and home is not None and expected_hash != home.hash:
+        if current is not None and expected_hash is not None and expected_hash != current.hash:
             raise ApiError("hash_conflict")
+        view_id = current.id if current is not None else random_id("V")
         stored = {
             **definition,
-            "id": home.id if home else random_id("V"),
+            "id": view_id,
             "team_id": self.team_id,
-            "type": "home",
             "blocks": fill_block_ids(definition["blocks"]),
+            "private_metadata": str(definition.get("private_metadata", "")),
+            "callback_id": str(definition.get("callback_id", "")),
+            "external_id": str(definition.get("external_id", "")),
             "hash": f"{int(time.time())}.{secrets.token_hex(4)}",
+            "app_id": self.app_id,
+            "bot_id": self.bot_id,
         }
-        if home is None:
-            home = self.homes[user] = View(id=stored["id"], user=user, view=stored)
-        else:
-            home.history.append(home.view)
-            home.view = stored
+        home = View(id=view_id, user=user, view=stored)
+        if current is not None:
+            home.history = [*current.history, current.view]
+        self.homes[user] = home
         await self._emit(HomePublished(view=home.model_copy(deep=True)))
         return {"ok": True, "view": home.as_slack()}
 
@@ -777,9 +862,17 @@ class FakeSlack:
             },
         }
 
+    async def _conversations_open(self, args: JsonDict) -> JsonDict:
+        users = [u.strip() for u in str(args.get("users", "")).split(",") if u.strip()]
+        if len(users) != 1:
+            raise ApiError("not_enough_users" if not users else "method_not_supported_for_mpim")
+        if users[0] not in self.users:
+            raise ApiError("user_not_found")
+        return {"ok": True, "channel": {"id": self.open_dm(users[0])}}
+
     async def _conversations_info(self, args: JsonDict) -> JsonDict:
         channel = self._channel_id(args.get("channel"))
-        if channel.startswith("D"):
+        if channel.startswith("D") and channel in self.dms:
             return {
                 "ok": True,
                 "channel": {"id": channel, "is_im": True, "user": "U" + channel[1:]},
@@ -1009,6 +1102,9 @@ class FakeSlack:
         blocks = body.get("blocks")
         if blocks is not None and block_problems(blocks):
             return web.Response(status=400, text="invalid_blocks")
+        if fallback_problems(body.get("text"), blocks):
+            return web.Response(status=400, text="no_text")
+        self._note_bare_user_ids(str(body.get("text") or ""))
         target.uses += 1
         post = ResponsePost(
             channel=target.channel,
