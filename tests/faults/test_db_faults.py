@@ -25,7 +25,7 @@ from bot.local.simulators.base import Fault, FaultKind
 from bot.local.slack.sender import SlackSender
 from tests.conftest import PG_URL_TEMPLATE, StackFactory, create_pg_database, drop_pg_database
 from tests.support.reliability import FAST_RETRY_SETTINGS
-from tests.support.slack_support import opened_modal, roots
+from tests.support.slack_support import blocks_json, opened_modal, roots
 from tests.support.workflow_kit import (
     BOB,
     CHANNEL,
@@ -141,6 +141,22 @@ async def test_a_change_command_while_the_store_is_down_is_refused_clearly(
     assert STORE_UNAVAILABLE_TEXT in text
     await proxy.heal_async()
     assert await stack.runtime.store.list_requests() == []  # nothing was created
+    assert provider_writes(stack) == 0
+
+
+@pytest.mark.parametrize("fault", ["stopped"])
+async def test_a_form_command_while_the_store_is_down_is_refused_before_its_form_opens(
+    stack: LocalStack, proxied: BotReplica, proxy: FaultProxy, fault: str
+) -> None:
+    """A change that opens a form (forms first: before the pacer) is refused like any
+    change when its de-dup write finds the store down: told, no form opened, nothing made."""
+    await FAULTS[fault](proxy)
+    project, cluster = TOGETHER
+    text = await answer_to(stack, proxied.sender, f"update {project} {cluster}")
+    assert STORE_UNAVAILABLE_TEXT in text
+    assert stack.slack.calls_to("views.open") == []
+    await proxy.heal_async()
+    assert await stack.runtime.store.list_requests() == []
     assert provider_writes(stack) == 0
 
 
@@ -388,6 +404,42 @@ async def test_a_form_submitted_while_the_store_is_down_opens_nothing(
     assert submitted.status == 200 and submitted.problems == ()
     told = await next_ephemeral(stack, DAVE, seen, within=ANSWER_WITHIN)
     assert STORE_UNAVAILABLE_TEXT in told.text
+    await proxy.heal_async()
+    assert await stack.runtime.store.list_requests() == []
+    assert provider_writes(stack) == 0
+
+
+@pytest.mark.parametrize("fault", ["hanging"])
+async def test_a_form_on_its_checking_view_when_the_store_goes_says_so_and_opens_nothing(
+    stack: LocalStack, proxied: BotReplica, proxy: FaultProxy, fault: str
+) -> None:
+    """The submission's de-dup write goes through, its checks outlast Slack's deadline (a
+    slow provider: the form shows "checking…"), then the store goes away before the view's
+    own de-dup write: the view and an ephemeral say nothing was changed; nothing is created
+    or sent."""
+    project, cluster = TOGETHER
+    await proxied.sender.command(DAVE, CHANNEL, f"update {project} {cluster}")
+    view = await opened_modal(stack, DAVE, "gpu_update")
+    proxied_store: Store = proxied.runtime.store
+    real_remember = proxied_store.remember_delivery
+
+    async def remember_then_lose_the_store(key: str) -> bool:
+        first = await real_remember(key)
+        await FAULTS[fault](proxy)
+        return first
+
+    proxied_store.remember_delivery = remember_then_lose_the_store  # type: ignore[method-assign]
+    stack.together.faults.add(Fault(kind=FaultKind.LATENCY, seconds=1.8, times=-1))
+    seen = len(stack.slack.ephemerals_for(DAVE))
+    submitted = await proxied.sender.view_submission(DAVE, view.id, {"num_gpus": "8"})
+    assert submitted.status == 200 and not submitted.late and submitted.problems == ()
+    assert submitted.json["response_action"] == "update"  # the "checking…" view
+    told = await next_ephemeral(stack, DAVE, seen, within=ANSWER_WITHIN)
+    assert STORE_UNAVAILABLE_TEXT in told.text
+    await stack.slack.wait_for(
+        lambda: STORE_UNAVAILABLE_TEXT in blocks_json(stack.slack.views[view.id].blocks) or None,
+        within=ANSWER_WITHIN,
+    )
     await proxy.heal_async()
     assert await stack.runtime.store.list_requests() == []
     assert provider_writes(stack) == 0
