@@ -10,6 +10,7 @@ waits are short (settings), so the whole matrix takes well under a minute on a q
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -197,6 +198,49 @@ async def test_a_click_while_the_store_is_down_changes_nothing(
     told = await next_ephemeral(stack, clicker, seen, within=ANSWER_WITHIN)
     assert STORE_UNAVAILABLE_TEXT in told.text
     assert time.monotonic() - started < ANSWER_WITHIN
+    await proxy.heal_async()
+    record = await stack.runtime.store.get_request(opened.id)
+    assert record is not None and record.state is S.PENDING
+    assert provider_writes(stack) == 0
+
+
+@pytest.mark.parametrize("in_flight", [False, True], ids=["down", "lost-after-de-dup"])
+async def test_a_home_click_while_the_store_is_down_changes_nothing(
+    stack: LocalStack, proxied: BotReplica, proxy: FaultProxy, in_flight: bool
+) -> None:
+    """Approve on the App Home tab while the store hangs (from before the click, or from
+    right after its de-dup write): the approver is told by DM that nothing was changed; the
+    request stays pending."""
+    opened = await open_direct(
+        stack, DAVE, "e2e-delhi", "101", "scale_cluster", {"additional_nodes": "1"}
+    )
+    assert (await stack.sender.app_home_opened(BOB)).status == 200
+
+    def approvable() -> bool | None:
+        home = stack.slack.home_of(BOB)
+        return (home is not None and opened.id in json.dumps(home.blocks)) or None
+
+    await stack.slack.wait_for(approvable, within=ANSWER_WITHIN)
+    proxied_store: Store = proxied.runtime.store
+    real_remember = proxied_store.remember_delivery
+
+    async def remember_then_lose_the_store(key: str) -> bool:
+        first = await real_remember(key)
+        await hanging(proxy)
+        return first
+
+    if in_flight:
+        proxied_store.remember_delivery = remember_then_lose_the_store  # type: ignore[method-assign]
+    else:
+        await hanging(proxy)
+    dm = stack.slack.dm_channel(BOB)
+    seen = len(stack.slack.messages.get(dm, []))
+    result = await proxied.sender.home_action(BOB, action_id="approve_request", value=opened.id)
+    assert result.status == 200 and result.acked_in_time, result
+    told = await stack.slack.wait_for(
+        lambda: next(iter(stack.slack.messages.get(dm, [])[seen:]), None), within=ANSWER_WITHIN
+    )
+    assert STORE_UNAVAILABLE_TEXT in told.text
     await proxy.heal_async()
     record = await stack.runtime.store.get_request(opened.id)
     assert record is not None and record.state is S.PENDING
