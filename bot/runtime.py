@@ -26,6 +26,9 @@ from bot.core.registry import AdapterRegistry
 from bot.core.requests.workflow import ChangeWorkflow
 from bot.core.service import CommandService
 from bot.core.store.db import Store
+from bot.core.store.watch import WatchStore
+from bot.core.watch.remediations import RemediationDesk
+from bot.core.watch.watcher import Watcher
 from bot.metrics import render_metrics
 from bot.redact import install_log_redaction, register_secret
 from bot.slack.app import SlackEventsEndpoint, build_bolt_app
@@ -33,6 +36,7 @@ from bot.slack.home import HomePublisher
 from bot.slack.messenger import Messenger, build_web_client, slack_http_session
 from bot.slack.notifier import SlackNotifier
 from bot.slack.usergroups import SlackUserGroupResolver
+from bot.slack.watch_notifier import SlackWatchNotifier
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +55,7 @@ class Runtime:
     ops: CommandService
     bolt: AsyncApp
     home_refresher: HomeRefresher
+    watcher: Watcher
     _background: list[asyncio.Task[Any]] = field(default_factory=list)
 
     @classmethod
@@ -83,16 +88,31 @@ class Runtime:
             home_builder.may_approve,
             interval=settings.gpuops_home_refresh_seconds,
         )
+        instance = instance_id or settings.gpuops_instance_id or socket.gethostname()
         workflow = ChangeWorkflow(
             policy=policy,
             access=access,
             store=store,
             notifier=FanOutNotifier(SlackNotifier(messenger), [home_refresher]),
-            instance_id=instance_id or settings.gpuops_instance_id or socket.gethostname(),
+            instance_id=instance,
             poll_seconds=settings.gpuops_poll_seconds,
             followup_minutes=settings.gpuops_followup_minutes,
         )
         ops = CommandService(access=access, workflow=workflow)
+        desk = RemediationDesk(
+            access=access,
+            store=WatchStore(store),
+            notifier=SlackWatchNotifier(messenger),
+            remediations_for=registry.remediations,
+        )
+        watcher = Watcher(
+            policy=policy,
+            store=store,
+            adapter_for=registry,
+            remediations=desk,
+            instance_id=instance,
+            every_override=settings.gpuops_watch_every_seconds,
+        )
         bolt = build_bolt_app(
             client=web_client,
             signing_secret=_signing_secret(settings),
@@ -101,6 +121,7 @@ class Runtime:
                 "messenger": messenger,
                 "home": HomeActions(access, workflow.decide),
                 "home_refresher": home_refresher,
+                "watch": desk,
             },
             deliveries=store,
             register_listeners=handlers.register_all,
@@ -116,6 +137,7 @@ class Runtime:
             ops,
             bolt,
             home_refresher,
+            watcher,
         )
 
     async def start_background(self) -> None:
@@ -126,6 +148,7 @@ class Runtime:
         self._background.append(
             asyncio.create_task(self.workflow.sweep_forever(self.settings.gpuops_sweep_seconds))
         )
+        self._background.append(asyncio.create_task(self.watcher.run_forever()))
 
     def web_app(self) -> web.Application:
         app = web.Application(client_max_size=1024 * 1024)

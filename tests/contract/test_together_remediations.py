@@ -15,7 +15,7 @@ from bot.local.simulators.base import Fault, FaultKind
 from bot.local.simulators.together import TogetherSimulator
 from bot.local.simulators.together_remediations import NewRemediation, Resolution
 from bot.providers.errors import AlreadyDecided, ProviderRequestError, ProviderServerError
-from bot.providers.together_remediations import (
+from bot.providers.together.remediations import (
     Remediation,
     RemediationClient,
     RemediationMode,

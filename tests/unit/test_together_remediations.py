@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from bot.providers.together_remediations import (
+from bot.providers.together.remediations import (
     FINAL_STATES,
     Remediation,
     RemediationPage,

@@ -36,6 +36,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
     insert,
     select,
     text,
@@ -191,9 +192,46 @@ def _v2_approval_prompt_ts(conn: Connection) -> None:
     conn.execute(text("ALTER TABLE gpuops_change_requests ADD COLUMN prompt_ts TEXT"))
 
 
+def _v3_watch_tables(conn: Connection) -> None:
+    # The watcher (SPEC §7): alert keys posted, and the remediations gpuops posted.
+    metadata = MetaData()
+    Table(
+        "gpuops_watch_alerts",
+        metadata,
+        Column("key", Text(), primary_key=True),
+        Column("channel", Text(), nullable=False),
+        Column("ts", Text()),
+        Column("posted_at", UTCDateTime(), nullable=False),
+    )
+    Table(
+        "gpuops_remediations",
+        metadata,
+        Column("id", String(16), primary_key=True),
+        Column("project", Text(), nullable=False),
+        Column("cluster_id", Text(), nullable=False),
+        Column("cluster_name", Text(), nullable=False),
+        Column("instance_id", Text(), nullable=False),
+        Column("remediation_id", Text(), nullable=False),
+        Column("node", Text(), nullable=False),
+        Column("channel", Text(), nullable=False),
+        Column("ts", Text()),
+        Column("decision", String(16), nullable=False),
+        Column("provider_state", Text(), nullable=False),
+        Column("decided_by", Text()),
+        Column("comment", Text()),
+        Column("created_at", UTCDateTime(), nullable=False),
+        Column("updated_at", UTCDateTime(), nullable=False),
+        Column("version", Integer(), nullable=False),
+        UniqueConstraint("project", "remediation_id", name="uq_gpuops_remediations_provider_id"),
+        Index("ix_gpuops_remediations_project", "project"),
+    )
+    metadata.create_all(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "change requests, audit, deliveries, cluster locks, leases", _v1_initial_tables),
     Migration(2, "change requests: approval prompt ts", _v2_approval_prompt_ts),
+    Migration(3, "watch: alert keys and posted remediations", _v3_watch_tables),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

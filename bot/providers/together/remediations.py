@@ -18,8 +18,9 @@ import enum
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Protocol, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -33,7 +34,7 @@ from bot.providers.errors import (
     ProviderRequestError,
     error_for_status,
 )
-from bot.providers.http import ProviderTransport, RetryMode, parse_retry_after
+from bot.providers.http import Operation, ProviderTransport, RetryMode, parse_retry_after
 from bot.providers.together import PROVIDER, cluster_path, error_message
 
 ALL_NODES = "-"
@@ -242,7 +243,28 @@ def remediations_path(cluster_id: str, instance_id: str = ALL_NODES) -> str:
     return f"{cluster_path(cluster_id)}/instances/{instance}/remediations"
 
 
-def decision_path(remediation: Remediation, verb: str) -> str:
+class RemediationAddress(Protocol):
+    """What a decision call needs to name a remediation (a Remediation has it, and so does
+    a stored reference to one)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def cluster_id(self) -> str: ...
+
+    @property
+    def instance_id(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class RemediationRef:
+    id: str
+    cluster_id: str
+    instance_id: str
+
+
+def decision_path(remediation: RemediationAddress, verb: str) -> str:
     base = remediations_path(remediation.cluster_id, remediation.instance_id)
     return f"{base}/{quote(remediation.id, safe='')}/{verb}"
 
@@ -267,7 +289,8 @@ class RemediationClient:
         reading every page up to ``max_pages``."""
         if not cluster_id:
             raise self._count(
-                "remediations", ProviderRequestError("no cluster id", provider=PROVIDER)
+                Operation.LIST_REMEDIATIONS,
+                ProviderRequestError("no cluster id", provider=PROVIDER),
             )
         params: dict[str, Any] = {"page_size": str(self.page_size)}
         wanted = list(states)
@@ -281,7 +304,7 @@ class RemediationClient:
                 return found
             params["page_token"] = page.next_page_token
         raise self._count(
-            "remediations",
+            Operation.LIST_REMEDIATIONS,
             ProviderMalformedReply(
                 f"more than {max_pages} pages of remediations", provider=PROVIDER, status=200
             ),
@@ -289,11 +312,15 @@ class RemediationClient:
 
     async def get(self, cluster_id: str, instance_id: str, remediation_id: str) -> Remediation:
         path = f"{remediations_path(cluster_id, instance_id)}/{quote(remediation_id, safe='')}"
-        body = await self._call("GET", path, "remediation", RetryMode.READ)
-        return self._remediation(body, "remediation", may_have_applied=False)
+        body = await self._call("GET", path, Operation.GET_REMEDIATION, RetryMode.READ)
+        return self._remediation(body, Operation.GET_REMEDIATION, may_have_applied=False)
 
     async def approve(
-        self, remediation: Remediation, *, comment: str | None = None, mode: str | None = None
+        self,
+        remediation: RemediationAddress,
+        *,
+        comment: str | None = None,
+        mode: str | None = None,
     ) -> Remediation:
         if mode is not None and mode not in APPROVAL_OVERRIDE_MODES:
             raise ProviderRequestError(
@@ -306,10 +333,12 @@ class RemediationClient:
             body["mode"] = mode
         return await self._decide(remediation, "approve", body)
 
-    async def reject(self, remediation: Remediation, *, comment: str | None = None) -> Remediation:
+    async def reject(
+        self, remediation: RemediationAddress, *, comment: str | None = None
+    ) -> Remediation:
         return await self._decide(remediation, "reject", {"comment": comment} if comment else {})
 
-    async def cancel(self, remediation: Remediation) -> Remediation:
+    async def cancel(self, remediation: RemediationAddress) -> Remediation:
         return await self._decide(remediation, "cancel", None)
 
     async def aclose(self) -> None:
@@ -317,16 +346,20 @@ class RemediationClient:
 
     # -- internals ----------------------------------------------------------------------
     async def _page(self, path: str, params: Mapping[str, Any]) -> RemediationPage:
-        body = await self._call("GET", path, "remediations", RetryMode.READ, params=params)
+        body = await self._call(
+            "GET", path, Operation.LIST_REMEDIATIONS, RetryMode.READ, params=params
+        )
         try:
             return RemediationPage.model_validate(body)
         except ValidationError as exc:
-            raise self._malformed("remediations", exc, may_have_applied=False) from None
+            raise self._malformed(
+                Operation.LIST_REMEDIATIONS, exc, may_have_applied=False
+            ) from None
 
     async def _decide(
-        self, remediation: Remediation, verb: str, body: dict[str, str] | None
+        self, remediation: RemediationAddress, verb: str, body: dict[str, str] | None
     ) -> Remediation:
-        operation = f"remediation_{verb}"
+        operation = Operation.DECIDE_REMEDIATION
         reply = await self._call(
             "POST", decision_path(remediation, verb), operation, RetryMode.UNSAFE_WRITE, json=body
         )
@@ -336,7 +369,7 @@ class RemediationClient:
         self,
         method: str,
         path: str,
-        operation: str,
+        operation: Operation,
         mode: RetryMode,
         *,
         params: Mapping[str, Any] | None = None,
