@@ -3,6 +3,9 @@ notify channel, and clicking its buttons."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Callable
 from typing import Any
 
 from bot.local.demo.stack import DEMO_POLICY, LocalStack
@@ -89,3 +92,12 @@ def decisions_sent(stack: LocalStack, remediation_id: str) -> list[str]:
 
 def thread(stack: LocalStack, message: Message) -> list[str]:
     return [block_text(m) for m in stack.slack.replies(NOTIFY, message.ts)]
+
+
+async def until(condition: Callable[[], bool], *, within: float = 10.0) -> None:
+    """Wait for a condition that no Slack event announces (re-checked every 20 ms)."""
+    deadline = time.monotonic() + within
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"condition not met in {within}s")
+        await asyncio.sleep(0.02)
