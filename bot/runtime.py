@@ -27,6 +27,7 @@ from bot.core.requests.workflow import ChangeWorkflow
 from bot.core.service import CommandService
 from bot.core.store.db import Store
 from bot.core.store.watch import WatchStore
+from bot.core.watch.incidents import IncidentDesk
 from bot.core.watch.remediations import RemediationDesk
 from bot.core.watch.watcher import Watcher
 from bot.metrics import render_metrics
@@ -39,6 +40,8 @@ from bot.slack.usergroups import SlackUserGroupResolver
 from bot.slack.watch_notifier import SlackWatchNotifier
 
 log = logging.getLogger(__name__)
+
+WATCH_POLL_GRACE_SECONDS = 5.0
 
 
 @dataclass
@@ -99,10 +102,12 @@ class Runtime:
             followup_minutes=settings.gpuops_followup_minutes,
         )
         ops = CommandService(access=access, workflow=workflow)
+        watch_store = WatchStore(store)
+        watch_notifier = SlackWatchNotifier(messenger)
         desk = RemediationDesk(
             access=access,
-            store=WatchStore(store),
-            notifier=SlackWatchNotifier(messenger),
+            store=watch_store,
+            notifier=watch_notifier,
             remediations_for=registry.remediations,
         )
         watcher = Watcher(
@@ -110,6 +115,7 @@ class Runtime:
             store=store,
             adapter_for=registry,
             remediations=desk,
+            incidents=IncidentDesk(access=access, store=watch_store, notifier=watch_notifier),
             instance_id=instance,
             every_override=settings.gpuops_watch_every_seconds,
         )
@@ -175,6 +181,7 @@ class Runtime:
                     len(unfinished),
                     ", ".join(sorted(unfinished)),
                 )
+        await self.watcher.finish_polls(WATCH_POLL_GRACE_SECONDS)
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)

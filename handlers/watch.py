@@ -1,5 +1,6 @@
 """The watcher's buttons and form: approve_remediation, reject_remediation (which asks for
-a comment in a modal first) and that modal's submission."""
+a comment in a modal first) and that modal's submission; open_update_form and
+open_action_form under a health alert."""
 
 from __future__ import annotations
 
@@ -10,20 +11,27 @@ from typing import Any
 from slack_bolt.async_app import AsyncApp
 
 from bot.core.answers import Reply, error
+from bot.core.forms import FormKind, FormRequest
+from bot.core.service import CommandService
 from bot.core.watch.remediations import RemediationDesk
 from bot.slack import watch_blocks as render
 from bot.slack.blocks import reply_message
 from bot.slack.messenger import Messenger, SlackDeliveryError
 from handlers.actions import whisper
-from handlers.payloads import BlockAction, ViewSubmission, parse, state_values
+from handlers.commands import open_modal
+from handlers.payloads import BlockAction, SlashCommand, ViewSubmission, parse, state_values
 
 log = logging.getLogger(__name__)
+
+_UNREADABLE = "I could not read that click; try again."
 
 
 def register(app: AsyncApp) -> None:
     app.action(render.APPROVE_REMEDIATION)(handle_approve)
     app.action(render.REJECT_REMEDIATION)(handle_reject)
     app.view(render.REJECT_REMEDIATION_CALLBACK)(handle_reject_submission)
+    app.action(render.OPEN_UPDATE_FORM)(handle_open_form)
+    app.action(render.OPEN_ACTION_FORM)(handle_open_form)
 
 
 def _click(body: dict[str, Any]) -> tuple[BlockAction, str, str] | None:
@@ -117,3 +125,23 @@ def _metadata(raw: str) -> dict[str, str]:
     if not isinstance(data, dict):
         return {}
     return {str(k): str(v) for k, v in data.items() if v is not None}
+
+
+async def handle_open_form(ack: Any, body: dict[str, Any], context: Any, respond: Any) -> None:
+    """A next step under a health alert: the prefilled form, as `/gpu update|action` opens
+    it (and under the same policy)."""
+    await ack()
+    ops: CommandService = context["gpuops"]
+    messenger: Messenger = context["messenger"]
+    click = _click(body)
+    project, _, cluster_id = click[2].partition(":") if click else ("", "", "")
+    if click is None or not project or not cluster_id:
+        await respond(response_type="ephemeral", replace_original=False, text=_UNREADABLE)
+        return
+    action, channel, _ = click
+    kind: FormKind = (
+        "update" if action.actions[0].action_id == render.OPEN_UPDATE_FORM else "action"
+    )
+    request = FormRequest(kind=kind, project=project, cluster_id=cluster_id, channel=channel)
+    opener = SlashCommand(user_id=action.user.id, channel_id=channel, trigger_id=action.trigger_id)
+    await open_modal(ops, messenger, respond, opener, request)

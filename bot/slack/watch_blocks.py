@@ -1,6 +1,7 @@
 """Block Kit for what the watcher posts first (SPEC §7.1): a remediation awaiting
 approval with its buttons, its decided and left-elsewhere versions, thread notes, and the
-reject modal. Provider text is escaped everywhere."""
+reject modal; health incidents (root, its edits, the recovery reply). Provider text is
+escaped everywhere."""
 
 from __future__ import annotations
 
@@ -8,10 +9,24 @@ import json
 from datetime import UTC, datetime
 
 from bot.core.store.watch import RemediationRecord
+from bot.core.watch.health import GONE, HealthEvent
 from bot.core.watch.notifier import DecisionOutcome
+from bot.providers.base import ClusterSummary
 from bot.providers.together.remediations import LinkedAlert, Remediation, xid_summary
-from bot.slack.blocks import Block, SlackMessage, composed_text, context, escape, section, user_ref
+from bot.slack.blocks import (
+    Block,
+    SlackMessage,
+    composed_text,
+    context,
+    escape,
+    fields_section,
+    section,
+    summary_pairs,
+    user_ref,
+)
 
+OPEN_UPDATE_FORM = "open_update_form"
+OPEN_ACTION_FORM = "open_action_form"
 APPROVE_REMEDIATION = "approve_remediation"
 REJECT_REMEDIATION = "reject_remediation"
 REJECT_REMEDIATION_CALLBACK = "reject_remediation_modal"
@@ -198,3 +213,68 @@ def _button(label: str, action_id: str, value: str, style: str) -> Block:
         "value": value,
         "style": style,
     }
+
+
+# -- health incidents (SPEC §7.2) -----------------------------------------------------------
+
+
+def _cluster_name(event: HealthEvent) -> str:
+    name = event.summary.name if event.summary is not None else event.cluster_id
+    return f"*{escape(name)}* (`{escape(event.cluster_id)}`)"
+
+
+def _status(status: str) -> str:
+    return "no longer listed by its provider" if status == GONE else f"*{escape(status)}*"
+
+
+def _summary_blocks(summary: ClusterSummary | None) -> list[Block]:
+    return [fields_section(summary_pairs(summary)[:10])] if summary is not None else []
+
+
+def _next_steps(project: str, event: HealthEvent) -> list[Block]:
+    """The form that fits the provider: Together changes by update, E2E by action."""
+    summary = event.summary
+    if summary is None:
+        return []
+    value = f"{project}:{event.cluster_id}"
+    if summary.provider == "together":
+        button = _button("Update cluster…", OPEN_UPDATE_FORM, value, "primary")
+    else:
+        button = _button("Cluster action…", OPEN_ACTION_FORM, value, "primary")
+    return [{"type": "actions", "block_id": f"incident:{value}", "elements": [button]}]
+
+
+def incident_open(project: str, event: HealthEvent) -> SlackMessage:
+    """An incident's root while the cluster is unhealthy (posted, then edited on change)."""
+    was = f" (was {escape(event.previous_status)})" if event.previous_status else ""
+    line = (
+        f":rotating_light: {_cluster_name(event)} in {escape(project)} is "
+        f"{_status(event.status)}{was}"
+    )
+    blocks = [
+        section(line),
+        *_summary_blocks(event.summary),
+        context(f"Incident {event.incident} · watched by gpuops"),
+        *_next_steps(project, event),
+    ]
+    fallback = f"{event.cluster_id} in {project} is {event.status}"
+    return SlackMessage(text=escape(fallback), blocks=blocks)
+
+
+def incident_closed(project: str, event: HealthEvent) -> SlackMessage:
+    """The root once the cluster is healthy again (no buttons; the thread says when)."""
+    line = (
+        f":white_check_mark: {_cluster_name(event)} in {escape(project)} recovered: "
+        f"{_status(event.status)} (was {escape(event.previous_status)})"
+    )
+    blocks = [section(line), context(f"Incident {event.incident} · closed")]
+    fallback = f"{event.cluster_id} in {project} recovered: {event.status}"
+    return SlackMessage(text=escape(fallback), blocks=blocks)
+
+
+def recovery_note(event: HealthEvent) -> SlackMessage:
+    line = f":white_check_mark: Healthy again: {_status(event.status)}"
+    return SlackMessage(
+        text=escape(f"Healthy again: {event.status}"),
+        blocks=[section(line), *_summary_blocks(event.summary)],
+    )

@@ -1,5 +1,6 @@
-"""SlackWatchNotifier: the watcher's port (bot.core.watch.notifier) in Slack — the
-remediation's root message in the notify channel, edits to it and replies in its thread."""
+"""SlackWatchNotifier: the watcher's port (bot.core.watch.notifier) in Slack — a
+remediation's or a health incident's root message in the notify channel, edits to it and
+replies in its thread."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import logging
 
 from bot.core.notifier import NotDelivered
 from bot.core.store.watch import RemediationDecision, RemediationRecord
+from bot.core.watch.health import HealthEvent
 from bot.core.watch.notifier import DecisionOutcome
 from bot.providers.together.remediations import Remediation
 from bot.slack import watch_blocks as render
@@ -47,6 +49,29 @@ class SlackWatchNotifier:
         self, record: RemediationRecord, remediation: Remediation
     ) -> None:
         await self._reply(record, render.progress_note(remediation))
+
+    async def incident_opened(self, project: str, channel: str, event: HealthEvent) -> str:
+        try:
+            return await self.messenger.post(channel, render.incident_open(project, event))
+        except SlackDeliveryError as exc:
+            raise NotDelivered(exc.code, exc.user_message) from exc
+
+    async def incident_changed(
+        self, project: str, channel: str, root: str, event: HealthEvent
+    ) -> None:
+        with contextlib.suppress(SlackDeliveryError):
+            await self.messenger.update(channel, root, render.incident_open(project, event))
+
+    async def incident_recovered(
+        self, project: str, channel: str, root: str, event: HealthEvent
+    ) -> str:
+        try:
+            ts = await self.messenger.post(channel, render.recovery_note(event), thread_ts=root)
+        except SlackDeliveryError as exc:
+            raise NotDelivered(exc.code, exc.user_message) from exc
+        with contextlib.suppress(SlackDeliveryError):
+            await self.messenger.update(channel, root, render.incident_closed(project, event))
+        return ts
 
     async def _edit(self, record: RemediationRecord, message: SlackMessage) -> None:
         if record.ts is None:

@@ -28,10 +28,26 @@ WATCH_POLICY = DEMO_POLICY.replace(
     + "      reservation_reminders: []\n",
 )
 
+HEALTH_POLICY = WATCH_POLICY.replace("      status: false\n", "      status: true\n").replace(
+    "      remediations: true\n", ""
+)
+
+
+def incident_roots(stack: LocalStack, cluster_id: str) -> list[Message]:
+    """The root messages in the notify channel about one cluster's health."""
+    return [
+        m
+        for m in stack.slack.messages.get(NOTIFY, [])
+        if m.thread_ts in (None, m.ts)
+        and "Incident" in block_text(m)
+        and f"`{cluster_id}`" in block_text(m)
+    ]
+
 
 async def watched_stack(make_stack: StackFactory, **overrides: Any) -> LocalStack:
     extra = {"gpuops_watch_every_seconds": WATCH_EVERY, **overrides.pop("extra_settings", {})}
-    return await make_stack(policy_yaml=WATCH_POLICY, extra_settings=extra, **overrides)
+    policy = overrides.pop("policy_yaml", WATCH_POLICY)
+    return await make_stack(policy_yaml=policy, extra_settings=extra, **overrides)
 
 
 def remediation_roots(stack: LocalStack, remediation_id: str) -> list[Message]:

@@ -193,7 +193,8 @@ def _v2_approval_prompt_ts(conn: Connection) -> None:
 
 
 def _v3_watch_tables(conn: Connection) -> None:
-    # The watcher (SPEC §7): alert keys posted, and the remediations gpuops posted.
+    # The watcher (SPEC §7): alert keys posted, the remediations gpuops posted, and what it
+    # remembers between polls (cluster health per project).
     metadata = MetaData()
     Table(
         "gpuops_watch_alerts",
@@ -225,13 +226,20 @@ def _v3_watch_tables(conn: Connection) -> None:
         UniqueConstraint("project", "remediation_id", name="uq_gpuops_remediations_provider_id"),
         Index("ix_gpuops_remediations_project", "project"),
     )
+    Table(
+        "gpuops_watch_memory",
+        metadata,
+        Column("name", Text(), primary_key=True),
+        Column("data", json_type(), nullable=False),
+        Column("updated_at", UTCDateTime(), nullable=False),
+    )
     metadata.create_all(conn)
 
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "change requests, audit, deliveries, cluster locks, leases", _v1_initial_tables),
     Migration(2, "change requests: approval prompt ts", _v2_approval_prompt_ts),
-    Migration(3, "watch: alert keys and posted remediations", _v3_watch_tables),
+    Migration(3, "watch: alert keys, posted remediations, memory", _v3_watch_tables),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -27,7 +27,7 @@ from sqlalchemy import (
 )
 
 from bot.core.store.db import Store, new_request_id
-from bot.core.store.migrations import UTCDateTime
+from bot.core.store.migrations import UTCDateTime, json_type
 
 
 class RemediationDecision(enum.StrEnum):
@@ -72,6 +72,14 @@ remediations = Table(
     Column("created_at", UTCDateTime(), nullable=False),
     Column("updated_at", UTCDateTime(), nullable=False),
     Column("version", Integer(), nullable=False),
+)
+
+memory = Table(
+    "gpuops_watch_memory",
+    _metadata,
+    Column("name", Text(), primary_key=True),
+    Column("data", json_type(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
 )
 
 
@@ -146,6 +154,24 @@ class WatchStore:
         async with self.store._begin() as conn:
             row = (await conn.execute(select(alerts.c.ts).where(alerts.c.key == key))).first()
         return None if row is None else row[0]
+
+    # ---- memory between polls ---------------------------------------------------------
+
+    async def recall(self, name: str) -> dict[str, Any]:
+        """What was remembered under ``name`` (empty if nothing)."""
+        statement = select(memory.c.data).where(memory.c.name == name)
+        async with self.store._begin() as conn:
+            row = (await conn.execute(statement)).first()
+        return dict(row[0]) if row is not None and isinstance(row[0], dict) else {}
+
+    async def remember(self, name: str, data: dict[str, Any]) -> None:
+        insert = self.store._insert(memory).values(name=name, data=data, updated_at=_now())
+        statement = insert.on_conflict_do_update(
+            index_elements=[memory.c.name],
+            set_={"data": insert.excluded.data, "updated_at": insert.excluded.updated_at},
+        )
+        async with self.store._begin() as conn:
+            await conn.execute(statement)
 
     # ---- remediations -----------------------------------------------------------------
 

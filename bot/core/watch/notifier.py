@@ -1,13 +1,16 @@
-"""The watcher's outbound port: what it tells the notify channel about remediations.
+"""The watcher's outbound port: what it tells the notify channel about remediations and
+cluster health.
 
-Chat-neutral: Slack implements it (bot.slack.watch_notifier). Every method gets the stored
-record, whose ``channel`` and ``ts`` say where the remediation's message is."""
+Chat-neutral: Slack implements it (bot.slack.watch_notifier). The remediation methods get
+the stored record, whose ``channel`` and ``ts`` say where its message is; the health ones
+get the channel and, after the first, the id of the incident's root message."""
 
 from __future__ import annotations
 
 from typing import Literal, Protocol
 
 from bot.core.store.watch import RemediationRecord
+from bot.core.watch.health import HealthEvent
 from bot.providers.together.remediations import Remediation
 
 DecisionOutcome = Literal["approved", "rejected", "already_decided", "failed", "unknown"]
@@ -36,4 +39,22 @@ class WatchNotifier(Protocol):
         self, record: RemediationRecord, remediation: Remediation
     ) -> None:
         """Its state moved (PENDING, RUNNING, SUCCEEDED, FAILED, …): a reply in its thread."""
+        ...
+
+    async def incident_opened(self, project: str, channel: str, event: HealthEvent) -> str:
+        """Post an incident's root (the cluster's summary, the next steps as buttons);
+        returns its message id. Raises NotDelivered when it could not be posted."""
+        ...
+
+    async def incident_changed(
+        self, project: str, channel: str, root: str, event: HealthEvent
+    ) -> None:
+        """Still unhealthy, another status (or gone): edit the root."""
+        ...
+
+    async def incident_recovered(
+        self, project: str, channel: str, root: str, event: HealthEvent
+    ) -> str:
+        """Healthy again: a reply in the root's thread (its id returned), the root edited.
+        Raises NotDelivered when the reply could not be posted."""
         ...

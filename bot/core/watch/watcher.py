@@ -21,6 +21,7 @@ from bot.core.policy import Policy, TogetherProject
 from bot.core.store.db import Store
 from bot.core.watch.backoff import PollBackoff
 from bot.core.watch.config import WatchConfig
+from bot.core.watch.incidents import IncidentDesk
 from bot.core.watch.remediations import RemediationDesk
 from bot.metrics import WATCH_POLLS
 from bot.providers.base import ProviderAdapter
@@ -71,6 +72,7 @@ class Watcher:
         store: Store,
         adapter_for: Callable[[str], ProviderAdapter],
         remediations: RemediationDesk,
+        incidents: IncidentDesk,
         instance_id: str,
         every_override: float | None = None,
     ) -> None:
@@ -78,12 +80,14 @@ class Watcher:
         self.store = store
         self.adapter_for = adapter_for
         self.remediations = remediations
+        self.incidents = incidents
         self.instance_id = instance_id
         self.projects = watched_projects(policy, every_override)
         interval = min((p.every_seconds for p in self.projects), default=60.0)
         self.tick_seconds = interval / 2
         self.lease_seconds = interval * 1.5
         self.holding = False
+        self.stopping = False  # no new polls once a shutdown began
 
     async def run_forever(self) -> None:
         """Hold the lease (or wait for it) and poll what is due, until cancelled."""
@@ -111,7 +115,7 @@ class Watcher:
             log.warning("watcher: %s lost the watch lease", self.instance_id)
             await self._stop_polls()
         self.holding = held
-        if not held:
+        if not held or self.stopping:
             return
         now = time.monotonic()
         for project in self.projects:
@@ -140,9 +144,20 @@ class Watcher:
     async def poll_once(self, project: WatchedProject) -> None:
         """One poll of one project: its clusters, then what the policy asks to watch."""
         clusters = await self.adapter_for(project.name).list_clusters()
+        if project.config.status:
+            await self.incidents.poll(project.name, project.channel, clusters)
         config = self.policy.project(project.name)
         if isinstance(config, TogetherProject) and project.config.remediations:
             await self.remediations.poll(project.name, project.channel, clusters)
+
+    async def finish_polls(self, within: float) -> None:
+        """Let the polls in flight finish (at most ``within`` s) before a shutdown cancels
+        them: a poll cut off between posting a message and storing where it is would
+        leave that message without its edits and replies."""
+        self.stopping = True
+        running = [p.polling for p in self.projects if p.polling is not None]
+        if running:
+            await asyncio.wait(running, timeout=within)
 
     async def _stop_polls(self) -> None:
         running = [p.polling for p in self.projects if p.polling is not None]
