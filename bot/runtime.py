@@ -29,6 +29,7 @@ from bot.core.store.db import Store
 from bot.core.store.watch import WatchStore
 from bot.core.watch.incidents import IncidentDesk
 from bot.core.watch.remediations import RemediationDesk
+from bot.core.watch.reservations import ReminderDesk
 from bot.core.watch.watcher import Watcher
 from bot.metrics import render_metrics
 from bot.redact import install_log_redaction, register_secret
@@ -116,6 +117,7 @@ class Runtime:
             adapter_for=registry,
             remediations=desk,
             incidents=IncidentDesk(access=access, store=watch_store, notifier=watch_notifier),
+            reminders=ReminderDesk(access=access, store=watch_store, notifier=watch_notifier),
             instance_id=instance,
             every_override=settings.gpuops_watch_every_seconds,
         )

@@ -1,6 +1,6 @@
 """The watcher's buttons and form: approve_remediation, reject_remediation (which asks for
 a comment in a modal first) and that modal's submission; open_update_form and
-open_action_form under a health alert."""
+open_action_form under a health alert; extend_reservation under a reminder."""
 
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ def register(app: AsyncApp) -> None:
     app.view(render.REJECT_REMEDIATION_CALLBACK)(handle_reject_submission)
     app.action(render.OPEN_UPDATE_FORM)(handle_open_form)
     app.action(render.OPEN_ACTION_FORM)(handle_open_form)
+    app.action(render.EXTEND_RESERVATION)(handle_open_form)
 
 
 def _click(body: dict[str, Any]) -> tuple[BlockAction, str, str] | None:
@@ -128,8 +129,9 @@ def _metadata(raw: str) -> dict[str, str]:
 
 
 async def handle_open_form(ack: Any, body: dict[str, Any], context: Any, respond: Any) -> None:
-    """A next step under a health alert: the prefilled form, as `/gpu update|action` opens
-    it (and under the same policy)."""
+    """A next step under a health alert or a reminder: the prefilled form, as `/gpu
+    update|action` opens it (and under the same policy); extending a reservation starts in
+    its end time."""
     await ack()
     ops: CommandService = context["gpuops"]
     messenger: Messenger = context["messenger"]
@@ -140,8 +142,15 @@ async def handle_open_form(ack: Any, body: dict[str, Any], context: Any, respond
         return
     action, channel, _ = click
     kind: FormKind = (
-        "update" if action.actions[0].action_id == render.OPEN_UPDATE_FORM else "action"
+        "action" if action.actions[0].action_id == render.OPEN_ACTION_FORM else "update"
     )
-    request = FormRequest(kind=kind, project=project, cluster_id=cluster_id, channel=channel)
+    extend = action.actions[0].action_id == render.EXTEND_RESERVATION
+    request = FormRequest(
+        kind=kind,
+        project=project,
+        cluster_id=cluster_id,
+        channel=channel,
+        focus="reservation_end_time" if extend else None,
+    )
     opener = SlashCommand(user_id=action.user.id, channel_id=channel, trigger_id=action.trigger_id)
     await open_modal(ops, messenger, respond, opener, request)

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 from bot.core.store.watch import RemediationRecord
 from bot.core.watch.health import GONE, HealthEvent
-from bot.core.watch.notifier import DecisionOutcome
+from bot.core.watch.notifier import DecisionOutcome, ReservationReminder
 from bot.providers.base import ClusterSummary
 from bot.providers.together.remediations import LinkedAlert, Remediation, xid_summary
 from bot.slack.blocks import (
@@ -27,6 +27,7 @@ from bot.slack.blocks import (
 
 OPEN_UPDATE_FORM = "open_update_form"
 OPEN_ACTION_FORM = "open_action_form"
+EXTEND_RESERVATION = "extend_reservation"
 APPROVE_REMEDIATION = "approve_remediation"
 REJECT_REMEDIATION = "reject_remediation"
 REJECT_REMEDIATION_CALLBACK = "reject_remediation_modal"
@@ -278,3 +279,26 @@ def recovery_note(event: HealthEvent) -> SlackMessage:
         text=escape(f"Healthy again: {event.status}"),
         blocks=[section(line), *_summary_blocks(event.summary)],
     )
+
+
+# -- reservation reminders (SPEC §7.2) -------------------------------------------------------
+
+
+def reservation_reminder(reminder: ReservationReminder) -> SlackMessage:
+    summary = reminder.summary
+    ends = reminder.end_time.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    sentence = f"{summary.name}'s reservation ends {ends}, {reminder.remaining}"
+    value = f"{reminder.project}:{summary.cluster_id}"
+    blocks: list[Block] = [
+        section(f":alarm_clock: {escape(sentence)}"),
+        context(
+            f"`{escape(summary.cluster_id)}` · {escape(reminder.project)} · "
+            f"{escape(reminder.horizon)} reminder"
+        ),
+        {
+            "type": "actions",
+            "block_id": f"reminder:{value}",
+            "elements": [_button("Extend reservation…", EXTEND_RESERVATION, value, "primary")],
+        },
+    ]
+    return SlackMessage(text=escape(sentence), blocks=blocks)

@@ -10,7 +10,7 @@ import logging
 from bot.core.notifier import NotDelivered
 from bot.core.store.watch import RemediationDecision, RemediationRecord
 from bot.core.watch.health import HealthEvent
-from bot.core.watch.notifier import DecisionOutcome
+from bot.core.watch.notifier import DecisionOutcome, ReservationReminder
 from bot.providers.together.remediations import Remediation
 from bot.slack import watch_blocks as render
 from bot.slack.blocks import SlackMessage
@@ -72,6 +72,12 @@ class SlackWatchNotifier:
         with contextlib.suppress(SlackDeliveryError):
             await self.messenger.update(channel, root, render.incident_closed(project, event))
         return ts
+
+    async def reservation_reminder(self, channel: str, reminder: ReservationReminder) -> str:
+        try:
+            return await self.messenger.post(channel, render.reservation_reminder(reminder))
+        except SlackDeliveryError as exc:
+            raise NotDelivered(exc.code, exc.user_message) from exc
 
     async def _edit(self, record: RemediationRecord, message: SlackMessage) -> None:
         if record.ts is None:

@@ -150,6 +150,12 @@ class WatchStore:
         async with self.store._begin() as conn:
             await conn.execute(delete(alerts).where(alerts.c.key == key))
 
+    async def is_claimed(self, key: str) -> bool:
+        """Whether ``key`` was posted (or deliberately skipped) already."""
+        async with self.store._begin() as conn:
+            row = (await conn.execute(select(alerts.c.key).where(alerts.c.key == key))).first()
+        return row is not None
+
     async def alert_ts(self, key: str) -> str | None:
         async with self.store._begin() as conn:
             row = (await conn.execute(select(alerts.c.ts).where(alerts.c.key == key))).first()

@@ -7,11 +7,26 @@ get the channel and, after the first, the id of the incident's root message."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal, Protocol
 
 from bot.core.store.watch import RemediationRecord
 from bot.core.watch.health import HealthEvent
+from bot.providers.base import ClusterSummary
 from bot.providers.together.remediations import Remediation
+
+
+@dataclass(frozen=True)
+class ReservationReminder:
+    """A reservation ends soon: ``remaining`` says how soon ("in 23 h")."""
+
+    project: str
+    summary: ClusterSummary
+    end_time: datetime
+    horizon: str
+    remaining: str
+
 
 DecisionOutcome = Literal["approved", "rejected", "already_decided", "failed", "unknown"]
 
@@ -57,4 +72,9 @@ class WatchNotifier(Protocol):
     ) -> str:
         """Healthy again: a reply in the root's thread (its id returned), the root edited.
         Raises NotDelivered when the reply could not be posted."""
+        ...
+
+    async def reservation_reminder(self, channel: str, reminder: ReservationReminder) -> str:
+        """Post a reminder with a button to extend the reservation; returns its id.
+        Raises NotDelivered when it could not be posted."""
         ...

@@ -23,6 +23,7 @@ from bot.core.watch.backoff import PollBackoff
 from bot.core.watch.config import WatchConfig
 from bot.core.watch.incidents import IncidentDesk
 from bot.core.watch.remediations import RemediationDesk
+from bot.core.watch.reservations import ReminderDesk
 from bot.metrics import WATCH_POLLS
 from bot.providers.base import ProviderAdapter
 from bot.providers.errors import ProviderError
@@ -73,6 +74,7 @@ class Watcher:
         adapter_for: Callable[[str], ProviderAdapter],
         remediations: RemediationDesk,
         incidents: IncidentDesk,
+        reminders: ReminderDesk,
         instance_id: str,
         every_override: float | None = None,
     ) -> None:
@@ -81,6 +83,7 @@ class Watcher:
         self.adapter_for = adapter_for
         self.remediations = remediations
         self.incidents = incidents
+        self.reminders = reminders
         self.instance_id = instance_id
         self.projects = watched_projects(policy, every_override)
         interval = min((p.every_seconds for p in self.projects), default=60.0)
@@ -146,8 +149,12 @@ class Watcher:
         clusters = await self.adapter_for(project.name).list_clusters()
         if project.config.status:
             await self.incidents.poll(project.name, project.channel, clusters)
-        config = self.policy.project(project.name)
-        if isinstance(config, TogetherProject) and project.config.remediations:
+        if not isinstance(self.policy.project(project.name), TogetherProject):
+            return  # remediations and reservations are Together's
+        if project.config.horizons:
+            horizons = project.config.horizons
+            await self.reminders.poll(project.name, project.channel, clusters, horizons)
+        if project.config.remediations:
             await self.remediations.poll(project.name, project.channel, clusters)
 
     async def finish_polls(self, within: float) -> None:
