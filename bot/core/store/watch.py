@@ -26,8 +26,10 @@ from sqlalchemy import (
     update,
 )
 
-from bot.core.store.db import Store, new_request_id
+from bot.core.store.db import REQUEST_ID_PREFIX, Store, change_requests, new_request_id
 from bot.core.store.migrations import UTCDateTime, json_type
+
+REMEDIATION_ID_PREFIX = "RM-"  # gpuops's own id of a posted remediation, e.g. RM-7K2M9Q
 
 
 class RemediationDecision(enum.StrEnum):
@@ -179,6 +181,25 @@ class WatchStore:
         async with self.store._begin() as conn:
             await conn.execute(statement)
 
+    # ---- gpuops's own changes ----------------------------------------------------------
+
+    async def clusters_changed_since(
+        self, project: str, since: datetime, states: Collection[str]
+    ) -> frozenset[str]:
+        """Clusters of the project with a change request in ``states`` updated since then."""
+        statement = (
+            select(change_requests.c.cluster_id)
+            .where(
+                change_requests.c.project == project,
+                change_requests.c.state.in_(list(states)),
+                change_requests.c.updated_at >= since,
+            )
+            .distinct()
+        )
+        async with self.store._begin() as conn:
+            rows = (await conn.execute(statement)).scalars().all()
+        return frozenset(rows)
+
     # ---- remediations -----------------------------------------------------------------
 
     async def add_remediation(self, new: NewRemediationRecord) -> RemediationRecord | None:
@@ -187,7 +208,7 @@ class WatchStore:
         statement = (
             self.store._insert(remediations)
             .values(
-                id=new_request_id(),
+                id=REMEDIATION_ID_PREFIX + new_request_id().removeprefix(REQUEST_ID_PREFIX),
                 decision=RemediationDecision.AWAITING.value,
                 created_at=now,
                 updated_at=now,

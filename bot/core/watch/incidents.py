@@ -10,6 +10,7 @@ the cluster's memory as it was, so the next poll tries again."""
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime, timedelta
 
 from bot.core.access import Access
 from bot.core.notifier import NotDelivered
@@ -23,7 +24,15 @@ from bot.providers.base import ClusterSummary
 
 log = logging.getLogger(__name__)
 
-_IN_FLIGHT = {RequestState.APPROVED, RequestState.EXECUTING}
+# A cluster provisioning after a change gpuops made is not an incident: the change is in
+# flight, or it ended this recently (Together accepts an update at once, then provisions).
+_CHANGE_STATES = [
+    RequestState.APPROVED.value,
+    RequestState.EXECUTING.value,
+    RequestState.SUCCEEDED.value,
+    RequestState.UNKNOWN.value,
+]
+PROVISIONING_AFTER_CHANGE = timedelta(minutes=30)
 
 
 def memory_name(project: str) -> str:
@@ -57,8 +66,8 @@ class IncidentDesk:
         await self.store.remember(memory_name(project), data)
 
     async def _changing_by_gpuops(self, project: str) -> frozenset[str]:
-        running = await self.access.store.list_requests(states=_IN_FLIGHT, project=project)
-        return frozenset(record.cluster_id for record in running)
+        since = datetime.now(UTC) - PROVISIONING_AFTER_CHANGE
+        return await self.store.clusters_changed_since(project, since, _CHANGE_STATES)
 
     async def _tell(self, project: str, channel: str, event: HealthEvent) -> bool:
         """Post, edit or reply for one event; False if it must be tried again next poll."""
