@@ -20,7 +20,7 @@ from tests.support.watch_kit import (
     until,
     watched_stack,
 )
-from tests.support.workflow_kit import BOB, MALLORY, block_text, buttons
+from tests.support.workflow_kit import BOB, MALLORY, buttons, readable_text
 
 
 async def degraded_root(stack: LocalStack, status: str = "Degraded") -> Message:
@@ -37,7 +37,7 @@ async def test_degraded_then_restored_one_root_one_reply_even_across_a_restart(
 ) -> None:
     stack = await watched_stack(make_stack, database_url=database_url, policy_yaml=HEALTH_POLICY)
     root = await degraded_root(stack)
-    text = block_text(root)
+    text = readable_text(root)
     assert "train-h100-reserved" in text and "*Degraded*" in text and "(was Ready)" in text
     assert buttons(root) == {"open_update_form": f"together-prod:{CLUSTER}"}
 
@@ -49,7 +49,7 @@ async def test_degraded_then_restored_one_root_one_reply_even_across_a_restart(
     reply = await stack.slack.wait_for(
         lambda: next(iter(stack.slack.replies(NOTIFY, root.ts)), None), within=10
     )
-    assert "Healthy again" in block_text(reply) and "*Ready*" in block_text(reply)
+    assert "Healthy again" in readable_text(reply) and "*Ready*" in readable_text(reply)
     edited = await stack.slack.wait_for(
         lambda: (m := stack.slack.message(NOTIFY, root.ts)) and "recovered" in m.text and m
     )
@@ -69,7 +69,7 @@ async def test_a_status_change_edits_the_root_and_a_new_incident_gets_a_new_root
     root = await degraded_root(stack)
     stack.together.degrade(CLUSTER, "Failed")
     await stack.slack.wait_for(
-        lambda: (m := stack.slack.message(NOTIFY, root.ts)) and "*Failed*" in block_text(m)
+        lambda: (m := stack.slack.message(NOTIFY, root.ts)) and "*Failed*" in readable_text(m)
     )
     stack.together.restore(CLUSTER)
     await stack.slack.wait_for(lambda: stack.slack.replies(NOTIFY, root.ts), within=10)
@@ -77,7 +77,7 @@ async def test_a_status_change_edits_the_root_and_a_new_incident_gets_a_new_root
     second = await stack.slack.wait_for(
         lambda: len(roots := incident_roots(stack, CLUSTER)) == 2 and roots[1], within=10
     )
-    assert "Incident 2" in block_text(second)
+    assert "Incident 2" in readable_text(second)
 
 
 async def test_the_next_step_button_opens_the_prefilled_form_under_the_policy(

@@ -19,7 +19,7 @@ from tests.support.watch_kit import (
     thread,
     watched_stack,
 )
-from tests.support.workflow_kit import BOB, DAVE, block_text, buttons, next_ephemeral
+from tests.support.workflow_kit import BOB, DAVE, buttons, next_ephemeral, readable_text
 
 
 async def test_posted_once_with_why_and_approved_once_under_a_double_click(
@@ -28,7 +28,7 @@ async def test_posted_once_with_why_and_approved_once_under_a_double_click(
     stack = await watched_stack(make_stack, database_url=database_url)
     spec = NewRemediation(xid={"79": 3, "48": 1}, outcome="SUCCEEDED")
     remediation_id, message = await pending_remediation(stack, spec)
-    text = block_text(message)
+    text = readable_text(message)
     assert "train-h100-reserved" in text and "Xid 79 (3 times)" in text and "Since" in text
     assert set(buttons(message)) == {"approve_remediation", "reject_remediation"}
 
@@ -39,7 +39,7 @@ async def test_posted_once_with_why_and_approved_once_under_a_double_click(
     root = await stack.slack.wait_for(
         lambda: (m := stack.slack.message(NOTIFY, message.ts)) and not buttons(m) and m
     )
-    assert "Approved" in block_text(root) and "<@U02BOB>" in block_text(root)
+    assert "Approved" in readable_text(root) and "<@U02BOB>" in readable_text(root)
     assert decisions_sent(stack, remediation_id) == ["approve"]
     await stack.slack.wait_for(
         lambda: any("SUCCEEDED" in t for t in thread(stack, message)), within=10
@@ -82,7 +82,7 @@ async def test_reject_asks_for_a_comment_and_sends_it_once(make_stack: StackFact
     root = await stack.slack.wait_for(
         lambda: (m := stack.slack.message(NOTIFY, message.ts)) and not buttons(m) and m
     )
-    assert "Rejected" in block_text(root) and "GPU swap scheduled" in block_text(root)
+    assert "Rejected" in readable_text(root) and "GPU swap scheduled" in readable_text(root)
     assert decisions_sent(stack, remediation_id) == ["reject"]
     sent = stack.together.calls("remediation_decision")[-1]
     assert sent.body == {"comment": "GPU swap scheduled"}
@@ -98,7 +98,9 @@ async def test_decided_elsewhere_edits_the_message_and_removes_the_buttons(
         lambda: (m := stack.slack.message(NOTIFY, message.ts)) and not buttons(m) and m,
         within=10,
     )
-    assert "Decided outside gpuops" in block_text(root) and "AUTO_RESOLVED" in block_text(root)
+    assert "Decided outside gpuops" in readable_text(root) and "AUTO_RESOLVED" in readable_text(
+        root
+    )
     seen = len(stack.slack.ephemerals_for(BOB))
     await press(stack, message, BOB, "approve_remediation")
     late = await next_ephemeral(stack, BOB, seen)
@@ -119,5 +121,5 @@ async def test_a_console_approval_first_is_already_decided_at_together(
     assert "Already decided at Together" in answer.text
     root = stack.slack.message(NOTIFY, message.ts)
     assert root is not None and not buttons(root)
-    assert "Already decided at Together" in block_text(root)
+    assert "Already decided at Together" in readable_text(root)
     assert decisions_sent(stack, remediation_id) == ["approve"]

@@ -11,7 +11,7 @@ from bot.local.demo.stack import LocalStack
 from bot.local.slack.models import Message
 from tests.conftest import StackFactory
 from tests.support.watch_kit import CLUSTER, NOTIFY, WATCH_EVERY, WATCH_POLICY, press, watched_stack
-from tests.support.workflow_kit import BOB, block_text, buttons
+from tests.support.workflow_kit import BOB, buttons, readable_text
 
 REMINDER_POLICY = WATCH_POLICY.replace(
     "      reservation_reminders: []\n", "      reservation_reminders: [24h, 1h]\n"
@@ -29,7 +29,7 @@ def reminders(stack: LocalStack) -> list[Message]:
     return [
         m
         for m in stack.slack.messages.get(NOTIFY, [])
-        if "extend_reservation" in buttons(m) and f"`{CLUSTER}`" in block_text(m)
+        if "extend_reservation" in buttons(m) and f"`{CLUSTER}`" in readable_text(m)
     ]
 
 
@@ -40,13 +40,13 @@ async def test_one_reminder_per_horizon_never_repeated(
     ends_in(stack, timedelta(hours=23, minutes=30))
     first = await stack.slack.wait_for(lambda: next(iter(reminders(stack)), None), within=10)
     assert "train-h100-reserved's reservation ends" in first.text and "in 23 h" in first.text
-    assert "24h reminder" in block_text(first)
+    assert "24h reminder" in readable_text(first)
     await asyncio.sleep(WATCH_EVERY * 4)
     assert len(reminders(stack)) == 1
 
     ends_in(stack, timedelta(minutes=50))  # moved closer: the 1h horizon, the 24h skipped
     await stack.slack.wait_for(lambda: len(reminders(stack)) == 2, within=10)
-    assert "1h reminder" in block_text(reminders(stack)[1])
+    assert "1h reminder" in readable_text(reminders(stack)[1])
     await stack.restart_bot()
     await asyncio.sleep(WATCH_EVERY * 4)
     assert len(reminders(stack)) == 2

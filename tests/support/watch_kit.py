@@ -13,7 +13,7 @@ from bot.local.simulators.together_remediations import NewRemediation
 from bot.local.slack.models import Message
 from bot.local.slack.sender import SenderResult, SlackSender
 from tests.conftest import StackFactory
-from tests.support.workflow_kit import block_text, buttons
+from tests.support.workflow_kit import buttons, readable_text
 
 NOTIFY = "C0GPUAUDIT"
 CLUSTER = "tc-h100-reserved"
@@ -39,8 +39,8 @@ def incident_roots(stack: LocalStack, cluster_id: str) -> list[Message]:
         m
         for m in stack.slack.messages.get(NOTIFY, [])
         if m.thread_ts in (None, m.ts)
-        and "Incident" in block_text(m)
-        and f"`{cluster_id}`" in block_text(m)
+        and "Incident" in readable_text(m)
+        and f"`{cluster_id}`" in readable_text(m)
     ]
 
 
@@ -55,7 +55,7 @@ def remediation_roots(stack: LocalStack, remediation_id: str) -> list[Message]:
     return [
         m
         for m in stack.slack.messages.get(NOTIFY, [])
-        if m.thread_ts in (None, m.ts) and f"`{remediation_id}`" in block_text(m)
+        if m.thread_ts in (None, m.ts) and f"`{remediation_id}`" in readable_text(m)
     ]
 
 
@@ -107,7 +107,7 @@ def decisions_sent(stack: LocalStack, remediation_id: str) -> list[str]:
 
 
 def thread(stack: LocalStack, message: Message) -> list[str]:
-    return [block_text(m) for m in stack.slack.replies(NOTIFY, message.ts)]
+    return [readable_text(m) for m in stack.slack.replies(NOTIFY, message.ts)]
 
 
 async def until(condition: Callable[[], bool], *, within: float = 10.0) -> None:
