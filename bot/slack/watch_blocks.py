@@ -172,6 +172,13 @@ def decision_note(record: RemediationRecord, outcome: DecisionOutcome, detail: s
     return SlackMessage(text=escape(f"{outcome}: {detail}"), blocks=[section(f"{head}\n{safe}")])
 
 
+def reopened_note() -> SlackMessage:
+    text = "Together still shows it awaiting approval, so the last decision was not taken."
+    return SlackMessage(
+        text=text, blocks=[section(f":information_source: {text} The buttons are back.")]
+    )
+
+
 def progress_note(remediation: Remediation) -> SlackMessage:
     icon = _STATE_ICON.get(remediation.state, ":information_source:")
     line = f"{icon} Remediation is *{escape(remediation.state)}*"

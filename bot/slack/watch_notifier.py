@@ -45,6 +45,12 @@ class SlackWatchNotifier:
         status = render.elsewhere_status(remediation)
         await self._edit(record, render.remediation_closed(record, remediation, status))
 
+    async def remediation_reopened(
+        self, record: RemediationRecord, remediation: Remediation
+    ) -> None:
+        await self._edit(record, render.remediation_pending(record, remediation))
+        await self._reply(record, render.reopened_note())
+
     async def remediation_progress(
         self, record: RemediationRecord, remediation: Remediation
     ) -> None:

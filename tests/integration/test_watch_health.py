@@ -101,3 +101,31 @@ async def test_the_next_step_button_opens_the_prefilled_form_under_the_policy(
     )
     assert refusal.view.get("callback_id") == "gpu_update"
     assert "input" not in {block.get("type") for block in refusal.view.get("blocks", [])}
+
+
+_E2E_NOTIFY = "    auth_token_env: E2E_AUTH_TOKEN\n    notify_channel: C0GPUAUDIT\n"
+E2E_HEALTH_POLICY = HEALTH_POLICY.replace(
+    _E2E_NOTIFY, _E2E_NOTIFY + "    watch:\n      every_seconds: 15\n"
+)
+
+
+async def test_an_e2e_cluster_alert_offers_the_action_form(make_stack: StackFactory) -> None:
+    assert E2E_HEALTH_POLICY != HEALTH_POLICY
+    stack = await watched_stack(make_stack, policy_yaml=E2E_HEALTH_POLICY)
+    await until(lambda: len(stack.e2e.calls("list")) >= 2)
+    stack.e2e.degrade("101", "Failed")
+    root = await stack.slack.wait_for(
+        lambda: next(iter(incident_roots(stack, "101")), None), within=10
+    )
+    assert "*Failed*" in readable_text(root) and "e2e-delhi" in readable_text(root)
+    assert buttons(root) == {"open_action_form": "e2e-delhi:101"}
+    await press(stack, root, BOB, "open_action_form")
+    view = await stack.slack.wait_for(
+        lambda: (
+            (v := stack.slack.last_view_for(BOB, open_only=True))
+            and v.view.get("callback_id") == "gpu_action"
+            and any(b.get("type") == "input" for b in v.view.get("blocks", []))
+            and v
+        )
+    )
+    assert "train-h100-a" in str(view.view["blocks"])

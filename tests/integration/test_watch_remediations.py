@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
+from bot.local.simulators.base import Fault, FaultKind
 from bot.local.simulators.together_remediations import NewRemediation, Resolution
 from tests.conftest import StackFactory
 from tests.support.watch_kit import (
@@ -123,3 +124,53 @@ async def test_a_console_approval_first_is_already_decided_at_together(
     assert root is not None and not buttons(root)
     assert "Already decided at Together" in readable_text(root)
     assert decisions_sent(stack, remediation_id) == ["approve"]
+
+
+async def test_a_refused_decision_is_shown_and_the_buttons_stay(make_stack: StackFactory) -> None:
+    stack = await watched_stack(make_stack)
+    remediation_id, message = await pending_remediation(stack)
+    stack.together.faults.add(
+        Fault(
+            route="remediation_decision",
+            kind=FaultKind.SERVER_ERROR,
+            status=400,
+            message="comment too long",
+        )
+    )
+    seen = len(stack.slack.ephemerals_for(BOB))
+    await press(stack, message, BOB, "approve_remediation")
+    answer = await next_ephemeral(stack, BOB, seen)
+    assert "Together did not take it" in answer.text and "comment too long" in answer.text
+    note = await stack.slack.wait_for(lambda: thread(stack, message))
+    assert "Not sent" in note[0]
+    root = stack.slack.message(NOTIFY, message.ts)
+    assert root is not None and "approve_remediation" in buttons(root)
+    await press(stack, root, BOB, "approve_remediation")  # and it can be tried again
+    await stack.slack.wait_for(lambda: any("SUCCEEDED" in t for t in thread(stack, message)))
+    assert decisions_sent(stack, remediation_id) == ["approve", "approve"]
+
+
+async def test_a_lost_answer_is_not_resent_until_a_poll_shows_it_was_not_taken(
+    make_stack: StackFactory,
+) -> None:
+    stack = await watched_stack(make_stack)
+    remediation_id, message = await pending_remediation(stack)
+    stack.together.faults.add(
+        Fault(route="remediation_decision", kind=FaultKind.SERVER_ERROR, status=503)
+    )
+    seen = len(stack.slack.ephemerals_for(BOB))
+    await press(stack, message, BOB, "approve_remediation")
+    answer = await next_ephemeral(stack, BOB, seen)
+    assert "may or may not have taken it" in answer.text
+    assert decisions_sent(stack, remediation_id) == ["approve"]  # the 503 was not retried
+    # The simulator did not apply it: the next poll sees it still awaiting approval.
+    await stack.slack.wait_for(
+        lambda: any("The buttons are back" in t for t in thread(stack, message)), within=10
+    )
+    root = stack.slack.message(NOTIFY, message.ts)
+    assert root is not None and "approve_remediation" in buttons(root)
+    assert [v.text.rsplit(": ", 1)[-1].split(" — ")[-1] for v in root.versions] == [
+        "awaiting approval",
+        "unknown",
+        "awaiting approval",
+    ]

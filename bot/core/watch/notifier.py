@@ -50,6 +50,12 @@ class WatchNotifier(Protocol):
         """It left PENDING_APPROVAL outside gpuops: edit the message, buttons removed."""
         ...
 
+    async def remediation_reopened(
+        self, record: RemediationRecord, remediation: Remediation
+    ) -> None:
+        """A decision whose answer was lost turned out not taken: the buttons are back."""
+        ...
+
     async def remediation_progress(
         self, record: RemediationRecord, remediation: Remediation
     ) -> None:

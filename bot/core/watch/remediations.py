@@ -137,6 +137,9 @@ class RemediationDesk:
 
     async def _follow(self, client: RemediationClient, record: RemediationRecord) -> None:
         remediation = await client.get(record.cluster_id, record.instance_id, record.remediation_id)
+        if remediation.awaiting_approval and record.decision is RemediationDecision.UNKNOWN:
+            await self._reopen(record, remediation)
+            return
         if remediation.state == record.provider_state:
             return
         updated = await self.store.set_remediation(record.id, provider_state=remediation.state)
@@ -163,6 +166,29 @@ class RemediationDesk:
                 updated = moved
         if remediation.state != RemediationState.PENDING_APPROVAL:
             await self.notifier.remediation_progress(updated, remediation)
+
+    async def _reopen(self, record: RemediationRecord, remediation: Remediation) -> None:
+        """A decision whose answer was lost, and a poll since shows Together never took it
+        (still awaiting approval): the buttons come back. A second decision cannot act
+        twice: Together refuses a decision on a remediation that is no longer pending."""
+        reopened = await self.store.decide_remediation(
+            record.id,
+            from_decisions={RemediationDecision.UNKNOWN},
+            to=RemediationDecision.AWAITING,
+            decided_by=None,
+            comment=None,
+        )
+        if reopened is None:
+            return
+        await self.notifier.remediation_reopened(reopened, remediation)
+        await self.access.audit(
+            "gpuops",
+            "remediation_reopened",
+            project=record.project,
+            cluster_id=record.cluster_id,
+            outcome="awaiting",
+            remediation=record.remediation_id,
+        )
 
     # ---- deciding ----------------------------------------------------------------------
 
