@@ -6,7 +6,12 @@ decided elsewhere → message edited, progress followed in the thread."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 
+from sqlalchemy import update
+
+from bot.core.store.watch import RemediationDecision, WatchStore, remediations
+from bot.core.watch.remediations import STALE_DECISION
 from bot.local.simulators.base import Fault, FaultKind
 from bot.local.simulators.together_remediations import NewRemediation, Resolution
 from tests.conftest import StackFactory
@@ -174,3 +179,31 @@ async def test_a_lost_answer_is_not_resent_until_a_poll_shows_it_was_not_taken(
         "unknown",
         "awaiting approval",
     ]
+
+
+async def test_a_decision_cut_off_by_a_dead_replica_reopens_when_not_taken(
+    make_stack: StackFactory,
+) -> None:
+    stack = await watched_stack(make_stack)
+    remediation_id, message = await pending_remediation(stack)
+    watch_store = WatchStore(stack.runtime.store)
+    record_id = buttons(message)["approve_remediation"]
+    # A replica won the click, then died before sending it (or before hearing back).
+    won = await watch_store.decide_remediation(
+        record_id,
+        from_decisions={RemediationDecision.AWAITING},
+        to=RemediationDecision.DECIDING,
+        decided_by=BOB,
+    )
+    assert won is not None
+    await asyncio.sleep(WATCH_EVERY * 3)
+    assert not thread(stack, message)  # a fresh decision is left to its sender
+    long_ago = datetime.now(UTC) - STALE_DECISION - timedelta(seconds=1)
+    async with stack.runtime.store.engine.begin() as conn:
+        await conn.execute(
+            update(remediations).where(remediations.c.id == record_id).values(updated_at=long_ago)
+        )
+    await stack.slack.wait_for(
+        lambda: any("The buttons are back" in t for t in thread(stack, message)), within=10
+    )
+    assert decisions_sent(stack, remediation_id) == []

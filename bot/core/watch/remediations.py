@@ -11,6 +11,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeVar
 
 from bot.core.access import Access, Refusal
@@ -51,6 +52,8 @@ _FINISHED = [state.value for state in FINAL_STATES]
 # Clusters whose remediations are listed at the same time: a project of 50 clusters at 1 s
 # per call is polled in about 7 s, not 50, without a burst of 50 calls.
 LISTINGS_AT_ONCE = 8
+# A decision still being sent after this long was cut off (its replica died mid-call).
+STALE_DECISION = timedelta(minutes=5)
 _UNKNOWN = error("I do not know that remediation (was it posted by another gpuops?).")
 
 
@@ -137,7 +140,7 @@ class RemediationDesk:
 
     async def _follow(self, client: RemediationClient, record: RemediationRecord) -> None:
         remediation = await client.get(record.cluster_id, record.instance_id, record.remediation_id)
-        if remediation.awaiting_approval and record.decision is RemediationDecision.UNKNOWN:
+        if remediation.awaiting_approval and _answer_lost(record):
             await self._reopen(record, remediation)
             return
         if remediation.state == record.provider_state:
@@ -168,12 +171,12 @@ class RemediationDesk:
             await self.notifier.remediation_progress(updated, remediation)
 
     async def _reopen(self, record: RemediationRecord, remediation: Remediation) -> None:
-        """A decision whose answer was lost, and a poll since shows Together never took it
-        (still awaiting approval): the buttons come back. A second decision cannot act
-        twice: Together refuses a decision on a remediation that is no longer pending."""
+        """A decision whose answer was lost (or whose sender died), and a poll since shows
+        Together never took it (still awaiting approval): the buttons come back. A second
+        decision cannot act twice: Together refuses one on a remediation no longer pending."""
         reopened = await self.store.decide_remediation(
             record.id,
-            from_decisions={RemediationDecision.UNKNOWN},
+            from_decisions={record.decision},
             to=RemediationDecision.AWAITING,
             decided_by=None,
             comment=None,
@@ -330,6 +333,13 @@ class _Ending:
     outcome: DecisionOutcome
     text: str
     provider_state: str | None = None
+
+
+def _answer_lost(record: RemediationRecord) -> bool:
+    if record.decision is RemediationDecision.UNKNOWN:
+        return True
+    stale = datetime.now(UTC) - record.updated_at > STALE_DECISION
+    return record.decision is RemediationDecision.DECIDING and stale
 
 
 def _failure(exc: ProviderError) -> _Ending:
