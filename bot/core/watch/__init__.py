@@ -1,2 +1,3 @@
-"""The watcher's chat-neutral logic (SPEC §7): health transitions, alert keys, reservation
-reminder horizons and poll back-off. The loop, the lease and posting build on these."""
+"""The watcher (SPEC §7): the loop that holds the watch lease and polls (watcher), what it
+posts (remediations, incidents, reservations) through the WatchNotifier port (notifier),
+and the pure parts they build on (health, keys, reminders, backoff, config)."""
