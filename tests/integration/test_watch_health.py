@@ -129,3 +129,17 @@ async def test_an_e2e_cluster_alert_offers_the_action_form(make_stack: StackFact
         )
     )
     assert "train-h100-a" in str(view.view["blocks"])
+
+
+async def test_a_cluster_that_disappears_gets_one_root_without_buttons(
+    make_stack: StackFactory,
+) -> None:
+    stack = await watched_stack(make_stack, policy_yaml=HEALTH_POLICY)
+    await until(lambda: len(stack.together.calls("list")) >= 2)
+    stack.together.remove(CLUSTER)
+    root = await stack.slack.wait_for(
+        lambda: next(iter(incident_roots(stack, CLUSTER)), None), within=10
+    )
+    assert "no longer listed by its provider" in readable_text(root) and not buttons(root)
+    await asyncio.sleep(WATCH_EVERY * 4)
+    assert len(incident_roots(stack, CLUSTER)) == 1
