@@ -152,11 +152,14 @@ class WatchStore:
         async with self.store._begin() as conn:
             await conn.execute(delete(alerts).where(alerts.c.key == key))
 
-    async def is_claimed(self, key: str) -> bool:
-        """Whether ``key`` was posted (or deliberately skipped) already."""
+    async def claimed(self, keys: Collection[str]) -> frozenset[str]:
+        """Which of ``keys`` were posted (or deliberately skipped) already: one query."""
+        if not keys:
+            return frozenset()
+        statement = select(alerts.c.key).where(alerts.c.key.in_(list(keys)))
         async with self.store._begin() as conn:
-            row = (await conn.execute(select(alerts.c.key).where(alerts.c.key == key))).first()
-        return row is not None
+            rows = (await conn.execute(statement)).scalars().all()
+        return frozenset(rows)
 
     async def alert_ts(self, key: str) -> str | None:
         async with self.store._begin() as conn:

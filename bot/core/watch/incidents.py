@@ -63,7 +63,8 @@ class IncidentDesk:
                 else:
                     memory[event.cluster_id] = previous
         data = {key: value.model_dump(mode="json") for key, value in memory.items()}
-        await self.store.remember(memory_name(project), data)
+        if data != stored:  # most polls change nothing: no write
+            await self.store.remember(memory_name(project), data)
 
     async def _changing_by_gpuops(self, project: str) -> frozenset[str]:
         since = datetime.now(UTC) - PROVISIONING_AFTER_CHANGE

@@ -52,11 +52,23 @@ class ReminderDesk:
         now: datetime | None = None,
     ) -> None:
         moment = now or datetime.now(UTC)
-        for summary in clusters:
-            end = reservation_end(summary)
-            allowed = self.access.authorizer.cluster_allowed(project, summary.cluster_id)
-            if end is not None and allowed and horizons:
-                await self._remind(project, channel, summary, end, horizons, moment)
+        ending = [
+            (summary, end)
+            for summary in clusters
+            if (end := reservation_end(summary)) is not None
+            and self.access.authorizer.cluster_allowed(project, summary.cluster_id)
+        ]
+        keys = {
+            summary.cluster_id: {
+                h.text: reminder_key(project, summary.cluster_id, end, h.text) for h in horizons
+            }
+            for summary, end in ending
+        }
+        claimed = await self.store.claimed([k for each in keys.values() for k in each.values()])
+        for summary, end in ending:
+            cluster_keys = keys[summary.cluster_id]
+            done = [text for text, key in cluster_keys.items() if key in claimed]
+            await self._remind(project, channel, summary, end, horizons, moment, done)
 
     async def _remind(
         self,
@@ -66,9 +78,9 @@ class ReminderDesk:
         end: datetime,
         horizons: Sequence[Horizon],
         now: datetime,
+        done: list[str],
     ) -> None:
         keys = {h.text: reminder_key(project, summary.cluster_id, end, h.text) for h in horizons}
-        done = [text for text, key in keys.items() if await self.store.is_claimed(key)]
         reminders = due(end, now, horizons, done)
         for skipped in reminders.skip:
             await self.store.claim_alert(keys[skipped.text], channel)
