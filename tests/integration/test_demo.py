@@ -64,7 +64,8 @@ def test_the_example_script_passes_over_socket_mode() -> None:
     assert done.returncode == 0, out + done.stderr
     assert "(the bot is connected over Socket Mode)" in out
     assert "🟢 Together accepted the update" in out and "✅ Approved by @bob." in out
-    assert out.rstrip().endswith("script: 13 steps, all passed")
+    assert "✅ Remediation is SUCCEEDED" in out  # the watcher's part, over Socket Mode too
+    assert out.rstrip().endswith("script: 19 steps, all passed")
 
 
 def test_a_form_validation_error_is_shown_on_the_field(tmp_path: Path) -> None:
