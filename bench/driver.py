@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import gc
 import os
 import sys
@@ -38,6 +39,7 @@ from bot.local.demo.stack import (
     DEMO_TOGETHER_KEY,
     USERGROUPS,
     USERS,
+    WATCHED_DEMO_POLICY,
 )
 from bot.local.simulators.base import Fault, FaultKind
 from bot.local.simulators.e2e import E2ESimulator
@@ -62,6 +64,10 @@ class BenchConfig:
     # (up to this many attempts in all); the report keeps the quietest attempt.
     max_attempts: int = 3
     targets: Targets = field(default_factory=Targets)  # its provider_latency: per call
+    # With N > 0, the bot also watches together-prod (SPEC §7), grown to N clusters, polling
+    # every watch_every seconds (the policy minimum): acks must not wait behind its polls.
+    watch_clusters: int = 0
+    watch_every: float = 15.0  # the policy minimum
 
     @property
     def provider_latency(self) -> float:
@@ -123,8 +129,15 @@ class Bench:
             )
         api_url = await self.slack.start()
         policy = self.workdir / "policy.yml"
-        policy.write_text(DEMO_POLICY)
+        policy.write_text(WATCHED_DEMO_POLICY if self.config.watch_clusters else DEMO_POLICY)
+        self._grow_watched_project()
+        watch = (
+            {"GPUOPS_WATCH_EVERY_SECONDS": str(self.config.watch_every)}
+            if self.config.watch_clusters
+            else {}
+        )
         return {
+            **watch,
             "SLACK_BOT_TOKEN": DEMO_BOT_TOKEN,
             "SLACK_SIGNING_SECRET": DEMO_SIGNING_SECRET,
             "SLACK_API_URL": api_url,
@@ -139,6 +152,16 @@ class Bench:
             "E2E_API_KEY": DEMO_E2E_KEY,
             "E2E_AUTH_TOKEN": DEMO_E2E_TOKEN,
         }
+
+    def _grow_watched_project(self) -> None:
+        """Clone one of together-prod's clusters until it has ``watch_clusters``."""
+        clusters = self.together.clusters
+        template = clusters["tc-h100-reserved"]
+        have = sum(1 for c in clusters.values() if c["project_id"] == template["project_id"])
+        for n in range(self.config.watch_clusters - have):
+            clone = copy.deepcopy(template)
+            clone["cluster_id"], clone["cluster_name"] = f"tc-watch-{n:03d}", f"watch-{n:03d}"
+            clusters[clone["cluster_id"]] = clone
 
     async def stop_fakes(self) -> None:
         await self.slack.stop()

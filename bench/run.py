@@ -32,6 +32,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--provider-latency", type=float, default=0.0, help="seconds added to each provider call"
     )
+    parser.add_argument(
+        "--watch-clusters",
+        type=int,
+        default=0,
+        help="also watch together-prod grown to this many clusters (polled every 15 s)",
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--no-plot", action="store_true")
     return parser.parse_args(argv)
@@ -43,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         levels=tuple(int(x) for x in args.levels.split(",") if x.strip()),
         show_every=args.show_every,
         targets=Targets(provider_latency=args.provider_latency),
+        watch_clusters=args.watch_clusters,
     )
     config.ops.update(_ops(args.ops))
     report = asyncio.run(run_benchmark(config))

@@ -123,9 +123,21 @@ async def _simulate(host: str, port: int, transition_seconds: float) -> None:
     e2e = E2ESimulator(transition_seconds=transition_seconds)
     await together.start(host, port)
     await e2e.start(host, port + 1 if port else 0)
-    print(f"Together simulator: {together.base_url}  (API key {together.api_key})")
-    print(f"E2E simulator:      {e2e.base_url}  (apikey {e2e.api_key}, token {e2e.auth_token})")
+    # The official together SDK's own default base URL ends in /v1 and it appends
+    # /compute/clusters/…, so the same URL serves gpuops and the SDK.
+    print(
+        f"Together simulator: TOGETHER_BASE_URL={together.base_url}  (API key {together.api_key})"
+    )
+    print("  same base_url for the official together SDK: Together(base_url=…)")
+    print(f"E2E simulator:      E2E_BASE_URL={e2e.base_url}")
+    print(f"  apikey {e2e.api_key}, token {e2e.auth_token}")
     print("Fault injection: POST <host>/_sim/faults {route, kind, status, seconds, times}")
+    print(
+        "Controls: POST <host>/_sim/clusters/{id}/degrade | /restore, DELETE /_sim/clusters/{id},"
+    )
+    print(
+        "  Together: POST <host>/_sim/clusters/{id}/remediations, /_sim/remediations/{id}/resolve"
+    )
     sys.stdout.flush()
     try:
         await asyncio.Event().wait()

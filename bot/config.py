@@ -14,7 +14,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from dotenv import dotenv_values
-from pydantic import PrivateAttr, SecretStr, ValidationError, field_validator
+from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bot.providers.e2e import E2E_DEFAULT_BASE_URL
@@ -85,6 +85,10 @@ class Settings(BaseSettings):
     gpuops_db_connect_timeout: float = 5
     gpuops_db_operation_timeout: float = 10
     gpuops_exec_lease_seconds: float = 30
+
+    # Tests and the demo only: poll watched projects this often instead of their policy's
+    # watch.every_seconds (which is never below 15).
+    gpuops_watch_every_seconds: float | None = Field(default=None, gt=0)
     # Identifies this replica for leases (one executor / poller per request). A restarted
     # process with the same id reclaims its own interrupted work at once; default hostname.
     gpuops_instance_id: str | None = None

@@ -69,6 +69,25 @@ HOME_PUBLISHES = Counter(
     ["outcome"],
     registry=REGISTRY,
 )
+WATCH_POLLS = Counter(
+    "gpuops_watch_polls_total",
+    "Watcher polls of a project, by provider and outcome (ok, or the error kind).",
+    ["provider", "outcome"],
+    registry=REGISTRY,
+)
+WATCH_ALERTS = Counter(
+    "gpuops_watch_alerts_posted_total",
+    "Messages the watcher posted first in a notify channel, by kind.",
+    ["kind"],
+    registry=REGISTRY,
+)
+REMEDIATION_DECISIONS = Counter(
+    "gpuops_remediation_decisions_total",
+    "Remediation decisions from Slack by outcome (approved, rejected, already_decided, "
+    "failed, unknown, refused, elsewhere).",
+    ["outcome"],
+    registry=REGISTRY,
+)
 
 
 def render_metrics() -> bytes:

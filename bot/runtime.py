@@ -26,6 +26,11 @@ from bot.core.registry import AdapterRegistry
 from bot.core.requests.workflow import ChangeWorkflow
 from bot.core.service import CommandService
 from bot.core.store import Store
+from bot.core.store.watch import WatchStore
+from bot.core.watch.incidents import IncidentDesk
+from bot.core.watch.remediations import RemediationDesk
+from bot.core.watch.reservations import ReminderDesk
+from bot.core.watch.watcher import Watcher
 from bot.metrics import render_metrics
 from bot.redact import install_log_redaction, register_secret
 from bot.slack.app import SlackEventsEndpoint, build_bolt_app
@@ -34,8 +39,11 @@ from bot.slack.http_server import HttpLimits, limit_middlewares
 from bot.slack.messenger import Messenger, build_web_client, slack_http_session
 from bot.slack.notifier import SlackNotifier
 from bot.slack.usergroups import SlackUserGroupResolver
+from bot.slack.watch_notifier import SlackWatchNotifier
 
 log = logging.getLogger(__name__)
+
+WATCH_POLL_GRACE_SECONDS = 5.0
 
 
 @dataclass
@@ -52,6 +60,7 @@ class Runtime:
     ops: CommandService
     bolt: AsyncApp
     home_refresher: HomeRefresher
+    watcher: Watcher
     _background: list[asyncio.Task[Any]] = field(default_factory=list)
 
     @classmethod
@@ -88,18 +97,37 @@ class Runtime:
             home_builder.may_approve,
             interval=settings.gpuops_home_refresh_seconds,
         )
+        instance = instance_id or settings.gpuops_instance_id or socket.gethostname()
         workflow = ChangeWorkflow(
             policy=policy,
             access=access,
             store=store,
             notifier=FanOutNotifier(SlackNotifier(messenger), [home_refresher]),
-            instance_id=instance_id or settings.gpuops_instance_id or socket.gethostname(),
+            instance_id=instance,
             poll_seconds=settings.gpuops_poll_seconds,
             followup_minutes=settings.gpuops_followup_minutes,
             exec_lease_seconds=settings.gpuops_exec_lease_seconds,
             max_call_seconds=settings.client_settings().max_call_seconds,
         )
         ops = CommandService(access=access, workflow=workflow)
+        watch_store = WatchStore(store)
+        watch_notifier = SlackWatchNotifier(messenger)
+        desk = RemediationDesk(
+            access=access,
+            store=watch_store,
+            notifier=watch_notifier,
+            remediations_for=registry.remediations,
+        )
+        watcher = Watcher(
+            policy=policy,
+            store=store,
+            adapter_for=registry,
+            remediations=desk,
+            incidents=IncidentDesk(access=access, store=watch_store, notifier=watch_notifier),
+            reminders=ReminderDesk(access=access, store=watch_store, notifier=watch_notifier),
+            instance_id=instance,
+            every_override=settings.gpuops_watch_every_seconds,
+        )
         bolt = build_bolt_app(
             client=web_client,
             signing_secret=_signing_secret(settings),
@@ -108,6 +136,7 @@ class Runtime:
                 "messenger": messenger,
                 "home": HomeActions(access, workflow.decide),
                 "home_refresher": home_refresher,
+                "watch": desk,
             },
             deliveries=store,
             register_listeners=handlers.register_all,
@@ -123,6 +152,7 @@ class Runtime:
             ops,
             bolt,
             home_refresher,
+            watcher,
         )
 
     async def start_background(self) -> None:
@@ -133,6 +163,7 @@ class Runtime:
         self._background.append(
             asyncio.create_task(self.workflow.sweep_forever(self.settings.gpuops_sweep_seconds))
         )
+        self._background.append(asyncio.create_task(self.watcher.run_forever()))
 
     def web_app(self, limits: HttpLimits | None = None) -> web.Application:
         app = web.Application(
@@ -158,6 +189,7 @@ class Runtime:
                     len(unfinished),
                     ", ".join(sorted(unfinished)),
                 )
+        await self.watcher.finish_polls(WATCH_POLL_GRACE_SECONDS)
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)

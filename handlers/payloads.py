@@ -6,6 +6,7 @@ answered with a clear message, never an exception escaping the handler.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -115,11 +116,18 @@ def _element_value(element: dict[str, Any]) -> str | None:
     if isinstance(option, dict) and isinstance(option.get("value"), str):
         return str(option["value"])[:200]
     when = element.get("selected_date_time")
-    if isinstance(when, int | float):
-        from datetime import UTC, datetime
-
-        return datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if isinstance(when, int | float) and not isinstance(when, bool):
+        return _rfc3339(when)
     options = element.get("selected_options")
     if isinstance(options, list):
         return ",".join(str(o.get("value")) for o in options if isinstance(o, dict))
     return None
+
+
+def _rfc3339(epoch_seconds: float) -> str:
+    """A picked date-time as RFC 3339; a time no calendar holds is passed on as its raw
+    number, for the form's checks to refuse by name."""
+    try:
+        return datetime.fromtimestamp(epoch_seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):
+        return str(epoch_seconds)[:64]

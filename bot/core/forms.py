@@ -32,9 +32,11 @@ class FormRequest:
     action: str | None = None
     prefill: dict[str, str] = field(default_factory=dict)
     reason: str | None = None
+    focus: str | None = None  # the field the cursor starts in (a reminder's "extend")
 
     def metadata(self) -> dict[str, Any]:
-        return {"project": self.project, "cluster_id": self.cluster_id, "channel": self.channel}
+        where = {"project": self.project, "cluster_id": self.cluster_id, "channel": self.channel}
+        return {**where, "focus": self.focus} if self.focus else where
 
 
 @dataclass(frozen=True)

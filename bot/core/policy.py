@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Annotated, Any, Literal, Protocol, get_args
+from typing import Annotated, Any, Literal, Protocol, Self, get_args
 
 import yaml
 from pydantic import (
@@ -32,6 +32,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from bot.config import check_http_url
+from bot.core.watch.config import WatchConfig
 
 logger = logging.getLogger(__name__)
 
@@ -143,6 +144,15 @@ class _ProjectCommon(_Strict):
     base_url: HttpUrl | None = None
     clusters: list[str] = Field(default_factory=lambda: ["*"])
     notify_channel: SlackId | None = None
+    watch: WatchConfig | None = None  # SPEC §7; omitted = not watched
+
+    @model_validator(mode="after")
+    def _watch_needs_notify_channel(self) -> Self:
+        if self.watch is not None and self.notify_channel is None:
+            raise PydanticCustomError(
+                "watch_without_channel", "watch needs notify_channel (where to post)"
+            )
+        return self
 
 
 class TogetherProject(_ProjectCommon):

@@ -11,6 +11,7 @@ from bot.providers.base import ProviderAdapter
 from bot.providers.e2e import E2EAdapter, E2EClient, build_e2e_transport
 from bot.providers.http import ClientSettings, ProviderTransport
 from bot.providers.together import TogetherAdapter, TogetherClient, build_together_transport
+from bot.providers.together.remediations import RemediationClient
 
 
 class MissingCredential(LookupError):
@@ -64,6 +65,13 @@ class AdapterRegistry:
             adapter = self._build(project)
             self._adapters[project] = adapter
         return adapter
+
+    def remediations(self, project: str) -> RemediationClient:
+        """Together's node remediations of a Together project (on its adapter's client)."""
+        config = self.policy.projects[project]
+        if not isinstance(config, TogetherProject):
+            raise ValueError(f"project {project} is not a Together project")
+        return RemediationClient(self._together_transport(project, config))
 
     def _build(self, name: str) -> ProviderAdapter:
         project = self.policy.projects[name]

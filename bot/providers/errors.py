@@ -133,3 +133,10 @@ def error_for_status(
             message, provider=provider, status=status, may_have_applied=may_have_applied
         )
     return ProviderRequestError(message, provider=provider, status=status)
+
+
+class AlreadyDecided(ProviderRequestError):
+    """A decision refused because the subject is no longer pending: someone decided it
+    elsewhere first (e.g. a remediation approved in Together's console). Not a failure."""
+
+    kind = "already_decided"

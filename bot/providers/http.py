@@ -38,6 +38,9 @@ class Operation(enum.StrEnum):
     LIST_CLUSTERS = "list_clusters"
     GET_CLUSTER = "get_cluster"
     CHANGE_CLUSTER = "change_cluster"
+    LIST_REMEDIATIONS = "list_remediations"  # Together's node remediations (SPEC §7.1)
+    GET_REMEDIATION = "get_remediation"
+    DECIDE_REMEDIATION = "decide_remediation"  # approve, reject or cancel
 
 
 class RetryMode(enum.Enum):

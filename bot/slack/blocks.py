@@ -564,6 +564,10 @@ def update_modal(
         )
     ]
     blocks += [_input_block(s, current.get(s.name), required=False) for s in specs]
+    focus = metadata.get("focus")
+    for block in blocks:
+        if focus and block.get("block_id") == focus and "element" in block:
+            block["element"]["focus_on_load"] = True
     blocks.append(_reason_block(current.get("reason")))
     return _form(FORM_CALLBACKS["update"], "Update cluster", blocks, metadata)
 

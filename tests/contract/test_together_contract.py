@@ -188,7 +188,7 @@ async def test_simulator_refuses_bodies_outside_the_spec() -> None:
                 ({"num_gpus": "16"}, "num_gpus must be an integer"),
                 ({"num_gpus": -8}, "num_gpus must be a non-negative integer"),
                 ({"cluster_type": "NOMAD"}, "cluster_type must be one of KUBERNETES, SLURM"),
-                ({"add_ons": []}, "unknown field(s) in update: add_ons"),
+                ({"add_ons": [], "node_count": 2}, "unknown field(s) in update: node_count"),
                 ({}, "update must set at least one field"),
                 ([1], "request body must be a JSON object"),
                 ({"reservation_end_time": "soon"}, "is not an RFC 3339 date-time"),

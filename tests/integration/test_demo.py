@@ -46,7 +46,15 @@ def test_the_example_script_passes_and_shows_every_path() -> None:
     assert "❌ you are viewer on e2e-delhi; this needs operator" in out
     # follow-up reached a steady status
     assert "infer-h200 is Ready." in out
-    assert out.rstrip().endswith("script: 13 steps, all passed")
+    # the watcher speaks first in #gpu-audit: a health alert, its recovery in the thread,
+    # then a node remediation approved from the channel, followed to its end
+    assert "🚨 train-h100-reserved (`tc-h100-reserved`) in together-prod is Degraded" in out
+    assert "[#gpu-audit ↳ thread of msg" in out and "✅ Healthy again: Ready" in out
+    assert "NVIDIA Xid 79 (3 times)" in out and "[5 Approve]  [6 Reject…]" in out
+    assert "✅ Remediation is SUCCEEDED" in out
+    # provisioning after gpuops's own update is not an incident
+    assert "(`tc-h200-ondemand`) in together-prod is" not in out
+    assert out.rstrip().endswith("script: 19 steps, all passed")
 
 
 def test_the_example_script_passes_over_socket_mode() -> None:
@@ -56,7 +64,8 @@ def test_the_example_script_passes_over_socket_mode() -> None:
     assert done.returncode == 0, out + done.stderr
     assert "(the bot is connected over Socket Mode)" in out
     assert "🟢 Together accepted the update" in out and "✅ Approved by @bob." in out
-    assert out.rstrip().endswith("script: 13 steps, all passed")
+    assert "✅ Remediation is SUCCEEDED" in out  # the watcher's part, over Socket Mode too
+    assert out.rstrip().endswith("script: 19 steps, all passed")
 
 
 def test_a_form_validation_error_is_shown_on_the_field(tmp_path: Path) -> None:

@@ -143,7 +143,9 @@ class Spec:
     def _validate_param(self, param: dict[str, Any], raw: Any, what: str) -> None:
         schema = self.resolve(param.get("schema", {}))
         value: Any = raw
-        if schema.get("type") == "integer":
+        if schema.get("type") == "array" and isinstance(raw, str):
+            value = raw.split(",")  # the official SDKs' array format for query parameters
+        elif schema.get("type") == "integer":
             try:
                 value = int(str(raw))
             except ValueError:

@@ -458,3 +458,39 @@ def test_unknown_kind_or_project_is_a_programming_error(policy: Policy) -> None:
         policy.requires_approval("together-prod", ["scale_cluster"])
     with pytest.raises(KeyError, match="no project 'nope'"):
         policy.requires_approval("nope", ["scale_up"])
+
+
+def test_watch_is_read_with_its_defaults(tmp_path: Path) -> None:
+    loaded = load_policy(
+        write(tmp_path, TOGETHER + "    notify_channel: C0AUDIT\n    watch:\n      status: false\n")
+    )
+    watch = loaded.projects["together-prod"].watch
+    assert watch is not None and watch.every_seconds == 60 and not watch.status
+    assert watch.remediations and watch.reservation_reminders == ("24h", "1h")
+    assert load_policy(write(tmp_path, TOGETHER)).projects["together-prod"].watch is None
+
+
+@pytest.mark.parametrize(
+    ("watch", "expected"),
+    [
+        (
+            "    watch: {}\n",
+            "policy.yml: projects.together-prod: watch needs notify_channel (where to post)",
+        ),
+        (
+            "    notify_channel: C0AUDIT\n    watch:\n      every_seconds: 5\n",
+            "policy.yml: projects.together-prod.watch.every_seconds: Input should be greater "
+            "than or equal to 15",
+        ),
+        (
+            "    notify_channel: C0AUDIT\n    watch:\n      reservation_reminders: [soon]\n",
+            "is not a reminder horizon like 24h, 1h or 30m",
+        ),
+        (
+            "    notify_channel: C0AUDIT\n    watch:\n      everything: true\n",
+            "policy.yml: projects.together-prod.watch.everything: unknown key",
+        ),
+    ],
+)
+def test_watch_mistakes_name_the_key(tmp_path: Path, watch: str, expected: str) -> None:
+    assert expected in _error(tmp_path, TOGETHER + watch)

@@ -36,6 +36,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
     insert,
     select,
     text,
@@ -191,7 +192,51 @@ def _v2_approval_prompt_ts(conn: Connection) -> None:
     conn.execute(text("ALTER TABLE gpuops_change_requests ADD COLUMN prompt_ts TEXT"))
 
 
-def _v3_lease_fencing(conn: Connection) -> None:
+def _v3_watch_tables(conn: Connection) -> None:
+    # The watcher (SPEC §7): alert keys posted, the remediations gpuops posted, and what it
+    # remembers between polls (cluster health per project).
+    metadata = MetaData()
+    Table(
+        "gpuops_watch_alerts",
+        metadata,
+        Column("key", Text(), primary_key=True),
+        Column("channel", Text(), nullable=False),
+        Column("ts", Text()),
+        Column("posted_at", UTCDateTime(), nullable=False),
+    )
+    Table(
+        "gpuops_remediations",
+        metadata,
+        Column("id", String(16), primary_key=True),
+        Column("project", Text(), nullable=False),
+        Column("cluster_id", Text(), nullable=False),
+        Column("cluster_name", Text(), nullable=False),
+        Column("instance_id", Text(), nullable=False),
+        Column("remediation_id", Text(), nullable=False),
+        Column("node", Text(), nullable=False),
+        Column("channel", Text(), nullable=False),
+        Column("ts", Text()),
+        Column("decision", String(16), nullable=False),
+        Column("provider_state", Text(), nullable=False),
+        Column("decided_by", Text()),
+        Column("comment", Text()),
+        Column("created_at", UTCDateTime(), nullable=False),
+        Column("updated_at", UTCDateTime(), nullable=False),
+        Column("version", Integer(), nullable=False),
+        UniqueConstraint("project", "remediation_id", name="uq_gpuops_remediations_provider_id"),
+        Index("ix_gpuops_remediations_project", "project"),
+    )
+    Table(
+        "gpuops_watch_memory",
+        metadata,
+        Column("name", Text(), primary_key=True),
+        Column("data", json_type(), nullable=False),
+        Column("updated_at", UTCDateTime(), nullable=False),
+    )
+    metadata.create_all(conn)
+
+
+def _v4_lease_fencing(conn: Connection) -> None:
     # Fencing tokens on leases; the holder's lease and call deadline on cluster locks.
     timestamp = "TIMESTAMP WITH TIME ZONE" if conn.dialect.name == "postgresql" else "DATETIME"
     conn.execute(text("ALTER TABLE gpuops_leases ADD COLUMN token BIGINT NOT NULL DEFAULT 0"))
@@ -202,7 +247,8 @@ def _v3_lease_fencing(conn: Connection) -> None:
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "change requests, audit, deliveries, cluster locks, leases", _v1_initial_tables),
     Migration(2, "change requests: approval prompt ts", _v2_approval_prompt_ts),
-    Migration(3, "lease fencing tokens, lock call deadlines", _v3_lease_fencing),
+    Migration(3, "watch: alert keys, posted remediations, memory", _v3_watch_tables),
+    Migration(4, "lease fencing tokens, lock call deadlines", _v4_lease_fencing),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -20,7 +20,16 @@ from rich.console import Console
 from rich.text import Text
 
 from bot.local.demo.render_text import Button, ButtonBoard, TextRenderer, initial_values
-from bot.local.demo.stack import CHANNELS, ROLES, USERS, LocalStack, StackOptions
+from bot.local.demo.stack import (
+    CHANNELS,
+    DEMO_WATCH_EVERY_SECONDS,
+    ROLES,
+    USERS,
+    WATCHED_DEMO_POLICY,
+    LocalStack,
+    StackOptions,
+)
+from bot.local.simulators.together_remediations import NewRemediation
 from bot.local.slack.models import (
     EphemeralPosted,
     ErrorShown,
@@ -44,6 +53,9 @@ You are dave (operator) in #incident. A short tour:
   3. /gpu action e2e-delhi 101 restart_workers       a restart: waits for a second person
   4. as bob                                          become bob, an approver
   5. press the number shown on the Approve button    the change runs; the result lands in the thread
+  6. degrade tc-h100-reserved, then remediate tc-h100-reserved
+                                                     gpuops speaks first in #gpu-audit: a health
+                                                     alert, then a node remediation bob can approve
 Also try: /gpu update together-prod tc-h100-reserved (a form), /gpu list, /gpu help,
 as erin (a viewer), as alice then /gpu audit.  Type `help` for the console's commands.
 """
@@ -60,6 +72,8 @@ Console commands:
   in <channel>           switch channel: incident, gpu-audit, random
   home                   open your App Home tab (its buttons get numbers like the rest)
   users                  who is who;  wait <seconds>  let background work run
+  degrade <cluster> [status] / restore <cluster>      a cluster turns unhealthy / healthy
+  remediate <cluster>    Together proposes a node remediation (it awaits approval)
   expect <text> / expect-not <text>   (scripts) check what the last step showed
   help, quit
 """
@@ -243,6 +257,10 @@ class DemoConsole:
             self._users()
         elif word == "wait":
             await self._wait(rest)
+        elif word in ("degrade", "restore", "remediate"):
+            if self.provider_event(word, rest):
+                # Two watch intervals: the watcher has polled since, and said what it saw.
+                await asyncio.sleep(2 * DEMO_WATCH_EVERY_SECONDS)
         elif word == "help":
             self.console.print(HELP, markup=False, highlight=False)
         else:
@@ -369,6 +387,30 @@ class DemoConsole:
         for user_id, name in USERS.items():
             marker = "→" if user_id == self.user else " "
             self.emit(f" {marker} {name:<8} {user_id:<11} {ROLES[user_id]}")
+
+    def provider_event(self, word: str, rest: str) -> bool:
+        """Something happens at a provider (its simulator's /_sim/ controls): a cluster
+        degrades or recovers, or Together proposes a node remediation. False if it could
+        not."""
+        cluster_id, _, status = rest.partition(" ")
+        simulators = (self.stack.together, self.stack.e2e)
+        if word == "remediate":
+            if cluster_id not in self.stack.together.clusters:
+                self.fail(f"no Together cluster {cluster_id!r}")
+                return False
+            created = self.stack.together.create_remediation(cluster_id, NewRemediation())
+            self.emit(f"(Together proposes remediation {created['id']} on {cluster_id})", "dim")
+        elif word == "degrade":
+            if not any(sim.degrade(cluster_id, status.strip() or None) for sim in simulators):
+                self.fail(f"no cluster {cluster_id!r}")
+                return False
+            self.emit(f"({cluster_id} degrades at its provider)", "dim")
+        elif not any(sim.restore(cluster_id) for sim in simulators):
+            self.fail(f"no cluster {cluster_id!r}")
+            return False
+        else:
+            self.emit(f"({cluster_id} recovers at its provider)", "dim")
+        return True
 
     async def _wait(self, rest: str) -> None:
         try:
@@ -504,7 +546,14 @@ async def run_demo(*, script: str | None = None, tour: bool = True, socket: bool
         except OSError as exc:
             console.print(f"gpuops demo: cannot read {script}: {exc.strerror}", markup=False)
             return 2
-    stack = await LocalStack.start(StackOptions(poll_seconds=1.0, transition_seconds=4.0))
+    stack = await LocalStack.start(
+        StackOptions(
+            policy_yaml=WATCHED_DEMO_POLICY,
+            poll_seconds=1.0,
+            transition_seconds=4.0,
+            extra_settings={"gpuops_watch_every_seconds": DEMO_WATCH_EVERY_SECONDS},
+        )
+    )
     demo = DemoConsole(stack, console, interactive=interactive)
     try:
         if socket:

@@ -29,6 +29,12 @@ _EMOJI = {
     ":moneybag:": "💰",
     ":clipboard:": "📋",
     ":desktop_computer:": "🖥",
+    ":stethoscope:": "🩺",
+    ":large_orange_circle:": "🟠",
+    ":white_circle:": "⚪",
+    ":information_source:": "ℹ",  # noqa: RUF001
+    ":grey_question:": "❔",
+    ":sparkles:": "✨",
 }
 _USER = re.compile(r"<@([A-Z0-9]+)(?:\|[^>]*)?>")
 _CHANNEL = re.compile(r"<#([A-Z0-9]+)(?:\|[^>]*)?>")

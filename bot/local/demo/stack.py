@@ -84,6 +84,16 @@ approvals:
   break_glass: true
 """
 
+# The demo console's policy: together-prod is watched (SPEC §7), so the tour can show a
+# health alert and a remediation approved from #gpu-audit.
+_TOGETHER_NOTIFY = "    project_id: proj-123\n    notify_channel: C0GPUAUDIT\n"
+WATCHED_DEMO_POLICY = DEMO_POLICY.replace(
+    _TOGETHER_NOTIFY,
+    _TOGETHER_NOTIFY
+    + "    watch:\n      every_seconds: 15\n      reservation_reminders: [24h, 1h]\n",
+)
+DEMO_WATCH_EVERY_SECONDS = 1.0  # the demo polls faster than a policy may (≥ 15 s)
+
 
 @dataclass
 class StackOptions:

@@ -1,5 +1,8 @@
 """What both provider simulators share: an aiohttp server on 127.0.0.1, a request log,
-fault injection per route, and control endpoints under ``/_sim/`` for tests and the demo.
+fault injection per route, and control endpoints under ``/_sim/`` for tests and the demo:
+``POST /_sim/faults``, ``DELETE /_sim/faults``, ``GET /_sim/requests``, ``POST /_sim/reset``,
+``POST /_sim/clusters/{id}/degrade`` (optional body ``{"status": …}``),
+``POST /_sim/clusters/{id}/restore`` and ``DELETE /_sim/clusters/{id}``.
 
 Faults are armed per route name (each simulator names its routes: e.g. ``list``, ``get``,
 ``update`` / ``action``; ``*`` matches every route) and consumed one use at a time.
@@ -126,12 +129,28 @@ class SimulatorServer(abc.ABC):
         self.app.router.add_delete("/_sim/faults", self._clear_faults)
         self.app.router.add_get("/_sim/requests", self._get_requests)
         self.app.router.add_post("/_sim/reset", self._reset)
+        self.app.router.add_post("/_sim/clusters/{cluster_id}/degrade", self._post_degrade)
+        self.app.router.add_post("/_sim/clusters/{cluster_id}/restore", self._post_restore)
+        self.app.router.add_delete("/_sim/clusters/{cluster_id}", self._delete_cluster)
         self.add_routes(self.app)
 
     # -- subclass hooks ---------------------------------------------------------------
     @abc.abstractmethod
     def add_routes(self, app: web.Application) -> None:
         """Add the provider API's routes."""
+
+    @abc.abstractmethod
+    def degrade(self, cluster_id: str, status: str | None) -> bool:
+        """Put a cluster into an unhealthy status (the provider's usual one when None);
+        False when there is no such cluster."""
+
+    @abc.abstractmethod
+    def restore(self, cluster_id: str) -> bool:
+        """Return a degraded cluster to its healthy status; False when there is none."""
+
+    @abc.abstractmethod
+    def remove(self, cluster_id: str) -> bool:
+        """Make a cluster disappear, as if deleted elsewhere; False when there is none."""
 
     def reset(self) -> None:
         """Reseed the data and forget requests and faults."""
@@ -205,6 +224,20 @@ class SimulatorServer(abc.ABC):
                 for r in self.requests
             ],
         )
+
+    async def _post_degrade(self, request: web.Request) -> web.Response:
+        body = await request.json() if request.can_read_body else {}
+        status = body.get("status") if isinstance(body, dict) else None
+        found = self.degrade(request.match_info["cluster_id"], status)
+        return json_response(200 if found else 404, {"ok": found})
+
+    async def _post_restore(self, request: web.Request) -> web.Response:
+        found = self.restore(request.match_info["cluster_id"])
+        return json_response(200 if found else 404, {"ok": found})
+
+    async def _delete_cluster(self, request: web.Request) -> web.Response:
+        found = self.remove(request.match_info["cluster_id"])
+        return json_response(200 if found else 404, {"ok": found})
 
     async def _reset(self, request: web.Request) -> web.Response:
         self.reset()

@@ -28,6 +28,7 @@ from bot.local.simulators.base import (
 PREFIX = "/myaccount/api/v1/gpu"
 CLUSTERS = f"{PREFIX}/distributed_jobs_v2/cluster/"
 RUNNING = "Running"
+DEGRADED = "Failed"  # what /_sim/clusters/{id}/degrade sets unless told otherwise
 DEFAULT_PER_PAGE = 10
 CREATED_AT = "2026-01-15T10:30:00Z"
 
@@ -171,9 +172,7 @@ def validate_action(body: Any) -> dict[str, list[str]]:
             errors[name] = ["This field is required."]
         elif problems := _field_errors(kind, body[name]):
             errors[name] = problems
-    for name in body:
-        if name != "action" and name not in wanted:
-            errors[name] = [f"Not a field of {action}."]
+    # E2E's documented curl sends every field with any action: the others are ignored.
     return errors
 
 
@@ -220,6 +219,38 @@ class E2ESimulator(SimulatorServer):
             SimCluster(201, "train-chennai-a", chennai, RUNNING, 1),
         ]
         self.clusters = {c.id: c for c in seeds if c.project_id in self.projects}
+        self._healthy_status: dict[int, str] = {}
+
+    # -- controls (SimulatorServer hooks) ---------------------------------------------------
+    def _control_target(self, cluster_id: str) -> SimCluster | None:
+        cluster = self.clusters.get(int(cluster_id)) if cluster_id.isdigit() else None
+        if cluster is not None:
+            cluster.settle(time.monotonic())
+        return cluster
+
+    def degrade(self, cluster_id: str, status: str | None) -> bool:
+        cluster = self._control_target(cluster_id)
+        if cluster is None:
+            return False
+        self._healthy_status.setdefault(cluster.id, cluster.status)
+        cluster.pending = None
+        cluster.status = status or DEGRADED
+        return True
+
+    def restore(self, cluster_id: str) -> bool:
+        cluster = self._control_target(cluster_id)
+        if cluster is None:
+            return False
+        cluster.status = self._healthy_status.pop(cluster.id, RUNNING)
+        return True
+
+    def remove(self, cluster_id: str) -> bool:
+        cluster = self._control_target(cluster_id)
+        if cluster is None:
+            return False
+        self._healthy_status.pop(cluster.id, None)
+        del self.clusters[cluster.id]
+        return True
 
     # -- checks every request passes --------------------------------------------------------
     def _authorise(self, request: web.Request) -> int | web.Response:

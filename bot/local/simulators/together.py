@@ -1,10 +1,14 @@
 """A Together AI Instant Clusters simulator: ``GET /v1/compute/clusters``,
 ``GET /v1/compute/clusters/{cluster_id}`` and ``PUT /v1/compute/clusters/{cluster_id}``
 with Bearer auth, Together's error shape, the update rules of SPEC §1.1, and clusters that
-move through provisioning statuses after a change.
+move through provisioning statuses after a change; node remediations under
+``…/instances/{instance_id}/remediations`` (see together_remediations).
 
 Status progress is computed from the elapsed time whenever a cluster is read, so there is
-no background task to manage. Route names for faults: ``list``, ``get``, ``update``.
+no background task to manage. Route names for faults: ``list``, ``get``, ``update``,
+``remediations`` (list and get), ``remediation_decision`` (approve, reject, cancel).
+Controls besides the shared ones: ``POST /_sim/clusters/{id}/remediations`` (body
+``NewRemediation``) and ``POST /_sim/remediations/{id}/resolve`` (body ``Resolution``).
 """
 
 from __future__ import annotations
@@ -13,17 +17,27 @@ import base64
 import copy
 import math
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiohttp import web
+from pydantic import ValidationError
 
 from bot.local.simulators.base import (
     SimulatorServer,
     fault_after,
     fault_before,
     json_response,
+)
+from bot.local.simulators.together_remediations import (
+    DEFAULT_PAGE_SIZE,
+    DecisionRefused,
+    NewRemediation,
+    RemediationDesk,
+    Resolution,
+    requested_states,
 )
 
 GPUS_PER_NODE = 8
@@ -36,6 +50,10 @@ UPDATE_FIELDS = (
     "reservation_end_time",
 )
 _COUNT_FIELDS = UPDATE_FIELDS[1:5]
+# Sent by the official SDK with every update (as null when not given); accepted and ignored.
+_SDK_UPDATE_FIELDS = ("add_ons", "cluster_config")
+REMEDIATIONS = "/v1/compute/clusters/{cluster_id}/instances/{instance_id}/remediations"
+DEGRADED = "Degraded"
 CLUSTER_TYPES = ("KUBERNETES", "SLURM")
 PREPAID = ("RESERVED", "SCHEDULED_CAPACITY")
 
@@ -389,10 +407,10 @@ def validate_update(cluster: dict[str, Any], body: Any, now: datetime) -> dict[s
     """Check an update body as Together does; the normalised changes, or UpdateRejected."""
     if not isinstance(body, dict):
         raise UpdateRejected("request body must be a JSON object", code="invalid_request_body")
-    unknown = sorted(set(body) - set(UPDATE_FIELDS))
+    unknown = sorted(set(body) - set(UPDATE_FIELDS) - set(_SDK_UPDATE_FIELDS))
     if unknown:
         raise UpdateRejected(f"unknown field(s) in update: {', '.join(unknown)}")
-    changes = {k: v for k, v in body.items() if v is not None}
+    changes = {k: v for k, v in body.items() if v is not None and k in UPDATE_FIELDS}
     if not changes:
         raise UpdateRejected("update must set at least one field")
     if "cluster_type" in changes and changes["cluster_type"] not in CLUSTER_TYPES:
@@ -445,11 +463,20 @@ def _shape(cluster: dict[str, Any]) -> tuple[Any, ...]:
 class TogetherSimulator(SimulatorServer):
     name = "together"
 
-    def __init__(self, api_key: str = "sim-together-key", transition_seconds: float = 3.0) -> None:
+    def __init__(
+        self,
+        api_key: str = "sim-together-key",
+        transition_seconds: float = 3.0,
+        remediation_seconds: float | None = None,
+    ) -> None:
         self.api_key = api_key
         self.transition_seconds = transition_seconds
         self.clusters: dict[str, dict[str, Any]] = {}
         self._transitions: dict[str, _Transition] = {}
+        self._healthy_status: dict[str, str] = {}
+        self.remediations = RemediationDesk(
+            transition_seconds if remediation_seconds is None else remediation_seconds
+        )
         super().__init__()
         self._seed()
 
@@ -463,6 +490,14 @@ class TogetherSimulator(SimulatorServer):
         app.router.add_get("/v1/compute/clusters", self._list)
         app.router.add_get("/v1/compute/clusters/{cluster_id}", self._get)
         app.router.add_put("/v1/compute/clusters/{cluster_id}", self._update)
+        app.router.add_get(REMEDIATIONS, self._list_remediations)
+        app.router.add_get(REMEDIATIONS + "/{remediation_id}", self._get_remediation)
+        for verb in ("approve", "reject", "cancel"):
+            app.router.add_post(
+                REMEDIATIONS + "/{remediation_id}/" + verb, self._decision_handler(verb)
+            )
+        app.router.add_post("/_sim/clusters/{cluster_id}/remediations", self._post_remediation)
+        app.router.add_post("/_sim/remediations/{remediation_id}/resolve", self._post_resolve)
 
     def reset(self) -> None:
         super().reset()
@@ -471,6 +506,125 @@ class TogetherSimulator(SimulatorServer):
     def _seed(self) -> None:
         self.clusters = seed_clusters(datetime.now(UTC))
         self._transitions = {}
+        self._healthy_status = {}
+        self.remediations.clear()
+
+    # -- controls (SimulatorServer hooks and the remediation ones) -----------------------
+    def degrade(self, cluster_id: str, status: str | None) -> bool:
+        if cluster_id not in self.clusters:
+            return False
+        self.view(cluster_id)
+        cluster = self.clusters[cluster_id]
+        self._healthy_status.setdefault(cluster_id, cluster["status"])
+        cluster["status"] = status or DEGRADED
+        return True
+
+    def restore(self, cluster_id: str) -> bool:
+        if cluster_id not in self.clusters:
+            return False
+        self.clusters[cluster_id]["status"] = self._healthy_status.pop(cluster_id, "Ready")
+        return True
+
+    def remove(self, cluster_id: str) -> bool:
+        self._transitions.pop(cluster_id, None)
+        self._healthy_status.pop(cluster_id, None)
+        return self.clusters.pop(cluster_id, None) is not None
+
+    def create_remediation(self, cluster_id: str, spec: NewRemediation) -> dict[str, Any]:
+        """A remediation awaiting approval on one of the cluster's nodes (KeyError if none)."""
+        return self.remediations.create(self.view(cluster_id), spec)
+
+    async def _post_remediation(self, request: web.Request) -> web.Response:
+        cluster_id = request.match_info["cluster_id"]
+        if cluster_id not in self.clusters:
+            return self._not_found(cluster_id)
+        try:
+            spec = NewRemediation.model_validate(await _json_or_empty(request))
+            return json_response(200, self.create_remediation(cluster_id, spec))
+        except ValidationError as exc:
+            return _error(400, str(exc.errors()[0]["msg"]), "invalid_parameter")
+        except DecisionRefused as refused:
+            return _error(refused.status, refused.message, refused.code)
+
+    async def _post_resolve(self, request: web.Request) -> web.Response:
+        remediation_id = request.match_info["remediation_id"]
+        if remediation_id not in self.remediations.items:
+            return _error(404, f"remediation {remediation_id} not found", "not_found")
+        resolution = Resolution.model_validate(await _json_or_empty(request))
+        return json_response(200, self.remediations.resolve(remediation_id, resolution))
+
+    # -- remediation handlers -------------------------------------------------------------
+    async def _list_remediations(self, request: web.Request) -> web.StreamResponse:
+        await self.record("remediations", request)
+        refused = await self._refuse("remediations", request)
+        if refused is not None:
+            return refused
+        cluster_id = request.match_info["cluster_id"]
+        if cluster_id not in self.clusters:
+            return self._not_found(cluster_id)
+        try:
+            page_size = int(request.query.get("page_size", DEFAULT_PAGE_SIZE))
+            page = self.remediations.page(
+                cluster_id,
+                request.match_info["instance_id"],
+                requested_states(request.query.getall("state", [])),
+                max(1, page_size),
+                request.query.get("page_token", ""),
+            )
+        except ValueError:
+            return _error(400, "page_size must be an integer", "invalid_parameter")
+        except DecisionRefused as bad:
+            return _error(bad.status, bad.message, bad.code)
+        return json_response(200, page)
+
+    async def _get_remediation(self, request: web.Request) -> web.StreamResponse:
+        await self.record("remediations", request)
+        refused = await self._refuse("remediations", request)
+        if refused is not None:
+            return refused
+        item = self._remediation(request)
+        if item is None:
+            return self._remediation_not_found(request)
+        return json_response(200, self.remediations.view(item["id"]))
+
+    def _decision_handler(
+        self, verb: str
+    ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            return await self._decide(verb, request)
+
+        return handle
+
+    async def _decide(self, verb: str, request: web.Request) -> web.StreamResponse:
+        body = await self.record("remediation_decision", request)
+        if not self._authorized(request):
+            return self._unauthorized()
+        fault = self.faults.take("remediation_decision")
+        early = await fault_before(fault, error_body)
+        if early is not None:
+            return early
+        item = self._remediation(request)
+        if item is None:
+            return self._remediation_not_found(request)
+        try:
+            decided = self.remediations.decide(item, verb, body)
+        except DecisionRefused as refused:
+            return _error(refused.status, refused.message, refused.code)
+        late = fault_after(fault, error_body)
+        return late if late is not None else json_response(200, decided)
+
+    def _remediation(self, request: web.Request) -> dict[str, Any] | None:
+        match = request.match_info
+        if match["cluster_id"] not in self.clusters or match["instance_id"] == "-":
+            return None
+        return self.remediations.find(
+            match["cluster_id"], match["instance_id"], match["remediation_id"]
+        )
+
+    @staticmethod
+    def _remediation_not_found(request: web.Request) -> web.Response:
+        remediation_id = request.match_info["remediation_id"]
+        return _error(404, f"remediation {remediation_id} not found", "not_found")
 
     # -- handlers -------------------------------------------------------------------------
     async def _list(self, request: web.Request) -> web.StreamResponse:
@@ -619,3 +773,7 @@ class TogetherSimulator(SimulatorServer):
                 node["phase_transitions"].append(
                     {"phase": "NODE_PHASE_RUNNING", "transition_time": now}
                 )
+
+
+async def _json_or_empty(request: web.Request) -> Any:
+    return await request.json() if request.can_read_body else {}

@@ -1,0 +1,290 @@
+"""The watcher's durable state: alert keys (what was posted, where) and the remediations
+gpuops posted, with the compare-and-set that lets exactly one click decide each.
+
+Like the change requests in ``db``, every deciding write is one statement whose WHERE or
+ON CONFLICT clause is the decision, so the database picks the one winner among replicas
+and double clicks.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Collection
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import (
+    Column,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    delete,
+    select,
+    update,
+)
+
+from bot.core.store.db import Store
+from bot.core.store.migrations import UTCDateTime, json_type
+from bot.core.store.records import REQUEST_ID_PREFIX, new_request_id
+from bot.core.store.tables import change_requests
+
+REMEDIATION_ID_PREFIX = "RM-"  # gpuops's own id of a posted remediation, e.g. RM-7K2M9Q
+
+
+class RemediationDecision(enum.StrEnum):
+    """Where gpuops's handling of one posted remediation stands."""
+
+    AWAITING = "awaiting"  # posted with its buttons
+    DECIDING = "deciding"  # a click won; its approve/reject call is being sent
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    ALREADY_DECIDED = "already_decided"  # Together said someone decided first
+    UNKNOWN = "unknown"  # the call may or may not have been applied; the poll will tell
+    ELSEWHERE = "elsewhere"  # left PENDING_APPROVAL outside gpuops (console, auto, cancelled)
+
+
+_metadata = MetaData()
+
+alerts = Table(
+    "gpuops_watch_alerts",
+    _metadata,
+    Column("key", Text(), primary_key=True),
+    Column("channel", Text(), nullable=False),
+    Column("ts", Text()),
+    Column("posted_at", UTCDateTime(), nullable=False),
+)
+
+remediations = Table(
+    "gpuops_remediations",
+    _metadata,
+    Column("id", String(16), primary_key=True),
+    Column("project", Text(), nullable=False),
+    Column("cluster_id", Text(), nullable=False),
+    Column("cluster_name", Text(), nullable=False),
+    Column("instance_id", Text(), nullable=False),
+    Column("remediation_id", Text(), nullable=False),
+    Column("node", Text(), nullable=False),
+    Column("channel", Text(), nullable=False),
+    Column("ts", Text()),
+    Column("decision", String(16), nullable=False),
+    Column("provider_state", Text(), nullable=False),
+    Column("decided_by", Text()),
+    Column("comment", Text()),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    Column("version", Integer(), nullable=False),
+)
+
+memory = Table(
+    "gpuops_watch_memory",
+    _metadata,
+    Column("name", Text(), primary_key=True),
+    Column("data", json_type(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+)
+
+
+class RemediationRecord(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    project: str
+    cluster_id: str
+    cluster_name: str
+    instance_id: str
+    remediation_id: str
+    node: str
+    channel: str
+    ts: str | None
+    decision: RemediationDecision
+    provider_state: str
+    decided_by: str | None
+    comment: str | None
+    created_at: datetime
+    updated_at: datetime
+    version: int
+
+
+class NewRemediationRecord(BaseModel):
+    """What the watcher knows of a remediation when it first posts it."""
+
+    project: str
+    cluster_id: str
+    cluster_name: str
+    instance_id: str
+    remediation_id: str
+    node: str
+    channel: str
+    provider_state: str
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class WatchStore:
+    """The watcher's tables in the gpuops database (shares the Store's engine and lock)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    # ---- alert keys -------------------------------------------------------------------
+
+    async def claim_alert(self, key: str, channel: str) -> bool:
+        """True for the one caller (across replicas, restarts) that may post ``key``."""
+        statement = (
+            self.store._insert(alerts)
+            .values(key=key, channel=channel, posted_at=_now())
+            .on_conflict_do_nothing(index_elements=[alerts.c.key])
+            .returning(alerts.c.key)
+        )
+        async with self.store._begin() as conn:
+            return (await conn.execute(statement)).first() is not None
+
+    async def alert_posted(self, key: str, ts: str) -> None:
+        """Remember where the message of a claimed key is (to edit it or reply under it)."""
+        async with self.store._begin() as conn:
+            await conn.execute(update(alerts).where(alerts.c.key == key).values(ts=ts))
+
+    async def forget_alert(self, key: str) -> None:
+        """Give a claim up because its post failed (the next poll tries again)."""
+        async with self.store._begin() as conn:
+            await conn.execute(delete(alerts).where(alerts.c.key == key))
+
+    async def claimed(self, keys: Collection[str]) -> frozenset[str]:
+        """Which of ``keys`` were posted (or deliberately skipped) already: one query."""
+        if not keys:
+            return frozenset()
+        statement = select(alerts.c.key).where(alerts.c.key.in_(list(keys)))
+        async with self.store._begin() as conn:
+            rows = (await conn.execute(statement)).scalars().all()
+        return frozenset(rows)
+
+    async def alert_ts(self, key: str) -> str | None:
+        async with self.store._begin() as conn:
+            row = (await conn.execute(select(alerts.c.ts).where(alerts.c.key == key))).first()
+        return None if row is None else row[0]
+
+    # ---- memory between polls ---------------------------------------------------------
+
+    async def recall(self, name: str) -> dict[str, Any]:
+        """What was remembered under ``name`` (empty if nothing)."""
+        statement = select(memory.c.data).where(memory.c.name == name)
+        async with self.store._begin() as conn:
+            row = (await conn.execute(statement)).first()
+        return dict(row[0]) if row is not None and isinstance(row[0], dict) else {}
+
+    async def remember(self, name: str, data: dict[str, Any]) -> None:
+        insert = self.store._insert(memory).values(name=name, data=data, updated_at=_now())
+        statement = insert.on_conflict_do_update(
+            index_elements=[memory.c.name],
+            set_={"data": insert.excluded.data, "updated_at": insert.excluded.updated_at},
+        )
+        async with self.store._begin() as conn:
+            await conn.execute(statement)
+
+    # ---- gpuops's own changes ----------------------------------------------------------
+
+    async def clusters_changed_since(
+        self, project: str, since: datetime, states: Collection[str]
+    ) -> frozenset[str]:
+        """Clusters of the project with a change request in ``states`` updated since then."""
+        statement = (
+            select(change_requests.c.cluster_id)
+            .where(
+                change_requests.c.project == project,
+                change_requests.c.state.in_(list(states)),
+                change_requests.c.updated_at >= since,
+            )
+            .distinct()
+        )
+        async with self.store._begin() as conn:
+            rows = (await conn.execute(statement)).scalars().all()
+        return frozenset(rows)
+
+    # ---- remediations -----------------------------------------------------------------
+
+    async def add_remediation(self, new: NewRemediationRecord) -> RemediationRecord | None:
+        """Store a newly seen remediation; None if it is already stored."""
+        now = _now()
+        statement = (
+            self.store._insert(remediations)
+            .values(
+                id=REMEDIATION_ID_PREFIX + new_request_id().removeprefix(REQUEST_ID_PREFIX),
+                decision=RemediationDecision.AWAITING.value,
+                created_at=now,
+                updated_at=now,
+                version=1,
+                **new.model_dump(),
+            )
+            .on_conflict_do_nothing(
+                index_elements=[remediations.c.project, remediations.c.remediation_id]
+            )
+            .returning(*remediations.c)
+        )
+        async with self.store._begin() as conn:
+            row = (await conn.execute(statement)).mappings().first()
+        return None if row is None else RemediationRecord.model_validate(dict(row))
+
+    async def get_remediation(self, record_id: str) -> RemediationRecord | None:
+        statement = select(remediations).where(remediations.c.id == record_id)
+        async with self.store._begin() as conn:
+            row = (await conn.execute(statement)).mappings().first()
+        return None if row is None else RemediationRecord.model_validate(dict(row))
+
+    async def followed_remediations(
+        self, project: str, finished_states: Collection[str]
+    ) -> list[RemediationRecord]:
+        """The project's posted remediations whose provider state is not final yet."""
+        statement = (
+            select(remediations)
+            .where(
+                remediations.c.project == project,
+                remediations.c.provider_state.not_in(list(finished_states)),
+            )
+            .order_by(remediations.c.created_at)
+        )
+        async with self.store._begin() as conn:
+            rows = (await conn.execute(statement)).mappings().all()
+        return [RemediationRecord.model_validate(dict(row)) for row in rows]
+
+    async def decide_remediation(
+        self,
+        record_id: str,
+        *,
+        from_decisions: Collection[RemediationDecision],
+        to: RemediationDecision,
+        **fields: Any,
+    ) -> RemediationRecord | None:
+        """Compare-and-set: move the decision if it is still one of ``from_decisions``;
+        the new record for the one winner, None for everyone else."""
+        return await self._update(
+            record_id,
+            remediations.c.decision.in_([d.value for d in from_decisions]),
+            decision=to.value,
+            **fields,
+        )
+
+    async def set_remediation(self, record_id: str, **fields: Any) -> RemediationRecord | None:
+        """Record facts (message ts, provider state) without deciding anything."""
+        return await self._update(record_id, None, **fields)
+
+    async def _update(
+        self, record_id: str, condition: Any, **fields: Any
+    ) -> RemediationRecord | None:
+        allowed = {"ts", "provider_state", "decided_by", "comment", "decision"}
+        unknown = set(fields) - allowed
+        if unknown:
+            raise ValueError(f"cannot set {', '.join(sorted(unknown))} on a remediation")
+        statement = update(remediations).where(remediations.c.id == record_id)
+        if condition is not None:
+            statement = statement.where(condition)
+        statement = statement.values(
+            updated_at=_now(), version=remediations.c.version + 1, **fields
+        ).returning(*remediations.c)
+        async with self.store._begin() as conn:
+            row = (await conn.execute(statement)).mappings().first()
+        return None if row is None else RemediationRecord.model_validate(dict(row))

@@ -1,0 +1,374 @@
+"""Together node remediations in the notify channel (SPEC §7.1): post each one newly
+awaiting approval once, follow it until it ends, and let one approver's click decide it.
+
+A decision is sent at most once: the click that moves the stored record from ``awaiting``
+to ``deciding`` (compare-and-set) is the only one that calls Together; approve and reject
+are never retried once they may have been processed."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, TypeVar
+
+from bot.core.access import Access, Refusal
+from bot.core.answers import Notice, Reply, error, notice
+from bot.core.notifier import NotDelivered
+from bot.core.policy import Role
+from bot.core.store.watch import (
+    NewRemediationRecord,
+    RemediationDecision,
+    RemediationRecord,
+    WatchStore,
+)
+from bot.core.watch.keys import remediation_key
+from bot.core.watch.notifier import DecisionOutcome, WatchNotifier
+from bot.metrics import REMEDIATION_DECISIONS, WATCH_ALERTS
+from bot.providers.base import ClusterSummary
+from bot.providers.errors import AlreadyDecided, ProviderError
+from bot.providers.together.remediations import (
+    FINAL_STATES,
+    Remediation,
+    RemediationClient,
+    RemediationRef,
+    RemediationState,
+)
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+Verb = Literal["approve", "reject"]
+RemediationsFor = Callable[[str], RemediationClient]
+
+_DONE: dict[Verb, tuple[RemediationDecision, DecisionOutcome, str]] = {
+    "approve": (RemediationDecision.APPROVED, "approved", "Approved"),
+    "reject": (RemediationDecision.REJECTED, "rejected", "Rejected"),
+}
+_FINISHED = [state.value for state in FINAL_STATES]
+# Clusters whose remediations are listed at the same time: a project of 50 clusters at 1 s
+# per call is polled in about 7 s, not 50, without a burst of 50 calls.
+LISTINGS_AT_ONCE = 8
+# A decision still being sent after this long was cut off (its replica died mid-call).
+STALE_DECISION = timedelta(minutes=5)
+_UNKNOWN = error("I do not know that remediation (was it posted by another gpuops?).")
+
+
+class RemediationDesk:
+    """Posting, following and deciding the remediations of watched Together projects."""
+
+    def __init__(
+        self,
+        *,
+        access: Access,
+        store: WatchStore,
+        notifier: WatchNotifier,
+        remediations_for: RemediationsFor,
+    ) -> None:
+        self.access = access
+        self.store = store
+        self.notifier = notifier
+        self.remediations_for = remediations_for
+
+    # ---- polling -----------------------------------------------------------------------
+
+    async def poll(self, project: str, channel: str, clusters: list[ClusterSummary]) -> None:
+        """Follow what was posted before, then post what newly awaits approval on the
+        project's clusters. Provider errors propagate (the watcher backs off)."""
+        client = self.remediations_for(project)
+        for record in await self.store.followed_remediations(project, _FINISHED):
+            await self._follow(client, record)
+        names = {
+            cluster.cluster_id: cluster.name
+            for cluster in clusters
+            if self.access.authorizer.cluster_allowed(project, cluster.cluster_id)
+        }
+        ids = sorted(names)
+        lists = await _bounded_gather(
+            [
+                client.list_remediations(cid, states=[RemediationState.PENDING_APPROVAL])
+                for cid in ids
+            ],
+            LISTINGS_AT_ONCE,
+        )
+        for cluster_id, pending in zip(ids, lists, strict=True):
+            for remediation in pending:
+                await self._post_new(project, channel, names[cluster_id], remediation)
+
+    async def _post_new(
+        self, project: str, channel: str, cluster_name: str, remediation: Remediation
+    ) -> None:
+        key = remediation_key(project, remediation.id)
+        if not await self.store.claim_alert(key, channel):
+            return
+        record = await self.store.add_remediation(
+            NewRemediationRecord(
+                project=project,
+                cluster_id=remediation.cluster_id,
+                cluster_name=cluster_name,
+                instance_id=remediation.instance_id,
+                remediation_id=remediation.id,
+                node=remediation.node,
+                channel=channel,
+                provider_state=remediation.state,
+            )
+        )
+        if record is None:
+            return  # stored by an earlier poll whose alert key was given up
+        try:
+            ts = await self.notifier.remediation_pending(record, remediation)
+        except NotDelivered as exc:
+            log.warning("could not post remediation %s: %s", remediation.id, exc.reason)
+            await self.store.forget_alert(key)
+            return
+        await self.store.alert_posted(key, ts)
+        await self.store.set_remediation(record.id, ts=ts)
+        WATCH_ALERTS.labels("remediation").inc()
+        await self.access.audit(
+            "gpuops",
+            "remediation_posted",
+            project=project,
+            cluster_id=remediation.cluster_id,
+            outcome="posted",
+            remediation=remediation.id,
+            node=remediation.node,
+            record=record.id,
+        )
+
+    async def _follow(self, client: RemediationClient, record: RemediationRecord) -> None:
+        remediation = await client.get(record.cluster_id, record.instance_id, record.remediation_id)
+        if remediation.awaiting_approval and _answer_lost(record):
+            await self._reopen(record, remediation)
+            return
+        if remediation.state == record.provider_state:
+            return
+        updated = await self.store.set_remediation(record.id, provider_state=remediation.state)
+        if updated is None:
+            return
+        if record.provider_state == RemediationState.PENDING_APPROVAL:
+            moved = await self.store.decide_remediation(
+                record.id,
+                from_decisions={RemediationDecision.AWAITING},
+                to=RemediationDecision.ELSEWHERE,
+            )
+            if moved is not None:
+                REMEDIATION_DECISIONS.labels("elsewhere").inc()
+                await self.notifier.remediation_left_elsewhere(moved, remediation)
+                await self.access.audit(
+                    "gpuops",
+                    "remediation_decided_elsewhere",
+                    project=record.project,
+                    cluster_id=record.cluster_id,
+                    outcome=remediation.state,
+                    remediation=record.remediation_id,
+                    reviewed_by=remediation.reviewed_by or "",
+                )
+                updated = moved
+        if remediation.state != RemediationState.PENDING_APPROVAL:
+            await self.notifier.remediation_progress(updated, remediation)
+
+    async def _reopen(self, record: RemediationRecord, remediation: Remediation) -> None:
+        """A decision whose answer was lost (or whose sender died), and a poll since shows
+        Together never took it (still awaiting approval): the buttons come back. A second
+        decision cannot act twice: Together refuses one on a remediation no longer pending."""
+        reopened = await self.store.decide_remediation(
+            record.id,
+            from_decisions={record.decision},
+            to=RemediationDecision.AWAITING,
+            decided_by=None,
+            comment=None,
+        )
+        if reopened is None:
+            return
+        await self.notifier.remediation_reopened(reopened, remediation)
+        await self.access.audit(
+            "gpuops",
+            "remediation_reopened",
+            project=record.project,
+            cluster_id=record.cluster_id,
+            outcome="awaiting",
+            remediation=record.remediation_id,
+        )
+
+    # ---- deciding ----------------------------------------------------------------------
+
+    async def may_decide(
+        self, *, user: str, channel: str, record_id: str, verb: Verb
+    ) -> Reply | None:
+        """None if ``user`` may decide it here (and it still awaits a decision); else the
+        refusal (audited) to show them — before a reject form is opened for nothing."""
+        record = await self.store.get_remediation(record_id)
+        if record is None:
+            return _UNKNOWN
+        refusal = await self._refusal(user, channel, record, verb)
+        if refusal is not None:
+            return refusal
+        if record.decision is not RemediationDecision.AWAITING:
+            return await self._lost(user, record, verb)
+        return None
+
+    async def decide(
+        self, *, user: str, channel: str, record_id: str, verb: Verb, comment: str | None = None
+    ) -> Reply:
+        """One click on approve or reject; the answer is for the person who clicked."""
+        record = await self.store.get_remediation(record_id)
+        if record is None:
+            return _UNKNOWN
+        refusal = await self._refusal(user, channel, record, verb)
+        if refusal is not None:
+            return refusal
+        won = await self.store.decide_remediation(
+            record.id,
+            from_decisions={RemediationDecision.AWAITING},
+            to=RemediationDecision.DECIDING,
+            decided_by=user,
+            comment=comment,
+        )
+        if won is None:
+            return await self._lost(user, record, verb)
+        await self._audit_click(user, won, verb, "sending")
+        return await self._send(user, won, verb, comment)
+
+    async def _refusal(
+        self, user: str, channel: str, record: RemediationRecord, verb: Verb
+    ) -> Reply | None:
+        try:
+            await self.access.require(
+                user, record.project, channel, Role.approver, doing=f"{verb} a remediation"
+            )
+        except Refusal as refusal:
+            REMEDIATION_DECISIONS.labels("refused").inc()
+            return await self.access.refuse(
+                user,
+                channel,
+                refusal,
+                project=record.project,
+                cluster_id=record.cluster_id,
+                command=f"{verb}_remediation {record.remediation_id}",
+            )
+        return None
+
+    async def _lost(self, user: str, record: RemediationRecord, verb: Verb) -> Reply:
+        latest = await self.store.get_remediation(record.id) or record
+        await self._audit_click(user, latest, verb, "too_late")
+        by = f" by <@{latest.decided_by}>" if latest.decided_by else ""
+        text = f"This remediation is no longer awaiting a decision ({latest.decision}{by})."
+        mentions = (latest.decided_by,) if latest.decided_by else ()
+        return Reply(Notice(text, mentions=mentions))
+
+    async def _send(
+        self, user: str, record: RemediationRecord, verb: Verb, comment: str | None
+    ) -> Reply:
+        client = self.remediations_for(record.project)
+        ref = RemediationRef(record.remediation_id, record.cluster_id, record.instance_id)
+        try:
+            if verb == "approve":
+                result = await client.approve(ref, comment=comment)
+            else:
+                result = await client.reject(ref, comment=comment)
+        except AlreadyDecided:
+            ending = _Ending(
+                RemediationDecision.ALREADY_DECIDED,
+                "already_decided",
+                "Already decided at Together: someone decided it first.",
+            )
+        except ProviderError as exc:
+            ending = _failure(exc)
+        else:
+            decision, outcome, done = _DONE[verb]
+            ending = _Ending(
+                decision, outcome, f"{done}; Together says {result.state}.", result.state
+            )
+        return await self._finish(user, record, verb, ending)
+
+    async def _finish(
+        self, user: str, record: RemediationRecord, verb: Verb, ending: _Ending
+    ) -> Reply:
+        fields: dict[str, str | None] = {}
+        if ending.provider_state is not None:
+            fields["provider_state"] = ending.provider_state
+        if ending.decision is RemediationDecision.AWAITING:
+            fields.update(decided_by=None, comment=None)
+        final = await self.store.decide_remediation(
+            record.id,
+            from_decisions={RemediationDecision.DECIDING},
+            to=ending.decision,
+            **fields,
+        )
+        REMEDIATION_DECISIONS.labels(ending.outcome).inc()
+        await self._audit_click(user, final or record, verb, ending.outcome, detail=ending.text)
+        await self.notifier.remediation_decided(final or record, ending.outcome, ending.text)
+        if ending.outcome in ("failed", "unknown"):
+            return error(ending.text)
+        return notice(ending.text)
+
+    async def _audit_click(
+        self,
+        user: str,
+        record: RemediationRecord,
+        verb: Verb,
+        outcome: str,
+        *,
+        detail: str = "",
+    ) -> None:
+        await self.access.audit(
+            user,
+            f"remediation_{verb}",
+            project=record.project,
+            cluster_id=record.cluster_id,
+            outcome=outcome,
+            remediation=record.remediation_id,
+            node=record.node,
+            record=record.id,
+            detail=detail,
+        )
+
+
+@dataclass(frozen=True)
+class _Ending:
+    decision: RemediationDecision
+    outcome: DecisionOutcome
+    text: str
+    provider_state: str | None = None
+
+
+def _answer_lost(record: RemediationRecord) -> bool:
+    if record.decision is RemediationDecision.UNKNOWN:
+        return True
+    stale = datetime.now(UTC) - record.updated_at > STALE_DECISION
+    return record.decision is RemediationDecision.DECIDING and stale
+
+
+def _failure(exc: ProviderError) -> _Ending:
+    if exc.may_have_applied:
+        return _Ending(
+            RemediationDecision.UNKNOWN,
+            "unknown",
+            f"Together may or may not have taken it ({exc.user_message}); it is not sent "
+            "again, and its thread will follow what Together reports.",
+        )
+    return _Ending(
+        RemediationDecision.AWAITING,
+        "failed",
+        f"Together did not take it: {exc.user_message}. The buttons are back; try again.",
+    )
+
+
+async def _bounded_gather(calls: list[Coroutine[Any, Any, _T]], limit: int) -> list[_T]:
+    """Await every call, at most ``limit`` at a time; the first error cancels the rest."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(call: Coroutine[Any, Any, _T]) -> _T:
+        async with gate:
+            return await call
+
+    tasks = [asyncio.ensure_future(one(call)) for call in calls]
+    try:
+        return list(await asyncio.gather(*tasks))
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

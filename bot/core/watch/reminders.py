@@ -1,0 +1,82 @@
+"""Reservation reminder horizons (policy ``reservation_reminders``: ``24h``, ``1h``,
+``30m``) and which of them are due for a reservation end time (SPEC §7.2).
+
+When several horizons fall due at one poll (the watcher started late, or the end time was
+moved closer), only the tightest is posted; the wider ones are skipped, not posted late.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+_HORIZON = re.compile(r"^\s*(\d+)\s*([dhm])\s*$", re.IGNORECASE)
+_UNITS = {"d": timedelta(days=1), "h": timedelta(hours=1), "m": timedelta(minutes=1)}
+
+
+@dataclass(frozen=True, order=True)
+class Horizon:
+    """A reminder horizon: ``text`` as written in the policy, ``before`` the end."""
+
+    before: timedelta
+    text: str
+
+
+def parse_horizon(text: str) -> Horizon:
+    """``24h`` → 24 hours before the end; ``30m``, ``2d`` likewise. ValueError otherwise."""
+    match = _HORIZON.match(text) if isinstance(text, str) else None
+    if match is None:
+        raise ValueError(f"{text!r} is not a reminder horizon like 24h, 1h or 30m")
+    amount = int(match.group(1))
+    if amount == 0:
+        raise ValueError(f"{text!r}: a reminder horizon must be more than zero")
+    unit = match.group(2).lower()
+    return Horizon(before=amount * _UNITS[unit], text=f"{amount}{unit}")
+
+
+def parse_horizons(texts: Iterable[str]) -> list[Horizon]:
+    """Distinct horizons, widest first."""
+    unique = {h.before: h for h in (parse_horizon(t) for t in texts)}
+    return sorted(unique.values(), reverse=True)
+
+
+@dataclass(frozen=True)
+class DueReminders:
+    post: Horizon | None  # the reminder to post now
+    skip: tuple[Horizon, ...]  # passed horizons to mark as done without posting
+
+
+def due(
+    end_time: datetime,
+    now: datetime,
+    horizons: Sequence[Horizon],
+    done: Iterable[str] = (),
+) -> DueReminders:
+    """Which reminders are due at ``now`` for a reservation ending at ``end_time``, given
+    the horizon texts already ``done`` (posted or skipped) for that end time. Nothing is
+    due once the reservation has ended."""
+    if now >= end_time:
+        return DueReminders(None, ())
+    finished = set(done)
+    reached = [h for h in horizons if now >= end_time - h.before and h.text not in finished]
+    if not reached:
+        return DueReminders(None, ())
+    tightest = min(reached)
+    return DueReminders(
+        tightest, tuple(sorted((h for h in reached if h != tightest), reverse=True))
+    )
+
+
+def remaining_text(end_time: datetime, now: datetime) -> str:
+    """``in 23 h``, ``in 45 min``, ``in 2 d 3 h``: how long until the end, rounded down."""
+    left = max(end_time - now, timedelta(0))
+    minutes = int(left.total_seconds() // 60)
+    days, rest = divmod(minutes, 24 * 60)
+    hours, mins = divmod(rest, 60)
+    if days:
+        return f"in {days} d {hours} h" if hours else f"in {days} d"
+    if hours:
+        return f"in {hours} h"
+    return f"in {mins} min"

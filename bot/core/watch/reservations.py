@@ -1,0 +1,115 @@
+"""Reservation reminders in the notify channel (SPEC §7.2): for each Together cluster with
+a ``reservation_end_time``, one reminder per horizon of the policy's
+``reservation_reminders``, with a button that opens the update form on that field.
+
+Each horizon's alert key is stored once posted (or skipped, when a tighter one fell due at
+the same poll), so a restart or a failover never repeats a reminder; a new end time is a
+new reservation end with reminders of its own."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from bot.core.access import Access
+from bot.core.notifier import NotDelivered
+from bot.core.store.watch import WatchStore
+from bot.core.watch.keys import reminder_key
+from bot.core.watch.notifier import ReservationReminder, WatchNotifier
+from bot.core.watch.reminders import Horizon, due, remaining_text
+from bot.metrics import WATCH_ALERTS
+from bot.providers.base import ClusterSummary
+
+log = logging.getLogger(__name__)
+
+END_TIME = "reservation_end_time"
+
+
+def reservation_end(summary: ClusterSummary) -> datetime | None:
+    raw = summary.details.get(END_TIME)
+    if not isinstance(raw, str) or not raw:
+        return None
+    try:
+        end = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return end if end.tzinfo is not None else end.replace(tzinfo=UTC)
+
+
+class ReminderDesk:
+    def __init__(self, *, access: Access, store: WatchStore, notifier: WatchNotifier) -> None:
+        self.access = access
+        self.store = store
+        self.notifier = notifier
+
+    async def poll(
+        self,
+        project: str,
+        channel: str,
+        clusters: list[ClusterSummary],
+        horizons: Sequence[Horizon],
+        now: datetime | None = None,
+    ) -> None:
+        moment = now or datetime.now(UTC)
+        ending = [
+            (summary, end)
+            for summary in clusters
+            if (end := reservation_end(summary)) is not None
+            and self.access.authorizer.cluster_allowed(project, summary.cluster_id)
+        ]
+        keys = {
+            summary.cluster_id: {
+                h.text: reminder_key(project, summary.cluster_id, end, h.text) for h in horizons
+            }
+            for summary, end in ending
+        }
+        claimed = await self.store.claimed([k for each in keys.values() for k in each.values()])
+        for summary, end in ending:
+            cluster_keys = keys[summary.cluster_id]
+            done = [text for text, key in cluster_keys.items() if key in claimed]
+            await self._remind(project, channel, summary, end, horizons, moment, done)
+
+    async def _remind(
+        self,
+        project: str,
+        channel: str,
+        summary: ClusterSummary,
+        end: datetime,
+        horizons: Sequence[Horizon],
+        now: datetime,
+        done: list[str],
+    ) -> None:
+        keys = {h.text: reminder_key(project, summary.cluster_id, end, h.text) for h in horizons}
+        reminders = due(end, now, horizons, done)
+        for skipped in reminders.skip:
+            await self.store.claim_alert(keys[skipped.text], channel)
+        if reminders.post is None or not await self.store.claim_alert(
+            keys[reminders.post.text], channel
+        ):
+            return
+        key = keys[reminders.post.text]
+        reminder = ReservationReminder(
+            project=project,
+            summary=summary,
+            end_time=end,
+            horizon=reminders.post.text,
+            remaining=remaining_text(end, now),
+        )
+        try:
+            ts = await self.notifier.reservation_reminder(channel, reminder)
+        except NotDelivered as exc:
+            log.warning("could not post a reminder for %s: %s", summary.cluster_id, exc.reason)
+            await self.store.forget_alert(key)
+            return
+        await self.store.alert_posted(key, ts)
+        WATCH_ALERTS.labels("reminder").inc()
+        await self.access.audit(
+            "gpuops",
+            "reservation_reminder",
+            project=project,
+            cluster_id=summary.cluster_id,
+            outcome="posted",
+            horizon=reminders.post.text,
+            reservation_end_time=end.isoformat(),
+        )

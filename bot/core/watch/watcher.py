@@ -1,0 +1,175 @@
+"""The watcher: one per deployment (a lease in the store), polling each watched project
+every ``every_seconds`` in a background task of its own (SPEC §7).
+
+The holder renews its lease every half interval with a time to live of one and a half, so
+when it dies another replica holds the lease within two intervals. Each project's poll
+runs as a task of its own, so a slow provider delays neither the lease nor the others, and
+none of it takes a pacer slot: people's acks and forms never wait behind a poll. What is
+posted is decided by alert keys in the store, so even two pollers (a lease that lapsed
+mid-poll) post nothing twice."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from bot.core.policy import Policy, TogetherProject
+from bot.core.store import Store
+from bot.core.watch.backoff import PollBackoff
+from bot.core.watch.config import WatchConfig
+from bot.core.watch.incidents import IncidentDesk
+from bot.core.watch.remediations import RemediationDesk
+from bot.core.watch.reservations import ReminderDesk
+from bot.metrics import WATCH_POLLS
+from bot.providers.base import ProviderAdapter
+from bot.providers.errors import ProviderError
+
+log = logging.getLogger(__name__)
+
+LEASE_NAME = "gpuops-watcher"
+
+
+@dataclass
+class WatchedProject:
+    name: str
+    provider: str
+    channel: str
+    config: WatchConfig
+    every_seconds: float
+    backoff: PollBackoff
+    due: float = 0.0  # time.monotonic() of the next poll
+    polling: asyncio.Task[None] | None = field(default=None, repr=False)
+
+
+def watched_projects(policy: Policy, every_override: float | None) -> list[WatchedProject]:
+    """The projects whose policy has ``watch`` (with their notify channel)."""
+    found = []
+    for name, project in sorted(policy.projects.items()):
+        if project.watch is None or project.notify_channel is None:
+            continue
+        every = every_override or float(project.watch.every_seconds)
+        found.append(
+            WatchedProject(
+                name=name,
+                provider=project.provider,
+                channel=project.notify_channel,
+                config=project.watch,
+                every_seconds=every,
+                backoff=PollBackoff(every),
+            )
+        )
+    return found
+
+
+class Watcher:
+    def __init__(
+        self,
+        *,
+        policy: Policy,
+        store: Store,
+        adapter_for: Callable[[str], ProviderAdapter],
+        remediations: RemediationDesk,
+        incidents: IncidentDesk,
+        reminders: ReminderDesk,
+        instance_id: str,
+        every_override: float | None = None,
+    ) -> None:
+        self.policy = policy
+        self.store = store
+        self.adapter_for = adapter_for
+        self.remediations = remediations
+        self.incidents = incidents
+        self.reminders = reminders
+        self.instance_id = instance_id
+        self.projects = watched_projects(policy, every_override)
+        interval = min((p.every_seconds for p in self.projects), default=60.0)
+        self.tick_seconds = interval / 2
+        self.lease_seconds = interval * 1.5
+        self.holding = False
+        self.stopping = False  # no new polls once a shutdown began
+
+    async def run_forever(self) -> None:
+        """Hold the lease (or wait for it) and poll what is due, until cancelled."""
+        if not self.projects:
+            return
+        try:
+            while True:
+                await self.tick()
+                await asyncio.sleep(self.tick_seconds)
+        finally:
+            await self._stop_polls()
+            if self.holding:
+                with contextlib.suppress(Exception):
+                    await self.store.release_lease(LEASE_NAME, self.instance_id)
+
+    async def tick(self) -> None:
+        try:
+            held = await self.store.acquire_lease(LEASE_NAME, self.instance_id, self.lease_seconds)
+        except Exception as exc:  # the store is down: stop polling until it is back
+            log.warning("watcher lease unavailable: %s", type(exc).__name__)
+            held = False
+        if held and not self.holding:
+            log.info("watcher: %s now watches %d project(s)", self.instance_id, len(self.projects))
+        if not held and self.holding:
+            log.warning("watcher: %s lost the watch lease", self.instance_id)
+            await self._stop_polls()
+        self.holding = held
+        if not held or self.stopping:
+            return
+        now = time.monotonic()
+        for project in self.projects:
+            idle = project.polling is None or project.polling.done()
+            if idle and now >= project.due:
+                project.polling = asyncio.create_task(self._poll(project))
+
+    async def _poll(self, project: WatchedProject) -> None:
+        try:
+            await self.poll_once(project)
+        except ProviderError as exc:
+            WATCH_POLLS.labels(project.provider, exc.kind).inc()
+            delay = project.backoff.after_error(exc)
+            log.warning(
+                "watch poll of %s failed (%s); next in %.0f s", project.name, exc.kind, delay
+            )
+        except Exception:
+            WATCH_POLLS.labels(project.provider, "internal").inc()
+            log.exception("watch poll of %s failed", project.name)
+            delay = project.backoff.after_success()
+        else:
+            WATCH_POLLS.labels(project.provider, "ok").inc()
+            delay = project.backoff.after_success()
+        project.due = time.monotonic() + delay
+
+    async def poll_once(self, project: WatchedProject) -> None:
+        """One poll of one project: its clusters, then what the policy asks to watch."""
+        clusters = await self.adapter_for(project.name).list_clusters()
+        if project.config.status:
+            await self.incidents.poll(project.name, project.channel, clusters)
+        if not isinstance(self.policy.project(project.name), TogetherProject):
+            return  # remediations and reservations are Together's
+        if project.config.horizons:
+            horizons = project.config.horizons
+            await self.reminders.poll(project.name, project.channel, clusters, horizons)
+        if project.config.remediations:
+            await self.remediations.poll(project.name, project.channel, clusters)
+
+    async def finish_polls(self, within: float) -> None:
+        """Let the polls in flight finish (at most ``within`` s) before a shutdown cancels
+        them: a poll cut off between posting a message and storing where it is would
+        leave that message without its edits and replies."""
+        self.stopping = True
+        running = [p.polling for p in self.projects if p.polling is not None]
+        if running:
+            await asyncio.wait(running, timeout=within)
+
+    async def _stop_polls(self) -> None:
+        running = [p.polling for p in self.projects if p.polling is not None]
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        for project in self.projects:
+            project.polling = None

@@ -1,0 +1,100 @@
+"""SlackWatchNotifier: the watcher's port (bot.core.watch.notifier) in Slack — a
+remediation's or a health incident's root message in the notify channel, edits to it and
+replies in its thread."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from bot.core.notifier import NotDelivered
+from bot.core.store.watch import RemediationDecision, RemediationRecord
+from bot.core.watch.health import HealthEvent
+from bot.core.watch.notifier import DecisionOutcome, ReservationReminder
+from bot.providers.together.remediations import Remediation
+from bot.slack import watch_blocks as render
+from bot.slack.blocks import SlackMessage
+from bot.slack.messenger import Messenger, SlackDeliveryError
+
+log = logging.getLogger(__name__)
+
+
+class SlackWatchNotifier:
+    def __init__(self, messenger: Messenger) -> None:
+        self.messenger = messenger
+
+    async def remediation_pending(self, record: RemediationRecord, remediation: Remediation) -> str:
+        message = render.remediation_pending(record, remediation)
+        try:
+            return await self.messenger.post(record.channel, message)
+        except SlackDeliveryError as exc:
+            raise NotDelivered(exc.code, exc.user_message) from exc
+
+    async def remediation_decided(
+        self, record: RemediationRecord, outcome: DecisionOutcome, detail: str
+    ) -> None:
+        if record.ts is None:
+            return
+        if record.decision is not RemediationDecision.AWAITING:
+            await self._edit(record, render.remediation_decided(record, outcome))
+        await self._reply(record, render.decision_note(record, outcome, detail))
+
+    async def remediation_left_elsewhere(
+        self, record: RemediationRecord, remediation: Remediation
+    ) -> None:
+        status = render.elsewhere_status(remediation)
+        await self._edit(record, render.remediation_closed(record, remediation, status))
+
+    async def remediation_reopened(
+        self, record: RemediationRecord, remediation: Remediation
+    ) -> None:
+        await self._edit(record, render.remediation_pending(record, remediation))
+        await self._reply(record, render.reopened_note())
+
+    async def remediation_progress(
+        self, record: RemediationRecord, remediation: Remediation
+    ) -> None:
+        await self._reply(record, render.progress_note(remediation))
+
+    async def incident_opened(self, project: str, channel: str, event: HealthEvent) -> str:
+        try:
+            return await self.messenger.post(channel, render.incident_open(project, event))
+        except SlackDeliveryError as exc:
+            raise NotDelivered(exc.code, exc.user_message) from exc
+
+    async def incident_changed(
+        self, project: str, channel: str, root: str, event: HealthEvent
+    ) -> None:
+        with contextlib.suppress(SlackDeliveryError):
+            await self.messenger.update(channel, root, render.incident_open(project, event))
+
+    async def incident_recovered(
+        self, project: str, channel: str, root: str, event: HealthEvent
+    ) -> str:
+        try:
+            ts = await self.messenger.post(channel, render.recovery_note(event), thread_ts=root)
+        except SlackDeliveryError as exc:
+            raise NotDelivered(exc.code, exc.user_message) from exc
+        with contextlib.suppress(SlackDeliveryError):
+            await self.messenger.update(channel, root, render.incident_closed(project, event))
+        return ts
+
+    async def reservation_reminder(self, channel: str, reminder: ReservationReminder) -> str:
+        try:
+            return await self.messenger.post(channel, render.reservation_reminder(reminder))
+        except SlackDeliveryError as exc:
+            raise NotDelivered(exc.code, exc.user_message) from exc
+
+    async def _edit(self, record: RemediationRecord, message: SlackMessage) -> None:
+        if record.ts is None:
+            return
+        with contextlib.suppress(SlackDeliveryError):
+            await self.messenger.update(record.channel, record.ts, message)
+
+    async def _reply(self, record: RemediationRecord, message: SlackMessage) -> None:
+        if record.ts is None:
+            return
+        try:
+            await self.messenger.post(record.channel, message, thread_ts=record.ts)
+        except SlackDeliveryError as exc:
+            log.warning("could not reply under remediation %s: %s", record.id, exc.code)
