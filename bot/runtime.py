@@ -19,9 +19,10 @@ from slack_sdk.web.async_client import AsyncWebClient
 import handlers
 from bot.config import Settings
 from bot.core.access import Access
+from bot.core.authorizer import Authorizer
 from bot.core.home import HomeActions, HomeBuilder
 from bot.core.home_refresh import FanOutNotifier, HomeRefresher
-from bot.core.policy import Authorizer, Policy, load_policy
+from bot.core.policy import Policy, load_policy
 from bot.core.registry import AdapterRegistry
 from bot.core.requests.workflow import ChangeWorkflow
 from bot.core.service import CommandService

@@ -10,7 +10,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from bot.core.answers import Reply, error
-from bot.core.policy import Authorizer, Policy, Role
+from bot.core.authorizer import Authorizer
+from bot.core.policy import Policy, Role
 from bot.core.store import Store, StoreUnavailable
 from bot.providers.base import ChangeInputError, ChangePlan, ClusterState, ProviderAdapter
 from bot.providers.errors import ProviderError, RuleViolation

@@ -12,7 +12,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from bot.core.access import Access, Refusal
 from bot.core.answers import ClusterCard, Reply
-from bot.core.policy import Authorizer, Role
+from bot.core.authorizer import Authorizer
+from bot.core.policy import Role
 from bot.core.pricing import change_price_line
 from bot.core.registry import MissingCredential
 from bot.core.requests.decisions import Decision, NeedsBreakGlass

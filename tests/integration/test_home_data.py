@@ -9,8 +9,9 @@ from typing import Any
 import yaml
 from slack_sdk.models.views import View
 
+from bot.core.authorizer import Authorizer
 from bot.core.home import STORE_UNAVAILABLE, HomeBuilder, HomeData, HomeLimits
-from bot.core.policy import Authorizer, Policy
+from bot.core.policy import Policy
 from bot.core.store import RequestState, Store
 from bot.local.demo.stack import DEMO_POLICY, LocalStack
 from bot.local.simulators.base import Fault, FaultKind

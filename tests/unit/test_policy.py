@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bot.core.authorizer import Authorizer
 from bot.core.policy import (
     DEFAULT_APPROVAL,
     E2E_KINDS,
     TOGETHER_KINDS,
-    Authorizer,
     E2EProject,
     GrantRow,
     Policy,
@@ -308,7 +308,7 @@ async def test_resolver_failure_means_that_group_grants_nothing(
 ) -> None:
     groups = FakeGroups(broken={"S0BROKEN", "S0PLATFORM"})
     auth = Authorizer(policy, groups)
-    with caplog.at_level(logging.WARNING, logger="bot.core.policy"):
+    with caplog.at_level(logging.WARNING, logger="bot.core.authorizer"):
         assert await auth.role_for("U04DAVE", "together-dev", None) is None
         assert await auth.role_for("U03CAROL", "e2e-delhi", None) is None
         # A direct grant does not depend on the broken groups.

@@ -13,7 +13,8 @@ import pytest
 from aiohttp import web
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.core.policy import Authorizer, Policy, Role, load_policy
+from bot.core.authorizer import Authorizer
+from bot.core.policy import Policy, Role, load_policy
 from bot.slack.usergroups import SlackUserGroupResolver
 from tests.unit.test_policy import POLICY
 

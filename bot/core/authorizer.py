@@ -1,0 +1,129 @@
+"""Who may do what: a user's role for a project in a channel, from the policy's grants
+(users and Slack user groups, optionally limited to channels); deny by default."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Protocol
+
+from bot.core.policy import Grant, Policy, Role
+
+logger = logging.getLogger(__name__)
+
+
+class UserGroupResolver(Protocol):
+    async def members(self, usergroup_id: str) -> frozenset[str]: ...
+
+
+@dataclass(frozen=True)
+class AccessDecision:
+    allowed: bool
+    role: Role | None
+    reason: str
+
+
+def _channel_list(channels: Iterable[str]) -> str:
+    return ", ".join(f"<#{c}>" for c in sorted(set(channels)))
+
+
+class Authorizer:
+    """Answers "what may this user do on this project, here?" from the policy."""
+
+    def __init__(self, policy: Policy, groups: UserGroupResolver) -> None:
+        self.policy = policy
+        self.groups = groups
+
+    async def role_for(self, user: str, project: str, channel: str | None) -> Role | None:
+        grants = await self._grants_of(user, project)
+        return max((g.role for g in grants if g.holds_in(channel)), default=None)
+
+    async def check(
+        self,
+        user: str,
+        project: str,
+        channel: str | None,
+        needed: Role,
+        *,
+        action: str = "this",
+    ) -> AccessDecision:
+        """Decide and say why. ``action`` words the refusal: "approving needs approver"."""
+        grants = await self._grants_of(user, project)
+        if not grants:
+            return AccessDecision(False, None, f"no such project or no access: {project}")
+        here = [g for g in grants if g.holds_in(channel)]
+        role = max((g.role for g in here), default=None)
+        if role is None:
+            channels = [c for g in grants for c in g.channels or ()]
+            reason = f"your grant on {project} holds only in {_channel_list(channels)} — ask there"
+            return AccessDecision(False, None, reason)
+        if role < needed:
+            reason = f"you are {role} on {project}; {action} needs {needed}"
+            elsewhere = [
+                c
+                for g in grants
+                if g.role >= needed and not g.holds_in(channel)
+                for c in g.channels or ()
+            ]
+            if elsewhere:
+                reason += f" (your {needed} grant holds in {_channel_list(elsewhere)} — ask there)"
+            return AccessDecision(False, role, reason)
+        return AccessDecision(True, role, f"you are {role} on {project}")
+
+    async def projects_for(
+        self, user: str, channel: str | None, min_role: Role = Role.viewer
+    ) -> list[str]:
+        grants = [g for g in await self._grants_of(user) if g.holds_in(channel)]
+        return sorted(
+            project
+            for project in self.policy.projects
+            if max((g.role for g in grants if g.covers(project)), default=0) >= min_role
+        )
+
+    async def projects_granted(
+        self, user: str, min_role: Role = Role.viewer, *, anywhere: bool = False
+    ) -> list[str]:
+        """Projects where the user holds ``min_role`` for places that have no channel, such
+        as the Home tab: only grants that hold in every channel count (deny by default).
+        With ``anywhere``, a grant scoped to some channels counts too (a candidate to check
+        in a channel)."""
+        grants = [g for g in await self._grants_of(user) if anywhere or g.channels is None]
+        return sorted(
+            project
+            for project in self.policy.projects
+            if max((g.role for g in grants if g.covers(project)), default=0) >= min_role
+        )
+
+    def cluster_allowed(self, project: str, cluster_id: str) -> bool:
+        config = self.policy.projects.get(project)
+        if config is None:
+            return False
+        return any(fnmatchcase(cluster_id, pattern) for pattern in config.clusters)
+
+    async def _grants_of(self, user: str, project: str | None = None) -> list[Grant]:
+        """The grants whose principals include the user (for one project, if given)."""
+        if project is not None and project not in self.policy.projects:
+            return []
+        candidates = [g for g in self.policy.grants if project is None or g.covers(project)]
+        group_ids = sorted({gid for g in candidates if user not in g.users for gid in g.usergroups})
+        member_sets = await asyncio.gather(*(self._members(gid) for gid in group_ids))
+        members = dict(zip(group_ids, member_sets, strict=True))
+        return [
+            g
+            for g in candidates
+            if user in g.users or any(user in members.get(gid, ()) for gid in g.usergroups)
+        ]
+
+    async def _members(self, usergroup_id: str) -> frozenset[str]:
+        try:
+            return await self.groups.members(usergroup_id)
+        except Exception as exc:  # a broken lookup must deny, never crash the caller
+            logger.warning(
+                "user group %s could not be resolved (%s); it grants nothing",
+                usergroup_id,
+                type(exc).__name__,
+            )
+            return frozenset()
