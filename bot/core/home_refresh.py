@@ -103,8 +103,10 @@ class HomeRefresher:
 
     # -- who a change concerns --------------------------------------------------------------
     def _refresh(self, users: Iterable[str]) -> None:
+        # Only tabs people have opened: building one lists every granted project's clusters,
+        # and a tab nobody looks at is published fresh when its owner opens it.
         for user in dict.fromkeys(users):
-            if user and user != "gpuops":
+            if user in self._viewers:
                 self.schedule(user)
 
     def _refresh_approvers(self, record: ChangeRequestRecord) -> None:

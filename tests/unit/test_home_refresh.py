@@ -101,7 +101,7 @@ async def test_a_decision_refreshes_requester_actor_and_approvers_who_opened_hom
         return user == "U02BOB"
 
     refresher = HomeRefresher(recorder.publish, may_approve, interval=0.0, delay=0.0)
-    for viewer in ("U02BOB", "U05ERIN"):
+    for viewer in ("U02BOB", "U05ERIN", "U03CAROL", "U04DAVE"):
         refresher.opened(viewer)
     await refresher.drain()
     recorder.published.clear()
@@ -111,6 +111,22 @@ async def test_a_decision_refreshes_requester_actor_and_approvers_who_opened_hom
     assert sorted(u for u, _ in recorder.published) == ["U02BOB", "U03CAROL", "U04DAVE"]
     recorder.published.clear()
     await refresher.request_changed(record(), RequestEvent("finished", "gpuops"))
+    await refresher.drain()
+    assert [u for u, _ in recorder.published] == ["U04DAVE"]
+
+
+async def test_a_tab_nobody_opened_is_not_published_on_a_change() -> None:
+    recorder = Recorder()
+
+    async def may_approve(user: str, _record: ChangeRequestRecord) -> bool:
+        return True
+
+    refresher = HomeRefresher(recorder.publish, may_approve, interval=0.0, delay=0.0)
+    await refresher.request_opened(record())
+    await refresher.request_changed(record(), RequestEvent("denied", "U03CAROL", left_pending=True))
+    await refresher.drain()
+    assert recorder.published == []  # building a tab lists every project: only for readers
+    refresher.opened("U04DAVE")
     await refresher.drain()
     assert [u for u, _ in recorder.published] == ["U04DAVE"]
 
