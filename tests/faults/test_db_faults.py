@@ -45,10 +45,15 @@ pytestmark = pytest.mark.postgres
 
 S = RequestState
 LEASE = 1.0  # execution lease (its heartbeat renews every third of it)
-STORE_TIMEOUT = 0.5  # connect and transaction bounds of the proxied replica
+STORE_TIMEOUT = 0.5  # connect and transaction bounds of the replicas behind the proxy
+HEALTHY_STORE_TIMEOUT = 5.0  # the direct replica's: a busy machine must not fail a healthy read
 DB_SETTINGS: dict[str, Any] = {
     **FAST_RETRY_SETTINGS,
     "gpuops_exec_lease_seconds": LEASE,
+    "gpuops_db_connect_timeout": HEALTHY_STORE_TIMEOUT,
+    "gpuops_db_operation_timeout": HEALTHY_STORE_TIMEOUT,
+}
+PROXIED_SETTINGS: dict[str, Any] = {
     "gpuops_db_connect_timeout": STORE_TIMEOUT,
     "gpuops_db_operation_timeout": STORE_TIMEOUT,
 }
@@ -107,7 +112,10 @@ async def stack(make_stack: StackFactory, database: str) -> LocalStack:
 async def proxied(stack: LocalStack, proxy: FaultProxy, database: str) -> AsyncIterator[BotReplica]:
     """Replica "proxied" on the same database, through the fault proxy (healed at the end)."""
     replica = await stack.start_replica(
-        "proxied", start_background=False, database_url=_url(database, proxy.port)
+        "proxied",
+        start_background=False,
+        database_url=_url(database, proxy.port),
+        settings=PROXIED_SETTINGS,
     )
     yield replica
     await proxy.heal_async()
@@ -396,7 +404,10 @@ async def test_follow_up_goes_on_through_an_outage(
         extra_settings=DB_SETTINGS,
     )
     proxied = await stack.start_replica(
-        "proxied", start_background=False, database_url=_url(database, proxy.port)
+        "proxied",
+        start_background=False,
+        database_url=_url(database, proxy.port),
+        settings=PROXIED_SETTINGS,
     )
     project, cluster = TOGETHER
     opened = await open_direct(stack, DAVE, project, cluster, "update", {"num_gpus": "8"})

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -244,17 +245,19 @@ class LocalStack:
         *,
         start_background: bool | None = None,
         database_url: str | None = None,
+        settings: Mapping[str, Any] | None = None,
     ) -> BotReplica:
         """Another bot replica on the same database, simulators and FakeSlack (as a second
         ``gpuops serve`` would be); stopped with the stack. Several replicas need a database
         that several processes share: PostgreSQL (or, one at a time, the SQLite file).
-        ``database_url`` reaches that same database another way (e.g. a fault proxy)."""
-        update: dict[str, Any] = {"gpuops_instance_id": instance_id}
+        ``database_url`` reaches that same database another way (e.g. a fault proxy);
+        ``settings`` overrides this replica's settings (e.g. tighter store bounds)."""
+        update: dict[str, Any] = {**(settings or {}), "gpuops_instance_id": instance_id}
         if database_url is not None:
             update["gpuops_database_url"] = database_url
-        settings = self.runtime.settings.model_copy(update=update)
+        replica_settings = self.runtime.settings.model_copy(update=update)
         replica = await serve_bot(
-            settings,
+            replica_settings,
             _provider_env(self.options),
             self.slack,
             instance_id=instance_id,

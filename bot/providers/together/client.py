@@ -92,45 +92,11 @@ def _reason(status: int) -> str:
 LIST, GET, CHANGE = Operation.LIST_CLUSTERS, Operation.GET_CLUSTER, Operation.CHANGE_CLUSTER
 
 
-class TogetherClient:
-    """Typed calls to Together's cluster endpoints over a ProviderTransport."""
+class TogetherCalls:
+    """One call to Together's API over a ProviderTransport: its failures typed and counted."""
 
-    def __init__(self, transport: ProviderTransport, project_id: str | None = None) -> None:
+    def __init__(self, transport: ProviderTransport) -> None:
         self.transport = transport
-        self.project_id = project_id
-
-    async def list_clusters(self) -> list[TogetherCluster]:
-        params = {"projectId": self.project_id} if self.project_id else None
-        body = await self._call("GET", "compute/clusters", LIST, RetryMode.READ, params=params)
-        try:
-            return ClusterList.model_validate(body).clusters
-        except ValidationError as exc:
-            raise self._malformed(LIST, exc, may_have_applied=False) from None
-
-    async def get_cluster(self, cluster_id: str) -> TogetherCluster:
-        body = await self._call("GET", self._path(cluster_id, GET), GET, RetryMode.READ)
-        return self._cluster(body, GET, may_have_applied=False)
-
-    async def update_cluster(self, cluster_id: str, update: ClusterUpdate) -> TogetherCluster:
-        body = await self._call(
-            "PUT",
-            self._path(cluster_id, CHANGE),
-            CHANGE,
-            RetryMode.IDEMPOTENT_WRITE,
-            json_body=update.to_body(),
-        )
-        return self._cluster(body, CHANGE, may_have_applied=True)
-
-    async def aclose(self) -> None:
-        await self.transport.aclose()
-
-    # -- internals ----------------------------------------------------------------------
-    def _path(self, cluster_id: str, operation: Operation) -> str:
-        if not cluster_id:
-            raise self._count(
-                operation, ProviderRequestError("no cluster id given", provider=PROVIDER)
-            )
-        return cluster_path(cluster_id)
 
     async def _call(
         self,
@@ -139,7 +105,7 @@ class TogetherClient:
         operation: Operation,
         mode: RetryMode,
         *,
-        params: Mapping[str, str] | None = None,
+        params: Mapping[str, Any] | None = None,
         json_body: Any = None,
     ) -> Any:
         write = mode is not RetryMode.READ
@@ -174,16 +140,8 @@ class TogetherClient:
             may_have_applied=may_have_applied,
         )
 
-    def _cluster(
-        self, body: Any, operation: Operation, *, may_have_applied: bool
-    ) -> TogetherCluster:
-        try:
-            return TogetherCluster.model_validate(body)
-        except ValidationError as exc:
-            raise self._malformed(operation, exc, may_have_applied=may_have_applied) from None
-
     def _malformed(
-        self, operation: Operation, exc: ValidationError, *, may_have_applied: bool
+        self, operation: Operation, exc: ValidationError, *, what: str, may_have_applied: bool
     ) -> ProviderError:
         first = exc.errors()[0] if exc.errors() else None
         where = ".".join(str(p) for p in first["loc"]) if first else "?"
@@ -191,7 +149,7 @@ class TogetherClient:
         return self._count(
             operation,
             ProviderMalformedReply(
-                f"the reply is not a cluster object ({exc.error_count()} problems, first {detail})",
+                f"the reply is not {what} ({exc.error_count()} problems, first {detail})",
                 provider=PROVIDER,
                 status=200,
                 may_have_applied=may_have_applied,
@@ -202,3 +160,56 @@ class TogetherClient:
     def _count(operation: Operation, error: ProviderError) -> ProviderError:
         PROVIDER_ERRORS.labels(PROVIDER, operation, error.kind).inc()
         return error
+
+
+class TogetherClient(TogetherCalls):
+    """Typed calls to Together's cluster endpoints over a ProviderTransport."""
+
+    def __init__(self, transport: ProviderTransport, project_id: str | None = None) -> None:
+        super().__init__(transport)
+        self.project_id = project_id
+
+    async def list_clusters(self) -> list[TogetherCluster]:
+        params = {"projectId": self.project_id} if self.project_id else None
+        body = await self._call("GET", "compute/clusters", LIST, RetryMode.READ, params=params)
+        try:
+            return ClusterList.model_validate(body).clusters
+        except ValidationError as exc:
+            raise self._malformed(
+                LIST, exc, what="a cluster object", may_have_applied=False
+            ) from None
+
+    async def get_cluster(self, cluster_id: str) -> TogetherCluster:
+        body = await self._call("GET", self._path(cluster_id, GET), GET, RetryMode.READ)
+        return self._cluster(body, GET, may_have_applied=False)
+
+    async def update_cluster(self, cluster_id: str, update: ClusterUpdate) -> TogetherCluster:
+        body = await self._call(
+            "PUT",
+            self._path(cluster_id, CHANGE),
+            CHANGE,
+            RetryMode.IDEMPOTENT_WRITE,
+            json_body=update.to_body(),
+        )
+        return self._cluster(body, CHANGE, may_have_applied=True)
+
+    async def aclose(self) -> None:
+        await self.transport.aclose()
+
+    # -- internals ----------------------------------------------------------------------
+    def _path(self, cluster_id: str, operation: Operation) -> str:
+        if not cluster_id:
+            raise self._count(
+                operation, ProviderRequestError("no cluster id given", provider=PROVIDER)
+            )
+        return cluster_path(cluster_id)
+
+    def _cluster(
+        self, body: Any, operation: Operation, *, may_have_applied: bool
+    ) -> TogetherCluster:
+        try:
+            return TogetherCluster.model_validate(body)
+        except ValidationError as exc:
+            raise self._malformed(
+                operation, exc, what="a cluster object", may_have_applied=may_have_applied
+            ) from None

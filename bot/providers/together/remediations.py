@@ -26,7 +26,6 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from bot.metrics import PROVIDER_ERRORS
 from bot.providers.errors import (
     AlreadyDecided,
     ProviderError,
@@ -36,6 +35,7 @@ from bot.providers.errors import (
 )
 from bot.providers.http import Operation, ProviderTransport, RetryMode, parse_retry_after
 from bot.providers.together import PROVIDER, cluster_path, error_message
+from bot.providers.together.client import TogetherCalls
 
 ALL_NODES = "-"
 DEFAULT_PAGE_SIZE = 100
@@ -270,11 +270,11 @@ def decision_path(remediation: RemediationAddress, verb: str) -> str:
 
 
 # -- the client ----------------------------------------------------------------------------
-class RemediationClient:
+class RemediationClient(TogetherCalls):
     """Typed calls to Together's remediation endpoints over a ProviderTransport."""
 
     def __init__(self, transport: ProviderTransport, page_size: int = DEFAULT_PAGE_SIZE) -> None:
-        self.transport = transport
+        super().__init__(transport)
         self.page_size = page_size
 
     async def list_remediations(
@@ -353,7 +353,7 @@ class RemediationClient:
             return RemediationPage.model_validate(body)
         except ValidationError as exc:
             raise self._malformed(
-                Operation.LIST_REMEDIATIONS, exc, may_have_applied=False
+                Operation.LIST_REMEDIATIONS, exc, what="a remediation", may_have_applied=False
             ) from None
 
     async def _decide(
@@ -361,44 +361,15 @@ class RemediationClient:
     ) -> Remediation:
         operation = Operation.DECIDE_REMEDIATION
         reply = await self._call(
-            "POST", decision_path(remediation, verb), operation, RetryMode.UNSAFE_WRITE, json=body
+            "POST",
+            decision_path(remediation, verb),
+            operation,
+            RetryMode.UNSAFE_WRITE,
+            json_body=body,
         )
         return self._remediation(reply, operation, may_have_applied=True)
 
-    async def _call(
-        self,
-        method: str,
-        path: str,
-        operation: Operation,
-        mode: RetryMode,
-        *,
-        params: Mapping[str, Any] | None = None,
-        json: Any = None,
-    ) -> Any:
-        write = mode is not RetryMode.READ
-        try:
-            response = await self.transport.request(
-                method, path, operation=operation, mode=mode, params=params, json=json
-            )
-        except ProviderError as exc:
-            raise self._count(operation, exc) from None
-        if not response.is_success:
-            raise self._count(operation, self._status_error(response, may_have_applied=write))
-        try:
-            return response.json()
-        except ValueError:
-            raise self._count(
-                operation,
-                ProviderMalformedReply(
-                    "the reply was not JSON",
-                    provider=PROVIDER,
-                    status=response.status_code,
-                    may_have_applied=write,
-                ),
-            ) from None
-
-    @staticmethod
-    def _status_error(response: httpx.Response, *, may_have_applied: bool) -> ProviderError:
+    def _status_error(self, response: httpx.Response, *, may_have_applied: bool) -> ProviderError:
         message = error_message(response)
         if says_not_pending(response.status_code, message):
             return AlreadyDecided(message, provider=PROVIDER, status=response.status_code)
@@ -410,32 +381,15 @@ class RemediationClient:
             may_have_applied=may_have_applied,
         )
 
-    def _remediation(self, body: Any, operation: str, *, may_have_applied: bool) -> Remediation:
+    def _remediation(
+        self, body: Any, operation: Operation, *, may_have_applied: bool
+    ) -> Remediation:
         try:
             return Remediation.model_validate(body)
         except ValidationError as exc:
-            raise self._malformed(operation, exc, may_have_applied=may_have_applied) from None
-
-    def _malformed(
-        self, operation: str, exc: ValidationError, *, may_have_applied: bool
-    ) -> ProviderError:
-        first = exc.errors()[0] if exc.errors() else None
-        where = ".".join(str(p) for p in first["loc"]) if first else "?"
-        detail = f"{where}: {first['msg']}" if first else "unexpected shape"
-        return self._count(
-            operation,
-            ProviderMalformedReply(
-                f"the reply is not a remediation ({exc.error_count()} problems, first {detail})",
-                provider=PROVIDER,
-                status=200,
-                may_have_applied=may_have_applied,
-            ),
-        )
-
-    @staticmethod
-    def _count(operation: str, error: ProviderError) -> ProviderError:
-        PROVIDER_ERRORS.labels(PROVIDER, operation, error.kind).inc()
-        return error
+            raise self._malformed(
+                operation, exc, what="a remediation", may_have_applied=may_have_applied
+            ) from None
 
 
 def xid_summary(alerts: Sequence[LinkedAlert]) -> list[tuple[str, int]]:
