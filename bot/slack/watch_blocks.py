@@ -12,7 +12,8 @@ from bot.core.store.watch import RemediationRecord
 from bot.core.watch.health import GONE, HealthEvent
 from bot.core.watch.notifier import DecisionOutcome, ReservationReminder
 from bot.providers.base import ClusterSummary
-from bot.providers.together.remediations import LinkedAlert, Remediation, xid_summary
+from bot.providers.together.models import LinkedAlert, Remediation
+from bot.providers.together.remediations import xid_summary
 from bot.slack.blocks import (
     Block,
     SlackMessage,

@@ -15,13 +15,8 @@ from bot.local.simulators.base import Fault, FaultKind
 from bot.local.simulators.together import TogetherSimulator
 from bot.local.simulators.together_remediations import NewRemediation, Resolution
 from bot.providers.errors import AlreadyDecided, ProviderRequestError, ProviderServerError
-from bot.providers.together.remediations import (
-    Remediation,
-    RemediationClient,
-    RemediationMode,
-    RemediationState,
-    xid_summary,
-)
+from bot.providers.together.models import Remediation, RemediationMode, RemediationState
+from bot.providers.together.remediations import RemediationClient, xid_summary
 from tests.support.openapi_contract import TOGETHER_SPEC, load_spec
 from tests.support.together_kit import RecordingTransport, client_for
 

@@ -7,10 +7,8 @@ from typing import Any
 
 import pytest
 
+from bot.providers.together.models import FINAL_STATES, Remediation, RemediationPage
 from bot.providers.together.remediations import (
-    FINAL_STATES,
-    Remediation,
-    RemediationPage,
     decision_path,
     remediations_path,
     says_not_pending,

@@ -29,13 +29,8 @@ from bot.core.watch.notifier import DecisionOutcome, WatchNotifier
 from bot.metrics import REMEDIATION_DECISIONS, WATCH_ALERTS
 from bot.providers.base import ClusterSummary
 from bot.providers.errors import AlreadyDecided, ProviderError
-from bot.providers.together.remediations import (
-    FINAL_STATES,
-    Remediation,
-    RemediationClient,
-    RemediationRef,
-    RemediationState,
-)
+from bot.providers.together.models import FINAL_STATES, Remediation, RemediationState
+from bot.providers.together.remediations import RemediationClient, RemediationRef
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
-"""Together node remediations: typed models after the official SDK and the client for
-listing them across a cluster's nodes and approving, rejecting or cancelling one (SPEC §7.1).
+"""Together node remediations: the client for listing them across a cluster's nodes and
+approving, rejecting or cancelling one (SPEC §7.1); their models are in ``models``.
 
     client = RemediationClient(transport)
     pending = await client.list_remediations("tc-h100", states=[RemediationState.PENDING_APPROVAL])
@@ -8,23 +8,19 @@ listing them across a cluster's nodes and approving, rejecting or cancelling one
 Approve, reject and cancel are not idempotent: they go out with ``RetryMode.UNSAFE_WRITE``,
 so they are never sent again once Together may have processed them. A refusal saying the
 remediation is no longer pending raises ``AlreadyDecided``: someone decided it elsewhere.
-Enum-valued fields are plain strings (the known values are the StrEnums below) so that a
-value Together adds later is shown as-is instead of breaking the parse.
 """
 
 from __future__ import annotations
 
-import enum
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Annotated, Any, Protocol, TypeVar
+from typing import Any, Protocol
 from urllib.parse import quote
 
 import httpx
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from bot.providers.errors import (
     AlreadyDecided,
@@ -36,190 +32,18 @@ from bot.providers.errors import (
 from bot.providers.http import Operation, ProviderTransport, RetryMode, parse_retry_after
 from bot.providers.together import PROVIDER, cluster_path, error_message
 from bot.providers.together.client import TogetherCalls
+from bot.providers.together.models import (
+    APPROVAL_OVERRIDE_MODES,
+    LinkedAlert,
+    Remediation,
+    RemediationPage,
+)
+
+# The remediation models live with the other wire models; named here for callers.
 
 ALL_NODES = "-"
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGES = 50  # 5,000 remediations per listing: a bound against a token that never ends
-
-
-class RemediationState(enum.StrEnum):
-    PENDING_APPROVAL = "PENDING_APPROVAL"
-    PENDING = "PENDING"
-    RUNNING = "RUNNING"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-    AUTO_RESOLVED = "AUTO_RESOLVED"
-    QUARANTINING = "QUARANTINING"
-    QUARANTINED = "QUARANTINED"
-
-
-FINAL_STATES = frozenset(
-    {
-        RemediationState.SUCCEEDED,
-        RemediationState.FAILED,
-        RemediationState.CANCELLED,
-        RemediationState.AUTO_RESOLVED,
-    }
-)
-
-
-class RemediationMode(enum.StrEnum):
-    VM_ONLY = "REMEDIATION_MODE_VM_ONLY"
-    HOST_AWARE = "REMEDIATION_MODE_HOST_AWARE"
-    EVICT_WITHOUT_REPLACEMENT = "REMEDIATION_MODE_EVICT_WITHOUT_REPLACEMENT"
-    REBOOT_VM = "REMEDIATION_MODE_REBOOT_VM"
-    HOST_POWER_CYCLE = "REMEDIATION_MODE_HOST_POWER_CYCLE"
-
-
-# "This mode cannot be set as an approval override" (the SDK's approve docstring).
-APPROVAL_OVERRIDE_MODES = frozenset(set(RemediationMode) - {RemediationMode.HOST_POWER_CYCLE})
-
-MODE_TEXT: dict[str, str] = {
-    RemediationMode.VM_ONLY: "replace the VM on any host",
-    RemediationMode.HOST_AWARE: "cordon the host and replace the VM on another host",
-    RemediationMode.EVICT_WITHOUT_REPLACEMENT: "evict the VM without a replacement",
-    RemediationMode.REBOOT_VM: "reboot the VM in place",
-    RemediationMode.HOST_POWER_CYCLE: "cordon and power-cycle the host",
-}
-
-
-class RemediationTrigger(enum.StrEnum):
-    MANUAL = "REMEDIATION_TRIGGER_MANUAL"
-    AUTOMATED = "REMEDIATION_TRIGGER_AUTOMATED"
-
-
-class AlertSeverity(enum.StrEnum):
-    INFO = "PHC_SEVERITY_INFO"
-    WARNING = "PHC_SEVERITY_WARNING"
-    CRITICAL = "PHC_SEVERITY_CRITICAL"
-
-
-# -- models --------------------------------------------------------------------------------
-T = TypeVar("T")
-
-
-def _none_as_empty(value: Any) -> Any:
-    return [] if value is None else value
-
-
-def _blank_as_none(value: Any) -> Any:
-    return None if value == "" else value
-
-
-NullableList = Annotated[list[T], BeforeValidator(_none_as_empty)]
-OptionalTime = Annotated[datetime | None, BeforeValidator(_blank_as_none)]
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class XidEvent(_Model):
-    """One NVIDIA Xid code seen in the alert window."""
-
-    xid_code: str
-    count: int = 0
-    mnemonic: str = ""
-
-
-class XidDetails(_Model):
-    events: NullableList[XidEvent] = Field(default_factory=list)
-
-
-class SlurmNodeUnavailable(_Model):
-    reason: str = ""
-
-
-class AlertAnnotation(_Model):
-    """The typed content Together parses from a health check alert's annotations."""
-
-    title: str = ""
-    summary_line: str = ""
-    description: str = ""
-    xid: XidDetails | None = None
-    slurm_node_unavailable: SlurmNodeUnavailable | None = None
-
-
-class LinkedAlert(_Model):
-    """A passive health check alert linked to a remediation."""
-
-    alert_name: str
-    cluster_id: str
-    passive_health_check_alert_id: str
-    severity: str
-    started_at: datetime
-    target_vm: str
-    annotation: AlertAnnotation | None = None
-    annotations: dict[str, str] = Field(default_factory=dict)
-    instance_id: str | None = None
-    node_remediation_intent_id: str | None = None
-    resolved_at: OptionalTime = None
-
-    @property
-    def title(self) -> str:
-        if self.annotation is not None and self.annotation.title:
-            return self.annotation.title
-        return self.annotations.get("summary") or self.alert_name
-
-    @property
-    def summary_line(self) -> str:
-        if self.annotation is not None and self.annotation.summary_line:
-            return self.annotation.summary_line
-        return self.annotations.get("evidence", "")
-
-    @property
-    def xid_events(self) -> list[XidEvent]:
-        if self.annotation is None or self.annotation.xid is None:
-            return []
-        return self.annotation.xid.events
-
-
-class Remediation(_Model):
-    """A node remediation (an instance may have several over time)."""
-
-    id: str
-    cluster_id: str
-    instance_id: str
-    mode: str
-    state: str
-    trigger: str
-    active_health_check_run_id: str | None = None
-    create_time: OptionalTime = None
-    end_time: OptionalTime = None
-    error_message: str | None = None
-    instance_name: str | None = None
-    linked_alerts: NullableList[LinkedAlert] = Field(default_factory=list)
-    passive_health_check_event_id: str | None = None
-    reason: str | None = None
-    requested_by: str | None = None
-    review_comment: str | None = None
-    review_time: OptionalTime = None
-    reviewed_by: str | None = None
-    start_time: OptionalTime = None
-    update_time: OptionalTime = None
-
-    @property
-    def node(self) -> str:
-        return self.instance_name or self.instance_id
-
-    @property
-    def awaiting_approval(self) -> bool:
-        return self.state == RemediationState.PENDING_APPROVAL
-
-    @property
-    def finished(self) -> bool:
-        return self.state in FINAL_STATES
-
-    @property
-    def mode_text(self) -> str:
-        return MODE_TEXT.get(self.mode, self.mode)
-
-
-class RemediationPage(_Model):
-    remediations: NullableList[Remediation] = Field(default_factory=list)
-    has_next: bool = False
-    next_page_token: str = ""
 
 
 # -- "no longer pending" -------------------------------------------------------------------
