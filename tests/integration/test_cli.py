@@ -246,8 +246,7 @@ async def test_socket_without_an_app_token_says_so(tmp_path: Path, policy_file: 
 
 async def test_serve_refuses_a_read_only_sqlite_store(tmp_path: Path, policy_file: Path) -> None:
     path = tmp_path / "gpuops.db"
-    async with await Store.open(f"sqlite:///{path}"):
-        pass
+    await (await Store.open(f"sqlite:///{path}")).close()  # a migrated database file
     # Root ignores file modes, so open the file read-only as SQLite opens a 444 file.
     env = base_env(
         tmp_path, policy_file, GPUOPS_DATABASE_URL=f"sqlite:///file:{path}?mode=ro&uri=true"
