@@ -37,13 +37,17 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    bindparam,
     insert,
     select,
     text,
+    update,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.types import TypeDecorator, TypeEngine
+
+from bot.core.store.chain import CHAIN_NAME, GENESIS_HASH, HASHED_FIELDS, entry_hash
 
 log = logging.getLogger(__name__)
 
@@ -244,11 +248,72 @@ def _v4_lease_fencing(conn: Connection) -> None:
     conn.execute(text(f"ALTER TABLE gpuops_cluster_locks ADD COLUMN calls_until {timestamp}"))
 
 
+_CHAIN_BATCH = 1000
+
+
+def _v5_audit_chain(conn: Connection) -> None:
+    # SPEC §10: prev_hash and hash on each entry, the chain head, an index for reading a
+    # time window (the timeline), and the entries written before the chain, chained.
+    conn.execute(text("ALTER TABLE gpuops_audit ADD COLUMN prev_hash TEXT"))
+    conn.execute(text("ALTER TABLE gpuops_audit ADD COLUMN hash TEXT"))
+    conn.execute(text("CREATE INDEX ix_gpuops_audit_at ON gpuops_audit (at, id)"))
+    metadata = MetaData()
+    chain = Table(
+        "gpuops_audit_chain",
+        metadata,
+        Column("name", Text(), primary_key=True),
+        Column("entries", BigInteger(), nullable=False),
+        Column("last_id", BigInteger()),
+        Column("last_hash", Text(), nullable=False),
+    )
+    metadata.create_all(conn)
+    entries, last_id, last_hash = _chain_existing_entries(conn)
+    conn.execute(
+        insert(chain).values(
+            name=CHAIN_NAME, entries=entries, last_id=last_id, last_hash=last_hash
+        )
+    )
+
+
+def _chain_existing_entries(conn: Connection) -> tuple[int, int | None, str]:
+    """Hash the entries already there, oldest first, in batches; the head they make."""
+    audit = Table(
+        "gpuops_audit",
+        MetaData(),
+        Column("id", autoincrement_id_type(), primary_key=True),
+        Column("at", UTCDateTime(), nullable=False),
+        *(Column(name, Text()) for name in HASHED_FIELDS if name != "detail"),
+        Column("detail", json_type(), nullable=False),
+        Column("prev_hash", Text()),
+        Column("hash", Text()),
+    )
+    set_hash = (
+        update(audit)
+        .where(audit.c.id == bindparam("row_id"))
+        .values(prev_hash=bindparam("new_prev"), hash=bindparam("new_hash"))
+    )
+    count, last_id, last_hash = 0, None, GENESIS_HASH
+    while True:
+        page = select(audit).order_by(audit.c.id).limit(_CHAIN_BATCH)
+        if last_id is not None:
+            page = page.where(audit.c.id > last_id)
+        rows = conn.execute(page).mappings().all()
+        if not rows:
+            return count, last_id, last_hash
+        updates = []
+        for row in rows:
+            digest = entry_hash(row, last_hash)
+            updates.append({"row_id": row["id"], "new_prev": last_hash, "new_hash": digest})
+            count, last_id, last_hash = count + 1, row["id"], digest
+        conn.execute(set_hash, updates)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "change requests, audit, deliveries, cluster locks, leases", _v1_initial_tables),
     Migration(2, "change requests: approval prompt ts", _v2_approval_prompt_ts),
     Migration(3, "watch: alert keys, posted remediations, memory", _v3_watch_tables),
     Migration(4, "lease fencing tokens, lock call deadlines", _v4_lease_fencing),
+    Migration(5, "audit hash chain, chain head, audit time index", _v5_audit_chain),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

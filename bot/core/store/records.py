@@ -9,6 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from bot.core.store.chain import HASHED_FIELDS
+
 
 class RequestState(enum.StrEnum):
     PENDING = "pending"
@@ -82,6 +84,17 @@ class AuditEntry(BaseModel):
     request_id: str | None
     outcome: str | None
     detail: dict[str, Any] = Field(default_factory=dict)
+    prev_hash: str | None = None  # the hash chain (bot.core.store.chain)
+    hash: str | None = None
+
+    @property
+    def short_hash(self) -> str:
+        """The first 10 hex digits of the hash, as ``/gpu audit`` shows it."""
+        return (self.hash or "")[:10]
+
+    def hashed_fields(self) -> dict[str, Any]:
+        """The fields the entry's hash covers (bot.core.store.chain.HASHED_FIELDS and at)."""
+        return self.model_dump(include={"at", *HASHED_FIELDS})
 
 
 class Lease(BaseModel):

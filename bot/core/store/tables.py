@@ -64,8 +64,22 @@ audit = Table(
     Column("request_id", String(16)),
     Column("outcome", Text()),
     Column("detail", json_type(), nullable=False),
+    Column("prev_hash", Text()),
+    Column("hash", Text()),
     Index("ix_gpuops_audit_project", "project"),
     Index("ix_gpuops_audit_request_id", "request_id"),
+    Index("ix_gpuops_audit_at", "at", "id"),
+)
+
+# The head of the audit trail's hash chain: one row, updated by every append in the same
+# transaction (bot.core.store.audit says why).
+audit_chain = Table(
+    "gpuops_audit_chain",
+    metadata,
+    Column("name", Text(), primary_key=True),
+    Column("entries", BigInteger(), nullable=False),
+    Column("last_id", BigInteger()),
+    Column("last_hash", Text(), nullable=False),
 )
 
 deliveries = Table(
@@ -102,6 +116,7 @@ leases = Table(
 
 __all__ = [
     "audit",
+    "audit_chain",
     "change_requests",
     "cluster_locks",
     "deliveries",
