@@ -1,4 +1,4 @@
-"""The ``gpuops`` console script: demo, serve, socket, simulate, check-config."""
+"""The ``gpuops`` console script: demo, serve, socket, simulate, check-config, audit."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from bot.redact import install_log_redaction
 
@@ -146,6 +147,40 @@ async def _simulate(host: str, port: int, transition_seconds: float) -> None:
         await e2e.stop()
 
 
+def _add_audit_parser(sub: Any) -> None:
+    audit = sub.add_parser("audit", help="the audit trail: export it, verify its hash chain")
+    verbs = audit.add_subparsers(dest="audit_command", required=True)
+    export = verbs.add_parser("export", help="write the entries with their hashes to stdout")
+    export.add_argument("--since", help="30m, 2h, 1d or an RFC 3339 time (default: all)")
+    export.add_argument("--project", help="only this project's entries")
+    export.add_argument("--format", choices=("jsonl", "csv"), default="jsonl")
+    verbs.add_parser("verify", help="walk the hash chain; exit 1 naming the first break")
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from bot.audit_cli import run_export, run_verify
+    from bot.config import Settings
+    from bot.core.since import SinceError
+    from bot.redact import redact
+
+    settings = _settings()
+    assert isinstance(settings, Settings)
+    try:
+        if args.audit_command == "verify":
+            return asyncio.run(run_verify(settings, sys.stdout))
+        return asyncio.run(
+            run_export(
+                settings, sys.stdout, since=args.since, project=args.project, fmt=args.format
+            )
+        )
+    except SinceError as exc:
+        print(f"gpuops audit export: --since: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # one clear line, not a traceback
+        print(f"gpuops audit: {redact(str(exc))}", file=sys.stderr)
+        return 1
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="gpuops", description=__doc__)
     parser.add_argument("--log-level", default=None, help="DEBUG, INFO, WARNING (default INFO)")
@@ -167,6 +202,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     sim.add_argument("--port", type=int, default=8700, help="Together; E2E on port+1")
     sim.add_argument("--transition-seconds", type=float, default=5.0)
     sub.add_parser("check-config", help="validate env and policy; print the grants table")
+    _add_audit_parser(sub)
     args = parser.parse_args(argv)
 
     if args.command == "check-config":
@@ -183,6 +219,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(
             asyncio.run(run_demo(script=args.script, tour=not args.no_tour, socket=args.socket))
         )
+    if args.command == "audit":
+        _configure_logging(args.log_level or "WARNING")  # stdout is the export itself
+        raise SystemExit(_audit(args))
     # --log-level wins; else GPUOPS_LOG_LEVEL (SPEC-style env configuration); else INFO.
     _configure_logging(args.log_level or os.environ.get("GPUOPS_LOG_LEVEL") or "INFO")
     try:

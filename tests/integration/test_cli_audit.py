@@ -1,0 +1,139 @@
+"""``gpuops audit export`` and ``gpuops audit verify`` as real subprocesses, on SQLite and on
+PostgreSQL: the export carries every hash (recomputable from the file alone), and verify
+exits 1 naming the entry edited, removed or inserted."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sqlalchemy import text
+
+from bot.core.store import Store
+from bot.core.store.chain import GENESIS_HASH, entry_hash
+from bot.core.store.tables import audit
+from tests.integration.test_cli import Finished, run_gpuops
+
+
+def audit_env(tmp_path: Path, database_url: str) -> dict[str, str]:
+    """Only the database: export and verify need nothing of Slack or the providers."""
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(tmp_path),
+        "GPUOPS_DATABASE_URL": database_url,
+    }
+
+
+async def seeded(database_url: str) -> list[int]:
+    """Six entries of two projects; their ids."""
+    async with await Store.open(database_url) as store:
+        entries = [
+            await store.append_audit(
+                actor="U04DAVE",
+                event="requested" if index % 2 == 0 else "approved",
+                project="e2e-delhi" if index < 4 else "together-prod",
+                cluster_id="101",
+                request_id="CR-PFXSA6",
+                outcome="pending",
+                detail={"reason": f"NCCL hang, take {index}", "kinds": ["restart"]},
+            )
+            for index in range(6)
+        ]
+    return [e.id for e in entries]
+
+
+async def tamper(database_url: str, statement: str, **params: object) -> None:
+    async with await Store.open(database_url) as store, store.engine.begin() as conn:
+        await conn.execute(text(statement), params)
+
+
+async def gpuops_audit(tmp_path: Path, database_url: str, *args: str) -> Finished:
+    return await run_gpuops(["audit", *args], audit_env(tmp_path, database_url), tmp_path)
+
+
+async def test_verify_passes_then_names_an_edited_row(tmp_path: Path, database_url: str) -> None:
+    ids = await seeded(database_url)
+    intact = await gpuops_audit(tmp_path, database_url, "verify")
+    assert (intact.code, intact.stdout) == (0, "6 entries, chain intact\n"), intact.stderr
+
+    await tamper(
+        database_url, "UPDATE gpuops_audit SET outcome = 'denied' WHERE id = :id", id=ids[2]
+    )
+    edited = await gpuops_audit(tmp_path, database_url, "verify")
+    assert edited.code == 1
+    assert f"entry {ids[2]} was edited" in edited.stdout and "2 intact" in edited.stdout
+
+
+async def test_verify_names_a_deleted_row(tmp_path: Path, database_url: str) -> None:
+    ids = await seeded(database_url)
+    await tamper(database_url, "DELETE FROM gpuops_audit WHERE id = :id", id=ids[3])
+    removed = await gpuops_audit(tmp_path, database_url, "verify")
+    assert removed.code == 1
+    assert f"removed between entry {ids[2]} and entry {ids[4]}" in removed.stdout
+
+
+async def test_verify_names_an_inserted_row(tmp_path: Path, database_url: str) -> None:
+    await seeded(database_url)
+    async with await Store.open(database_url) as store:
+        head = await store.chain_head()
+        fields = {
+            "at": datetime.now(UTC),
+            "actor": "U01ALICE",
+            "event": "approved",
+            "project": "e2e-delhi",
+            "cluster_id": "101",
+            "request_id": "CR-PFXSA6",
+            "outcome": "approved",
+            "detail": {},
+        }
+        digest = entry_hash(fields, head.last_hash)  # a forger who knows the algorithm
+        async with store.engine.begin() as conn:
+            inserted = await conn.execute(
+                audit.insert()
+                .values(**fields, prev_hash=head.last_hash, hash=digest)
+                .returning(audit.c.id)
+            )
+            forged = inserted.scalar_one()
+    found = await gpuops_audit(tmp_path, database_url, "verify")
+    assert found.code == 1 and f"entry {forged} was inserted" in found.stdout
+
+
+async def test_export_jsonl_carries_hashes_anyone_can_recompute(
+    tmp_path: Path, database_url: str
+) -> None:
+    await seeded(database_url)
+    done = await gpuops_audit(tmp_path, database_url, "export")
+    assert done.code == 0, done.stderr
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(rows) == 6 and rows[0]["prev_hash"] == GENESIS_HASH
+    for before, row in zip([None, *rows], rows, strict=False):
+        assert before is None or row["prev_hash"] == before["hash"]
+        fields = {**row, "at": datetime.fromisoformat(row["at"])}
+        assert entry_hash(fields, row["prev_hash"]) == row["hash"]
+    only = await gpuops_audit(tmp_path, database_url, "export", "--project", "together-prod")
+    assert [json.loads(line)["project"] for line in only.stdout.splitlines()] == [
+        "together-prod",
+        "together-prod",
+    ]
+
+
+async def test_export_csv_and_since(tmp_path: Path, database_url: str) -> None:
+    await seeded(database_url)
+    done = await gpuops_audit(tmp_path, database_url, "export", "--format", "csv", "--since", "1h")
+    assert done.code == 0, done.stderr
+    rows = list(csv.DictReader(io.StringIO(done.stdout)))
+    assert len(rows) == 6
+    assert json.loads(rows[0]["detail"]) == {"kinds": ["restart"], "reason": "NCCL hang, take 0"}
+    assert rows[0]["hash"] == rows[1]["prev_hash"] and len(rows[5]["hash"]) == 64
+    future = await gpuops_audit(
+        tmp_path, database_url, "export", "--since", "2099-01-01T00:00:00Z"
+    )
+    assert future.code == 2 and "in the future" in future.stderr and future.stdout == ""
+    later = await gpuops_audit(
+        tmp_path, database_url, "export", "--since", datetime.now(UTC).isoformat()
+    )
+    assert (later.code, later.stdout) == (0, "")
