@@ -348,6 +348,9 @@ def _audit_row(e: Any, budget: int) -> str:
     """One entry in ``budget`` characters: the reason gives way to who, what and where."""
     when = e.at.strftime("%Y-%m-%d %H:%M:%SZ")
     parts = [f"`{when}`", user_ref(e.actor) if e.actor else "—", f"*{shorten(e.event, 60)}*"]
+    short_hash = getattr(e, "short_hash", "")
+    if short_hash:  # the entry's place in the hash chain (gpuops audit verify)
+        parts.insert(1, f"`#{short_hash}`")
     if e.request_id:
         parts.append(f"`{escape(e.request_id)}`")
     if e.project:

@@ -149,6 +149,9 @@ async def test_audit_100_pages_through_every_entry(stack: LocalStack) -> None:
         "entries 1\u201320 of 100 · page 1 of 5 · next: /gpu audit 100 page=2"
     )
     assert _page_line(answers[4]) == "entries 81\u2013100 of 100 · page 5 of 5"
+    [newest] = await store.list_audit(limit=1)  # each entry shows its place in the chain
+    assert f"`#{newest.short_hash}`" in blocks_json(answers[0].blocks)
+    assert len(re.findall(r"`#[0-9a-f]{10}`", blocks_json(answers[4].blocks))) == 20
     for answer in answers:
         assert "<@U04DAVE>" in answer.text and "U04DAVE" not in answer.text.replace(
             "<@U04DAVE>", ""
