@@ -11,8 +11,10 @@ from bot.core.answers import Reply, error, store_unavailable
 from bot.core.forms import FormRequest
 from bot.core.service import CommandService
 from bot.core.store import StoreUnavailable
+from bot.core.timeline import TimelineRequest, building
 from bot.slack import blocks as render
 from bot.slack.messenger import Messenger, SlackDeliveryError
+from bot.slack.timeline import TimelineSender
 from handlers.payloads import SlashCommand, parse
 
 log = logging.getLogger(__name__)
@@ -53,6 +55,8 @@ async def handle_gpu(ack: Any, body: dict[str, Any], respond: Any, context: Any)
         await fill_form(ops, messenger, respond, command, wanted, view_id, outcome)
     elif isinstance(outcome, FormRequest):
         await open_modal(ops, messenger, respond, command, outcome)
+    elif isinstance(outcome, TimelineRequest):
+        await send_timeline(ops, messenger, respond, outcome)
     else:
         await deliver(respond, outcome)
 
@@ -99,6 +103,21 @@ async def fill_form(
         log.warning("could not fill a form: %s", exc.code)
         if isinstance(outcome, FormRequest):
             await deliver(respond, form_failed(exc))
+
+
+async def send_timeline(
+    ops: CommandService, messenger: Messenger, respond: Any, request: TimelineRequest
+) -> None:
+    """Say the file is coming, then build and share it (outside the pacer: reading a busy
+    week of the store must not hold up other people's commands)."""
+    await deliver(respond, building(request))
+    try:
+        failed = await TimelineSender(ops.timeline, messenger).send(request)
+    except Exception as exc:  # a bug must not leave the person with silence
+        log.exception("/gpu timeline failed unexpectedly")
+        failed = internal_error(exc)
+    if failed is not None:
+        await deliver(respond, failed)
 
 
 def form_failed(exc: SlackDeliveryError) -> Reply:

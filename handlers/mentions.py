@@ -1,4 +1,4 @@
-"""@gpuops mentions: `show` and `help`, answered in the thread they came from."""
+"""@gpuops mentions: `show`, `timeline` and `help`, answered in the thread they came from."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from typing import Any
 from slack_bolt.async_app import AsyncApp
 
 from bot.core.service import CommandService
+from bot.core.timeline import TimelineRequest
 from bot.slack import blocks as render
 from bot.slack.messenger import Messenger, SlackDeliveryError
+from bot.slack.timeline import TimelineSender
 from handlers.commands import internal_error
 from handlers.payloads import AppMention, parse
 
@@ -34,6 +36,15 @@ async def handle_mention(event: dict[str, Any], context: Any, logger: Any) -> No
         logger.exception("a mention failed unexpectedly")
         reply = internal_error(exc)
     thread_ts = mention.thread_ts or mention.ts
+    if isinstance(reply, TimelineRequest):
+        try:
+            failed = await TimelineSender(ops.timeline, messenger).send(reply, thread_ts=thread_ts)
+        except Exception as exc:  # a bug must not leave the person with silence
+            logger.exception("a timeline mention failed unexpectedly")
+            failed = internal_error(exc)
+        if failed is None:
+            return
+        reply = failed
     message = render.reply_message(reply)
     try:
         if reply.public:

@@ -6,6 +6,7 @@
     /gpu update <project> <cluster_id> [field=value …]
     /gpu action <project> <cluster_id> [<action>] [field=value …]
     /gpu audit [project] [limit] [page=N]
+    /gpu timeline [since]
 
 ``reason="…"`` (at most 500 characters) may be added to update and action: it is recorded
 and shown. ``page=N`` asks for a further page of a long answer.
@@ -36,6 +37,7 @@ USAGE = {
     "update": '/gpu update <project> <cluster_id> [field=value …] [reason="…"]',
     "action": '/gpu action <project> <cluster_id> [<action>] [field=value …] [reason="…"]',
     "audit": "/gpu audit [project] [limit] [page=N]",
+    "timeline": "/gpu timeline [since]",
 }
 
 
@@ -83,7 +85,20 @@ class AuditCommand(BaseModel):
     page: int = 1
 
 
-Command = HelpCommand | ListCommand | ShowCommand | UpdateCommand | ActionCommand | AuditCommand
+class TimelineCommand(BaseModel):
+    name: Literal["timeline"] = "timeline"
+    since: str | None = None  # read against the clock by bot.core.since
+
+
+Command = (
+    HelpCommand
+    | ListCommand
+    | ShowCommand
+    | UpdateCommand
+    | ActionCommand
+    | AuditCommand
+    | TimelineCommand
+)
 
 
 def _split(text: str) -> list[str]:
@@ -166,6 +181,12 @@ def parse_command(text: str) -> Command:
         return _parse_change(verb, args)
     if verb == "audit":
         return _parse_audit(args)
+    if verb == "timeline":
+        if len(args) > 1:
+            raise UsageError(
+                f"`timeline` takes at most one time, such as `2h`. Usage: `{USAGE['timeline']}`"
+            )
+        return TimelineCommand(since=args[0] if args else None)
     raise UsageError(
         f"unknown command `{verb[:40]}`. Try one of: " + ", ".join(f"`{u}`" for u in USAGE.values())
     )

@@ -18,6 +18,7 @@ from bot.core.grammar import (
     Command,
     ListCommand,
     ShowCommand,
+    TimelineCommand,
     UpdateCommand,
     UsageError,
     parse_command,
@@ -27,12 +28,13 @@ from bot.core.queries import Queries
 from bot.core.requests.decisions import Decision, NeedsBreakGlass
 from bot.core.requests.workflow import ChangeWorkflow
 from bot.core.store import StoreUnavailable
+from bot.core.timeline import Timeline, TimelineRequest
 from bot.metrics import COMMANDS
 from bot.pacing import Pacer
 
 log = logging.getLogger(__name__)
 
-CommandOutcome = Reply | FormRequest
+CommandOutcome = Reply | FormRequest | TimelineRequest
 # Answered from the policy and the providers alone: they work while the store is down.
 _READ_ONLY = frozenset({"help", "list", "show"})
 DEDUP_SECONDS = 2.0  # a command's de-dup write is given up after this (its answer waits)
@@ -50,6 +52,7 @@ class CommandService:
         self.workflow = workflow
         self.queries = Queries(access)
         self.forms = Forms(access)
+        self.timeline = Timeline(access)
         # Commands' work after the ack, a few at a time (see bot.pacing).
         self.pacer = Pacer()
         self._late: set[asyncio.Task[bool]] = set()  # de-dup writes given up on
@@ -136,6 +139,8 @@ class CommandService:
             return await self.queries.show(user, channel, command.project, command.cluster_id)
         if isinstance(command, UpdateCommand | ActionCommand):
             return await self._change(user, channel, command)
+        if isinstance(command, TimelineCommand):
+            return await self.timeline.prepare(user, channel, command.since)
         if isinstance(command, AuditCommand):
             return await self.queries.audit(
                 user, channel, command.project, command.limit, command.page
@@ -195,18 +200,20 @@ class CommandService:
         )
 
     # -- mentions ---------------------------------------------------------------------
-    async def handle_mention(self, user: str, channel: str, text: str) -> Reply:
+    async def handle_mention(self, user: str, channel: str, text: str) -> Reply | TimelineRequest:
         try:
             return await self._handle_mention(user, channel, text)
         except StoreUnavailable as exc:
             return _store_down("a mention", exc)
 
-    async def _handle_mention(self, user: str, channel: str, text: str) -> Reply:
+    async def _handle_mention(self, user: str, channel: str, text: str) -> Reply | TimelineRequest:
         try:
             command = parse_command(text)
         except UsageError as exc:
             COMMANDS.labels("mention", "refused").inc()
             return error(str(exc))
+        if isinstance(command, TimelineCommand):
+            return await self._mentioned_timeline(user, channel, command)
         if isinstance(command, ShowCommand):
             try:
                 reply = await self.queries.show(user, channel, command.project, command.cluster_id)
@@ -226,10 +233,23 @@ class CommandService:
         if command.name == "help":  # it lists the person's projects and roles: only for them
             return await self.queries.help(user, channel)
         return notice(
-            "In a thread I answer `@gpuops show <project> <cluster_id>` and `@gpuops help`. "
+            "In a thread I answer `@gpuops show <project> <cluster_id>`, "
+            "`@gpuops timeline [since]` and `@gpuops help`. "
             f"For `{command.name}`, use `/gpu {command.name} …` in the channel.",
             public=True,
         )
+
+
+    async def _mentioned_timeline(
+        self, user: str, channel: str, command: TimelineCommand
+    ) -> Reply | TimelineRequest:
+        try:
+            request = await self.timeline.prepare(user, channel, command.since)
+        except Refusal as refusal:
+            COMMANDS.labels("mention", "refused").inc()
+            return await self.access.refuse(user, channel, refusal, command="mention timeline")
+        COMMANDS.labels("mention", "ok").inc()
+        return request
 
 
 def _command_word(text: str) -> str:

@@ -633,6 +633,9 @@ def help_message(card: HelpCard) -> SlackMessage:
         "• `/gpu list [project] [page=N]` — clusters you can see (only you see the answer;"
         " long lists end with the command for the next page)",
         "• `/gpu show <project> <cluster_id>` — post a cluster summary here",
+        "• `/gpu timeline [since]` — this channel's record as a Markdown file, one line per"
+        " event (`30m`, `2h`, `1d` or an RFC 3339 time; default 24 h, at most 7 days);"
+        " `@gpuops timeline` in a thread puts it there",
     ]
     if top >= Role.operator:
         lines += [_change_help(changes) for changes in PROVIDER_CHANGES.values()]

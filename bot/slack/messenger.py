@@ -7,8 +7,10 @@ handler (a 429 was not processed); any other failure becomes a SlackDeliveryErro
 
 from __future__ import annotations
 
+import json
 import logging
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, BinaryIO
 
 import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
@@ -31,6 +33,9 @@ _ADVICE = {
     "restricted_action": "This workspace does not let me post in {channel}.",
     "ratelimited": "Slack is rate-limiting me right now; try again in a minute.",
     "msg_too_long": "The message was too long for Slack.",
+    "file_uploads_disabled": "This workspace does not allow file uploads, so I cannot share "
+    "the file.",
+    "file_upload_size_restricted": "The file is larger than this workspace allows.",
 }
 
 
@@ -47,6 +52,20 @@ class SlackDeliveryError(Exception):
 
 
 SLACK_TIMEOUT_SECONDS = 10
+UPLOAD_TIMEOUT_SECONDS = 120  # the bytes of a file: a week's timeline can be megabytes
+
+
+@dataclass(frozen=True)
+class FileUpload:
+    """A file to share: ``content`` is read from where it is (``length`` bytes from there)."""
+
+    channel: str
+    filename: str
+    title: str
+    content: BinaryIO
+    length: int
+    initial_comment: str
+    thread_ts: str | None = None
 
 
 def slack_http_session() -> aiohttp.ClientSession:
@@ -70,10 +89,22 @@ class Messenger:
     def __init__(self, client: AsyncWebClient) -> None:
         self.client = client
 
-    async def _call(self, method: str, where: str | None, **kwargs: Any) -> dict[str, Any]:
+    async def _call(
+        self,
+        method: str,
+        where: str | None,
+        *,
+        params: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        """Call ``method`` with a JSON body of ``kwargs`` (or, with ``params``, form-style
+        arguments, as slack_sdk sends the file methods)."""
         try:
             async with waiting_elsewhere():  # a paced command's slot is free meanwhile
-                response = await self.client.api_call(method, json=kwargs)
+                if params is not None:
+                    response = await self.client.api_call(method, params=params)
+                else:
+                    response = await self.client.api_call(method, json=kwargs)
         except SlackApiError as exc:
             code = str(exc.response.get("error") or f"http_{exc.response.status_code}")
             SLACK_API_ERRORS.labels(method, code).inc()
@@ -127,3 +158,52 @@ class Messenger:
     async def publish_home(self, user: str, view: dict[str, Any]) -> None:
         """Show ``view`` as the person's App Home tab (a 429 is retried after Retry-After)."""
         await self._call("views.publish", None, user_id=user, view=view)
+
+    async def upload_file(self, upload: FileUpload) -> str:
+        """Share a file in a channel (or thread) by Slack's external upload flow:
+        ``files.getUploadURLExternal``, the bytes POSTed to the URL it gives (streamed from
+        ``upload.content``, without the token: the URL is the permission), then
+        ``files.completeUploadExternal``. Returns the file id."""
+        ticket = await self._call(
+            "files.getUploadURLExternal",
+            upload.channel,
+            params={"filename": upload.filename, "length": upload.length},
+        )
+        file_id, url = str(ticket.get("file_id", "")), str(ticket.get("upload_url", ""))
+        if not file_id or not url:
+            raise SlackDeliveryError("files.getUploadURLExternal", "no_upload_url", upload.channel)
+        await self._send_bytes(url, upload)
+        complete: dict[str, Any] = {
+            "files": json.dumps([{"id": file_id, "title": upload.title}]),
+            "channel_id": upload.channel,
+            "initial_comment": upload.initial_comment,
+        }
+        if upload.thread_ts:
+            complete["thread_ts"] = upload.thread_ts
+        await self._call("files.completeUploadExternal", upload.channel, params=complete)
+        return file_id
+
+    async def _send_bytes(self, url: str, upload: FileUpload) -> None:
+        session = self.client.session
+        own = session is None
+        http = aiohttp.ClientSession() if session is None else session
+        try:
+            async with waiting_elsewhere(), http.post(
+                url,
+                data=upload.content,
+                headers={"Content-Type": "application/octet-stream"},
+                timeout=aiohttp.ClientTimeout(total=UPLOAD_TIMEOUT_SECONDS),
+            ) as response:
+                status = response.status
+                await response.read()
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            SLACK_API_ERRORS.labels("upload_url", "transport").inc()
+            log.warning("uploading a file failed: %s", redact(type(exc).__name__))
+            raise SlackDeliveryError("upload_url", "transport_error", upload.channel) from None
+        finally:
+            if own:
+                await http.close()
+        if status != 200:
+            SLACK_API_ERRORS.labels("upload_url", f"http_{status}").inc()
+            log.warning("uploading a file failed: HTTP %d", status)
+            raise SlackDeliveryError("upload_url", f"http_{status}", upload.channel)

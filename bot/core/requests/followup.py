@@ -89,3 +89,15 @@ class FollowUp:
         except StoreUnavailable:
             fresh = record
         await self.deps.notifier.status(fresh, summary, self.deps.clock())
+        try:  # the channel's timeline lists each status the follow-up showed
+            await self.deps.access.audit(
+                "gpuops",
+                "status",
+                project=record.project,
+                cluster_id=record.cluster_id,
+                request_id=record.id,
+                outcome=summary.status,
+                steady=summary.steady,
+            )
+        except StoreUnavailable as exc:
+            log.warning("could not audit a status of %s: %s", record.id, exc)

@@ -49,13 +49,14 @@ from bot.core.store.errors import (
 from bot.core.store.locks import LocksMixin
 from bot.core.store.migrations import migrate
 from bot.core.store.requests import RequestsMixin
+from bot.core.store.timeline import TimelineMixin
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 DEFAULT_HEALTH_TIMEOUT = 2.0
 _PROBE = text("UPDATE gpuops_schema_version SET version = version WHERE version < 0")
 
 
-class Store(RequestsMixin, LocksMixin, AuditMixin, DeliveriesMixin):
+class Store(RequestsMixin, LocksMixin, AuditMixin, DeliveriesMixin, TimelineMixin):
     """Async access to the gpuops database. Create with ``await Store.open(url)``."""
 
     @classmethod

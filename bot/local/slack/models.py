@@ -25,7 +25,7 @@ InputValue = str | int | list[str] | None
 """What a user types into one input: text, a number, an option value (or values), or
 nothing (cleared)."""
 
-MessageSource = Literal["chat.postMessage", "response_url", "user"]
+MessageSource = Literal["chat.postMessage", "response_url", "user", "files.completeUploadExternal"]
 EditSource = Literal["posted", "chat.update", "response_url"]
 EphemeralSource = Literal["chat.postEphemeral", "response_url"]
 
@@ -72,6 +72,9 @@ class Message(BaseModel):
     deleted: bool = False
     reply_count: int = 0
     latest_reply: str | None = None
+    files: list[JsonDict] = Field(default_factory=list)
+    """Files shared with the message (``files.completeUploadExternal``): Slack's file
+    objects; their bytes are in ``FakeSlack.files``."""
 
     @property
     def is_reply(self) -> bool:
@@ -104,6 +107,8 @@ class Message(BaseModel):
             shown["latest_reply"] = self.latest_reply
         if self.edits:
             shown["edited"] = {"user": self.user, "ts": self.ts}
+        if self.files:
+            shown["files"] = self.files
         return shown
 
 

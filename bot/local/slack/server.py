@@ -57,6 +57,7 @@ from bot.local.slack.models import (
     stateful_elements,
     view_problems,
 )
+from bot.local.slack.files import SlackFiles, UploadedFile, UploadRefused
 from bot.local.slack.socket_mode import SocketModeHub
 
 logger = logging.getLogger(__name__)
@@ -234,6 +235,8 @@ class FakeSlack:
         self.app = web.Application()
         self.app.router.add_route("*", "/api/{method}", self._api)
         self.app.router.add_post("/response/{token}", self._response_url)
+        self.uploads = SlackFiles(lambda: self.base_url)
+        self.app.router.add_post("/upload/v1/{token}", self.uploads.receive)
         self.socket_mode = SocketModeHub(app_id, lambda: self.base_url)
         self.app.router.add_get("/socket-mode/{ticket}", self.socket_mode.handle)
         self.app.router.add_post("/_fake/reset", self._control_reset)
@@ -256,6 +259,8 @@ class FakeSlack:
             "users.info": self._users_info,
             "conversations.info": self._conversations_info,
             "conversations.members": self._conversations_members,
+            "files.getUploadURLExternal": self._files_get_upload_url,
+            "files.completeUploadExternal": self._files_complete_upload,
         }
 
     def __repr__(self) -> str:
@@ -306,6 +311,7 @@ class FakeSlack:
         self._triggers.clear()
         self._response_targets.clear()
         self._view_stacks.clear()
+        self.uploads.reset()
         self._notify()
 
     # -- workspace --------------------------------------------------------------------------
@@ -631,6 +637,7 @@ class FakeSlack:
         blocks: list[JsonDict] | None,
         thread_ts: str | None,
         source: MessageSource,
+        files: list[JsonDict] | None = None,
     ) -> Message:
         message = Message(
             channel=channel,
@@ -642,6 +649,7 @@ class FakeSlack:
             bot_id=self.bot_id,
             source=source,
             posted_at=time.time(),
+            files=list(files or []),
         )
         self._store_message(message)
         await self._emit(MessagePosted(message=message.model_copy(deep=True)))
@@ -904,6 +912,42 @@ class FakeSlack:
             "response_metadata": {"next_cursor": ""},
         }
 
+    # -- files (bot.local.slack.files) --------------------------------------------------
+
+    @property
+    def files(self) -> dict[str, UploadedFile]:
+        """Every file by id, from its upload ticket on (``content`` once uploaded)."""
+        return self.uploads.files
+
+    async def _files_get_upload_url(self, args: JsonDict) -> JsonDict:
+        try:
+            return {"ok": True, **self.uploads.ticket(args)}
+        except UploadRefused as exc:
+            raise _api_error(exc) from None
+
+    async def _files_complete_upload(self, args: JsonDict) -> JsonDict:
+        raw_channel = _optional_str(args.get("channel_id"))
+        channel = None if raw_channel is None else self._postable_channel(raw_channel)
+        try:
+            shared = self.uploads.complete(args)
+        except UploadRefused as exc:
+            raise _api_error(exc) from None
+        if channel is not None:
+            thread_ts = _optional_str(args.get("thread_ts"))
+            for file in shared:
+                file.channel, file.thread_ts = channel, thread_ts
+            text = str(args.get("initial_comment") or "")
+            self._note_bare_user_ids(text)
+            await self._post_bot_message(
+                channel,
+                text,
+                None,
+                thread_ts,
+                "files.completeUploadExternal",
+                files=[f.as_slack() for f in shared],
+            )
+        return {"ok": True, "files": [{"id": f.id, "title": f.title or f.filename} for f in shared]}
+
     # -- views ----------------------------------------------------------------------------
 
     def _exchange_trigger(self, raw: Any) -> str:
@@ -1161,6 +1205,12 @@ class FakeSlack:
     async def _control_clear_faults(self, request: web.Request) -> web.Response:
         self.clear_faults()
         return _json_response(200, {"ok": True})
+
+
+def _api_error(refused: UploadRefused) -> ApiError:
+    if not refused.messages:
+        return ApiError(refused.error)
+    return ApiError(refused.error, response_metadata={"messages": refused.messages})
 
 
 def _channel_names(channels: Mapping[str, str] | Iterable[str] | None) -> dict[str, str]:
