@@ -51,12 +51,12 @@ async def handle_gpu(ack: Any, body: dict[str, Any], respond: Any, context: Any)
         except Exception as exc:  # a bug must not leave the person with silence
             log.exception("/gpu failed unexpectedly")
             outcome = internal_error(exc)
-    if view_id is not None and wanted is not None:
+    if isinstance(outcome, TimelineRequest):  # never a form: wanted is None
+        await send_timeline(ops, messenger, respond, outcome)
+    elif view_id is not None and wanted is not None:
         await fill_form(ops, messenger, respond, command, wanted, view_id, outcome)
     elif isinstance(outcome, FormRequest):
         await open_modal(ops, messenger, respond, command, outcome)
-    elif isinstance(outcome, TimelineRequest):
-        await send_timeline(ops, messenger, respond, outcome)
     else:
         await deliver(respond, outcome)
 

@@ -239,7 +239,6 @@ class CommandService:
             public=True,
         )
 
-
     async def _mentioned_timeline(
         self, user: str, channel: str, command: TimelineCommand
     ) -> Reply | TimelineRequest:

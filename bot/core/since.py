@@ -22,9 +22,7 @@ def parse_since(text: str, now: datetime) -> datetime:
     if ago is not None:
         return now - timedelta(**{_UNITS[ago.group(2)]: int(ago.group(1))})
     if not _RFC3339_OFFSET.search(value):
-        raise SinceError(
-            f"`{value[:40]}` is not a time: give {SINCE_FORMS} (with its UTC offset)."
-        )
+        raise SinceError(f"`{value[:40]}` is not a time: give {SINCE_FORMS} (with its UTC offset).")
     try:
         moment = datetime.fromisoformat(value.upper().replace("Z", "+00:00"))
     except ValueError:

@@ -210,7 +210,10 @@ def _watch_text(entry: AuditEntry) -> str | None:
     if entry.event in ("remediation_approve", "remediation_reject"):
         verb = "approval" if entry.event.endswith("approve") else "rejection"
         said = f" ({md(detail['detail'])})" if detail.get("detail") else ""
-        return f"remediation of node {node} of {where}: {verb} by {md(entry.actor)} — {md(entry.outcome)}{said}"
+        outcome = md(entry.outcome)
+        return (
+            f"remediation of node {node} of {where}: {verb} by {md(entry.actor)} — {outcome}{said}"
+        )
     if entry.event == "remediation_decided_elsewhere":
         return f"remediation on {where} decided at Together: {md(entry.outcome)}"
     if entry.event == "remediation_reopened":

@@ -188,12 +188,15 @@ class Messenger:
         own = session is None
         http = aiohttp.ClientSession() if session is None else session
         try:
-            async with waiting_elsewhere(), http.post(
-                url,
-                data=upload.content,
-                headers={"Content-Type": "application/octet-stream"},
-                timeout=aiohttp.ClientTimeout(total=UPLOAD_TIMEOUT_SECONDS),
-            ) as response:
+            async with (
+                waiting_elsewhere(),
+                http.post(
+                    url,
+                    data=upload.content,
+                    headers={"Content-Type": "application/octet-stream"},
+                    timeout=aiohttp.ClientTimeout(total=UPLOAD_TIMEOUT_SECONDS),
+                ) as response,
+            ):
                 status = response.status
                 await response.read()
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:

@@ -5,6 +5,7 @@ verification names the first entry edited, removed or inserted."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
@@ -55,7 +56,7 @@ async def verify(store: Store) -> tuple[int, ChainBreak | None]:
 async def test_each_append_continues_the_chain_and_moves_its_head(store: Store) -> None:
     entries = await append_some(store, 5)
     assert entries[0].prev_hash == GENESIS_HASH
-    for before, after in zip(entries, entries[1:], strict=False):
+    for before, after in itertools.pairwise(entries):
         assert after.prev_hash == before.hash
     for entry in entries:
         assert entry.hash == entry_hash(entry.hashed_fields(), str(entry.prev_hash))

@@ -129,9 +129,7 @@ async def test_export_csv_and_since(tmp_path: Path, database_url: str) -> None:
     assert len(rows) == 6
     assert json.loads(rows[0]["detail"]) == {"kinds": ["restart"], "reason": "NCCL hang, take 0"}
     assert rows[0]["hash"] == rows[1]["prev_hash"] and len(rows[5]["hash"]) == 64
-    future = await gpuops_audit(
-        tmp_path, database_url, "export", "--since", "2099-01-01T00:00:00Z"
-    )
+    future = await gpuops_audit(tmp_path, database_url, "export", "--since", "2099-01-01T00:00:00Z")
     assert future.code == 2 and "in the future" in future.stderr and future.stdout == ""
     later = await gpuops_audit(
         tmp_path, database_url, "export", "--since", datetime.now(UTC).isoformat()

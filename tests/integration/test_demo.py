@@ -54,7 +54,9 @@ def test_the_example_script_passes_and_shows_every_path() -> None:
     assert "✅ Remediation is SUCCEEDED" in out
     # provisioning after gpuops's own update is not an incident
     assert "(`tc-h200-ondemand`) in together-prod is" not in out
-    assert out.rstrip().endswith("script: 19 steps, all passed")
+    # the record leaves Slack: #incident's timeline, shared as a file and drawn here
+    assert "📎 gpuops-timeline-C0INCIDENT-" in out and "│ # gpuops timeline of C0INCIDENT" in out
+    assert out.rstrip().endswith("script: 21 steps, all passed")
 
 
 def test_the_example_script_passes_over_socket_mode() -> None:
@@ -65,7 +67,8 @@ def test_the_example_script_passes_over_socket_mode() -> None:
     assert "(the bot is connected over Socket Mode)" in out
     assert "🟢 Together accepted the update" in out and "✅ Approved by @bob." in out
     assert "✅ Remediation is SUCCEEDED" in out  # the watcher's part, over Socket Mode too
-    assert out.rstrip().endswith("script: 19 steps, all passed")
+    assert "📎 gpuops-timeline-C0INCIDENT-" in out  # the file upload, over Socket Mode too
+    assert out.rstrip().endswith("script: 21 steps, all passed")
 
 
 def test_a_form_validation_error_is_shown_on_the_field(tmp_path: Path) -> None:

@@ -72,7 +72,9 @@ async def test_the_channels_story_is_a_file_in_time_order(
     )
     await click(stack, opened, BOB)
     await wait_state(stack.runtime.store, opened.id, RequestState.SUCCEEDED)
-    elsewhere = await request(stack, DAVE, "action e2e-delhi 103 restart_workers", channel="C0RANDOM")
+    elsewhere = await request(
+        stack, DAVE, "action e2e-delhi 103 restart_workers", channel="C0RANDOM"
+    )
 
     message, file, _ = await timeline_of(stack, BOB, CHANNEL, "timeline 1h")
 
@@ -169,8 +171,8 @@ async def test_the_notify_channel_lists_mirrored_requests_and_watch_posts(
     texts = [text for _, text in events(file)]
     assert any(t.startswith(f"**{mirrored.id}** requested by U04DAVE") for t in texts), texts
     proposed = next(i for i, t in enumerate(texts) if t.startswith("remediation proposed"))
-    decided = next(i for i, t in enumerate(texts) if "approval by U02BOB" in t)
-    assert proposed < decided and "tc-h100-reserved (together-prod)" in texts[proposed]
+    approval = next(i for i, t in enumerate(texts) if "approval by U02BOB" in t)
+    assert proposed < approval and "tc-h100-reserved (together-prod)" in texts[proposed]
 
 
 async def test_a_window_that_cannot_be_read_is_refused_with_the_rule(

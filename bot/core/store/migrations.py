@@ -269,9 +269,7 @@ def _v5_audit_chain(conn: Connection) -> None:
     metadata.create_all(conn)
     entries, last_id, last_hash = _chain_existing_entries(conn)
     conn.execute(
-        insert(chain).values(
-            name=CHAIN_NAME, entries=entries, last_id=last_id, last_hash=last_hash
-        )
+        insert(chain).values(name=CHAIN_NAME, entries=entries, last_id=last_id, last_hash=last_hash)
     )
 
 
@@ -302,7 +300,7 @@ def _chain_existing_entries(conn: Connection) -> tuple[int, int | None, str]:
             return count, last_id, last_hash
         updates = []
         for row in rows:
-            digest = entry_hash(row, last_hash)
+            digest = entry_hash(dict(row), last_hash)
             updates.append({"row_id": row["id"], "new_prev": last_hash, "new_hash": digest})
             count, last_id, last_hash = count + 1, row["id"], digest
         conn.execute(set_hash, updates)

@@ -19,7 +19,13 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from bot.local.demo.render_text import Button, ButtonBoard, TextRenderer, initial_values
+from bot.local.demo.render_text import (
+    Button,
+    ButtonBoard,
+    TextRenderer,
+    file_lines,
+    initial_values,
+)
 from bot.local.demo.stack import (
     CHANNELS,
     DEMO_WATCH_EVERY_SECONDS,
@@ -56,6 +62,7 @@ You are dave (operator) in #incident. A short tour:
   6. degrade tc-h100-reserved, then remediate tc-h100-reserved
                                                      gpuops speaks first in #gpu-audit: a health
                                                      alert, then a node remediation bob can approve
+  7. /gpu timeline 1h                                the channel's record as a Markdown file
 Also try: /gpu update together-prod tc-h100-reserved (a form), /gpu list, /gpu help,
 as erin (a viewer), as alice then /gpu audit.  Type `help` for the console's commands.
 """
@@ -133,6 +140,8 @@ class DemoConsole:
                 style="dim" if edited else "bold",
                 only_changes=edited,
             )
+            if not edited:
+                self._show_files(message.files)
         elif isinstance(event, EphemeralPosted):
             eph = event.ephemeral
             if eph.user != self.user:
@@ -178,6 +187,13 @@ class DemoConsole:
         self.emit(head, style)
         for line in lines:
             self.emit(f"    {line}")
+
+    def _show_files(self, files: list[dict[str, Any]]) -> None:
+        for shared in files:
+            uploaded = self.stack.slack.files.get(str(shared.get("id")))
+            if uploaded is not None:
+                for line in file_lines(uploaded.filename, uploaded.text):
+                    self.emit(f"    {line}")
 
     def _show_view(self, view: View) -> None:
         values = {**initial_values(view.view), **_entered_text(view)}

@@ -199,3 +199,14 @@ def initial_values(view: dict[str, Any]) -> dict[str, str]:
         if isinstance(option, dict):
             values[str(block["block_id"])] = str(option.get("value", ""))
     return values
+
+
+def file_lines(name: str, text: str, *, limit: int = 40) -> list[str]:
+    """A file shared in a message, as a client previews it: its name, then its first
+    ``limit`` lines."""
+    lines = text.splitlines()
+    shown = [f"📎 {name} ({len(text.encode()):,} bytes)"]
+    shown += [f"│ {line}" for line in lines[:limit]]
+    if len(lines) > limit:
+        shown.append(f"│ … ({len(lines) - limit} more lines)")
+    return shown

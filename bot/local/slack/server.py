@@ -27,6 +27,7 @@ from typing import Any, Literal, TypeVar
 from aiohttp import web
 from pydantic import BaseModel
 
+from bot.local.slack.files import SlackFiles, UploadedFile, UploadRefused
 from bot.local.slack.models import (
     EditSource,
     Ephemeral,
@@ -57,7 +58,6 @@ from bot.local.slack.models import (
     stateful_elements,
     view_problems,
 )
-from bot.local.slack.files import SlackFiles, UploadedFile, UploadRefused
 from bot.local.slack.socket_mode import SocketModeHub
 
 logger = logging.getLogger(__name__)
