@@ -26,6 +26,7 @@ from tests.support.workflow_kit import (
     click,
     poll_until,
     request,
+    wait_reply,
     wait_state,
 )
 
@@ -212,3 +213,18 @@ async def test_a_failed_upload_is_told_to_the_person(sqlite_stack: LocalStack) -
         lambda: next((e for e in stack.slack.ephemerals_for(BOB) if e.thread_ts == root.ts), None)
     )
     assert "does not allow file uploads" in whisper.text
+
+
+async def test_status_follow_ups_are_in_the_timeline(make_stack: StackFactory) -> None:
+    stack = await make_stack(poll_seconds=0.2, transition_seconds=0.6)
+    opened = await request(
+        stack, DAVE, "update together-prod tc-h200-ondemand num_gpus=16", approval=False
+    )
+    await wait_reply(stack, opened, "infer-h200 is Ready.")
+    _, file, _ = await timeline_of(stack, DAVE, CHANNEL)
+    texts = [text for _, text in events(file)]
+    follow_ups = [t for t in texts if " follow-up: " in t]
+    assert follow_ups[-1] == (
+        f"**{opened.id}** follow-up: infer-h200 (tc-h200-ondemand, together-prod) is Ready"
+    )
+    assert texts.index(follow_ups[0]) > next(i for i, t in enumerate(texts) if "final state" in t)
