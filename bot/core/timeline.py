@@ -77,7 +77,7 @@ class Timeline:
                 kind="not_authorized",
             )
         policy = self.access.policy.projects
-        notify = [p for p in projects if getattr(policy[p], "notify_channel", None) == channel]
+        notify = [p for p in projects if policy[p].notify_channel == channel]
         return TimelineRequest(user, channel, start, now, tuple(projects), tuple(notify))
 
     async def write(self, request: TimelineRequest, out: BinaryIO) -> int:

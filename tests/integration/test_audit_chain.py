@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
@@ -240,3 +241,28 @@ async def test_export_reads_in_pages_with_filters(store: Store) -> None:
     assert [e.event for e in only] == ["health_alert"]
     later = [e async for e in store.export_audit(since=entries[2].at)]
     assert [e.id for e in later][:2] == [entries[2].id, entries[3].id]
+
+
+@pytest.mark.postgres
+async def test_chaining_many_entries_may_take_longer_than_an_ordinary_open(
+    pg_database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An open is bounded (connect + operation timeout); migration 5 rewrites every entry
+    and is given more time (``extra_seconds``) when it upgrades an existing database."""
+    with monkeypatch.context() as patched:
+        patched.setattr(
+            bot.core.store.migrations, "MIGRATIONS", bot.core.store.migrations.MIGRATIONS[:4]
+        )
+        await (await Store.open(pg_database_url)).close()
+    chain_existing = bot.core.store.migrations._chain_existing_entries
+
+    def slow_chain(conn: Connection) -> tuple[int, int | None, str]:
+        time.sleep(1.5)  # a long table, on the migration's connection
+        return chain_existing(conn)
+
+    monkeypatch.setattr(bot.core.store.migrations, "_chain_existing_entries", slow_chain)
+    store = await Store.open(pg_database_url, connect_timeout=0.5, operation_timeout=0.5)
+    try:
+        assert await verify(store) == (0, None)
+    finally:
+        await store.close()

@@ -47,7 +47,7 @@ from bot.core.store.errors import (
     is_unavailable,
 )
 from bot.core.store.locks import LocksMixin
-from bot.core.store.migrations import migrate
+from bot.core.store.migrations import migrate, pending_extra_seconds
 from bot.core.store.requests import RequestsMixin
 from bot.core.store.timeline import TimelineMixin
 
@@ -109,8 +109,15 @@ class Store(RequestsMixin, LocksMixin, AuditMixin, DeliveriesMixin, TimelineMixi
     async def _migrate(self, quoted_schema: str | None, limit_seconds: float) -> None:
         limit = limit_seconds if self._engine.dialect.name == "postgresql" else None
         bound = asyncio.timeout(limit)
+        started = asyncio.get_running_loop().time()
         try:
             async with bound:
+                if limit is not None:
+                    # A migration that rewrites rows (the audit chain) may take longer.
+                    extra = await pending_extra_seconds(self._engine)
+                    if extra:
+                        limit += extra
+                        bound.reschedule(started + limit)
                 await migrate(self._engine, create_schema=quoted_schema)
         except Exception as exc:
             if is_unavailable(exc):
