@@ -26,7 +26,9 @@ from bot.core.policy import Policy, load_policy
 from bot.core.registry import AdapterRegistry
 from bot.core.requests.workflow import ChangeWorkflow
 from bot.core.service import CommandService
+from bot.core.steps import StepCompleter, WorkflowSteps
 from bot.core.store import Store
+from bot.core.store.steps import StepStore
 from bot.core.store.watch import WatchStore
 from bot.core.watch.incidents import IncidentDesk
 from bot.core.watch.remediations import RemediationDesk
@@ -39,6 +41,7 @@ from bot.slack.home import HomePublisher
 from bot.slack.http_server import HttpLimits, limit_middlewares
 from bot.slack.messenger import Messenger, build_web_client, slack_http_session
 from bot.slack.notifier import SlackNotifier
+from bot.slack.steps import SlackStepPort
 from bot.slack.usergroups import SlackUserGroupResolver
 from bot.slack.watch_notifier import SlackWatchNotifier
 
@@ -62,6 +65,7 @@ class Runtime:
     bolt: AsyncApp
     home_refresher: HomeRefresher
     watcher: Watcher
+    steps: WorkflowSteps
     _background: list[asyncio.Task[Any]] = field(default_factory=list)
 
     @classmethod
@@ -98,12 +102,14 @@ class Runtime:
             home_builder.may_approve,
             interval=settings.gpuops_home_refresh_seconds,
         )
+        step_store = StepStore(store)
+        completer = StepCompleter(step_store, store, SlackStepPort(web_client))
         instance = instance_id or settings.gpuops_instance_id or socket.gethostname()
         workflow = ChangeWorkflow(
             policy=policy,
             access=access,
             store=store,
-            notifier=FanOutNotifier(SlackNotifier(messenger), [home_refresher]),
+            notifier=FanOutNotifier(SlackNotifier(messenger), [home_refresher, completer]),
             instance_id=instance,
             poll_seconds=settings.gpuops_poll_seconds,
             followup_minutes=settings.gpuops_followup_minutes,
@@ -111,6 +117,7 @@ class Runtime:
             max_call_seconds=settings.client_settings().max_call_seconds,
         )
         ops = CommandService(access=access, workflow=workflow)
+        steps = WorkflowSteps(ops, step_store, completer)
         watch_store = WatchStore(store)
         watch_notifier = SlackWatchNotifier(messenger)
         desk = RemediationDesk(
@@ -138,6 +145,7 @@ class Runtime:
                 "home": HomeActions(access, workflow.decide),
                 "home_refresher": home_refresher,
                 "watch": desk,
+                "steps": steps,
             },
             deliveries=store,
             register_listeners=handlers.register_all,
@@ -154,6 +162,7 @@ class Runtime:
             bolt,
             home_refresher,
             watcher,
+            steps,
         )
 
     async def start_background(self) -> None:
@@ -165,6 +174,11 @@ class Runtime:
             asyncio.create_task(self.workflow.sweep_forever(self.settings.gpuops_sweep_seconds))
         )
         self._background.append(asyncio.create_task(self.watcher.run_forever()))
+        self._background.append(
+            asyncio.create_task(
+                self.steps.completer.reconcile_forever(self.settings.gpuops_sweep_seconds)
+            )
+        )
 
     def web_app(self, limits: HttpLimits | None = None) -> web.Application:
         app = web.Application(

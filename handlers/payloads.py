@@ -86,6 +86,23 @@ class AppMention(_Loose):
     thread_ts: str | None = None
 
 
+class _StepInputs(_Loose):
+    project: str = Field(default="", max_length=128)
+    cluster_id: str = Field(default="", max_length=128)
+    change: str = Field(default="", max_length=4000)
+    reason: str | None = Field(default=None, max_length=4000)
+    requester: str = Field(default="", max_length=64)
+    channel: str = Field(default="", max_length=64)
+
+
+class FunctionExecuted(_Loose):
+    """A ``function_executed`` event: a Workflow Builder step of this app starts."""
+
+    function_execution_id: str = Field(min_length=1, max_length=128)
+    bot_access_token: str = Field(min_length=1, max_length=512)
+    inputs: _StepInputs = Field(default_factory=_StepInputs)
+
+
 def parse(model: type[_Loose], data: Any) -> Any:
     """Validate a payload; None when it does not fit (the caller answers clearly)."""
     try:

@@ -192,6 +192,17 @@ def parse_command(text: str) -> Command:
     )
 
 
+def parse_change(
+    verb: Literal["update", "action"], project: str, cluster_id: str, change: str, reason: str
+) -> UpdateCommand | ActionCommand:
+    """A change given in parts (a workflow step's inputs), read as
+    ``/gpu {verb} {project} {cluster_id} {change}`` is; a non-empty ``reason`` is the reason."""
+    command = _parse_change(verb, [project, cluster_id, *_split(change.strip())])
+    if reason.strip():
+        command = command.model_copy(update={"reason": _reason(reason)})
+    return command
+
+
 def _parse_change(verb: str, args: list[str]) -> UpdateCommand | ActionCommand:
     usage = USAGE[verb]
     if len(args) < 2:

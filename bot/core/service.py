@@ -111,14 +111,36 @@ class CommandService:
             COMMANDS.labels("store", "unavailable").inc()
             return _store_down("a command", exc)
 
+    async def handle_change(
+        self,
+        user: str,
+        channel: str,
+        command: UpdateCommand | ActionCommand,
+        text: str,
+        *,
+        step: str | None = None,
+    ) -> CommandOutcome:
+        """A change parsed elsewhere (a workflow step's inputs), run as ``/gpu`` runs it;
+        ``step`` is linked to the request it makes."""
+        try:
+            return await self._run(user, channel, command, text, step)
+        except StoreUnavailable as exc:
+            COMMANDS.labels("store", "unavailable").inc()
+            return _store_down("a workflow step", exc)
+
     async def _handle_command(self, user: str, channel: str, text: str) -> CommandOutcome:
         try:
             command = parse_command(text)
         except UsageError as exc:
             COMMANDS.labels("usage", "refused").inc()
             return error(str(exc))
+        return await self._run(user, channel, command, text)
+
+    async def _run(
+        self, user: str, channel: str, command: Command, text: str, step: str | None = None
+    ) -> CommandOutcome:
         try:
-            outcome = await self._dispatch(user, channel, command)
+            outcome = await self._dispatch(user, channel, command, step)
         except Refusal as refusal:
             COMMANDS.labels(command.name, "refused").inc()
             return await self.access.refuse(
@@ -132,13 +154,15 @@ class CommandService:
         COMMANDS.labels(command.name, "ok").inc()
         return outcome
 
-    async def _dispatch(self, user: str, channel: str, command: Command) -> CommandOutcome:
+    async def _dispatch(
+        self, user: str, channel: str, command: Command, step: str | None = None
+    ) -> CommandOutcome:
         if isinstance(command, ListCommand):
             return await self.queries.list_clusters(user, channel, command.project, command.page)
         if isinstance(command, ShowCommand):
             return await self.queries.show(user, channel, command.project, command.cluster_id)
         if isinstance(command, UpdateCommand | ActionCommand):
-            return await self._change(user, channel, command)
+            return await self._change(user, channel, command, step)
         if isinstance(command, TimelineCommand):
             return await self.timeline.prepare(user, channel, command.since)
         if isinstance(command, AuditCommand):
@@ -148,7 +172,11 @@ class CommandService:
         return await self.queries.help(user, channel)
 
     async def _change(
-        self, user: str, channel: str, command: UpdateCommand | ActionCommand
+        self,
+        user: str,
+        channel: str,
+        command: UpdateCommand | ActionCommand,
+        step: str | None = None,
     ) -> CommandOutcome:
         provider = self.access.provider_of(command.project)
         expected = "together" if isinstance(command, UpdateCommand) else "e2e"
@@ -173,6 +201,7 @@ class CommandService:
             inputs=command.fields,
             reason=command.reason,
             command=f"{command.name} {command.project} {command.cluster_id}",
+            step=step,
         )
 
     # -- forms ----------------------------------------------------------

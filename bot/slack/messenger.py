@@ -155,6 +155,21 @@ class Messenger:
             args["hash"] = hash
         await self._call("views.update", None, **args)
 
+    async def complete_function(
+        self, execution_id: str, *, outputs: dict[str, str] | None = None, error: str | None = None
+    ) -> None:
+        """End a workflow step: ``functions.completeSuccess`` with ``outputs``, else
+        ``functions.completeError`` with ``error`` (call it on a client holding the step's
+        own token, as Bolt's complete/fail do)."""
+        if outputs is not None:
+            await self._call(
+                "functions.completeSuccess", None, function_execution_id=execution_id, outputs=outputs
+            )
+        else:
+            await self._call(
+                "functions.completeError", None, function_execution_id=execution_id, error=error
+            )
+
     async def publish_home(self, user: str, view: dict[str, Any]) -> None:
         """Show ``view`` as the person's App Home tab (a 429 is retried after Retry-After)."""
         await self._call("views.publish", None, user_id=user, view=view)

@@ -10,6 +10,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from bot.local.slack.functions import REQUEST_GPU_CHANGE
 from tests.support.openapi_contract import SPECS_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,9 +21,53 @@ def _manifest() -> dict[str, Any]:
     return loaded
 
 
+def _schema(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((SPECS_DIR / name).read_text())
+    return loaded
+
+
 def test_manifest_validates_against_slack_schema() -> None:
-    schema = json.loads((SPECS_DIR / "slack-manifest.schema.json").read_text())
-    jsonschema.validate(_manifest(), schema)
+    # Workflow steps (functions) take Slack's version-2 manifest format: the v2 schema.
+    manifest = _manifest()
+    assert manifest["_metadata"]["major_version"] == 2
+    jsonschema.validate(manifest, _schema("slack-manifest.schema.v2.json"))
+
+
+def test_manifest_without_its_functions_is_valid_version_1_too() -> None:
+    # The v1 schema knows functions only in an older shape (a map of parameters, no
+    # ``properties``/``required``): everything else is valid for both.
+    manifest = _manifest()
+    del manifest["functions"]
+    jsonschema.validate(manifest, _schema("slack-manifest.schema.json"))
+    with_functions = _manifest()
+    try:
+        jsonschema.validate(with_functions, _schema("slack-manifest.schema.json"))
+    except jsonschema.ValidationError as exc:
+        assert list(exc.path)[0] == "functions"
+        return
+    raise AssertionError("the v1 schema accepted version-2 functions")
+
+
+def test_manifest_declares_the_workflow_step_as_the_stand_in_runs_it() -> None:
+    m = _manifest()
+    assert m["settings"]["function_runtime"] == "remote"
+    assert m["settings"]["org_deploy_enabled"] is True
+    step = m["functions"]["request_gpu_change"]
+    assert step["title"] == REQUEST_GPU_CHANGE.title == "Request a GPU cluster change"
+    assert " ".join(step["description"].split()) == REQUEST_GPU_CHANGE.description
+    for side, declared in (
+        ("input_parameters", REQUEST_GPU_CHANGE.input_parameters),
+        ("output_parameters", REQUEST_GPU_CHANGE.output_parameters),
+    ):
+        properties = step[side]["properties"]
+        assert list(properties) == [p.name for p in declared]
+        assert {n: (p["type"], p["title"]) for n, p in properties.items()} == {
+            p.name: (p.type, p.title) for p in declared
+        }
+        assert step[side]["required"] == [p.name for p in declared if p.is_required]
+        assert all(properties[p.name]["is_required"] is p.is_required for p in declared)
+    assert step["input_parameters"]["properties"]["requester"]["type"] == "slack#/types/user_id"
+    assert step["input_parameters"]["properties"]["channel"]["type"] == "slack#/types/channel_id"
 
 
 def test_manifest_declares_command_events_interactivity_and_socket_mode() -> None:
@@ -31,7 +76,11 @@ def test_manifest_declares_command_events_interactivity_and_socket_mode() -> Non
     settings = m["settings"]
     assert isinstance(features, dict) and isinstance(settings, dict)
     assert [c["command"] for c in features["slash_commands"]] == ["/gpu"]
-    assert settings["event_subscriptions"]["bot_events"] == ["app_mention", "app_home_opened"]
+    assert settings["event_subscriptions"]["bot_events"] == [
+        "app_mention",
+        "app_home_opened",
+        "function_executed",
+    ]
     assert features["app_home"]["home_tab_enabled"] is True
     assert settings["interactivity"]["is_enabled"] is True
     assert settings["socket_mode_enabled"] is True
@@ -49,6 +98,9 @@ METHOD_SCOPES: dict[str, str | None] = {
     "usergroups.users.list": "usergroups:read",
     "files.getUploadURLExternal": "files:write",
     "files.completeUploadExternal": "files:write",
+    # Ending a workflow step (with the step's own token): no scope, as function_executed.
+    "functions.completeSuccess": None,
+    "functions.completeError": None,
 }
 # What the manifest's features need besides Web API calls.
 FEATURE_SCOPES = {"app_mentions:read", "commands"}  # the app_mention event, /gpu
@@ -71,6 +123,7 @@ def test_manifest_scopes_are_least_privilege() -> None:
     """Exactly the scopes the called methods and the features need: no more, no fewer."""
     methods = called_methods()
     assert {"files.getUploadURLExternal", "files.completeUploadExternal"} <= methods
+    assert {"functions.completeSuccess", "functions.completeError"} <= methods
     unknown = sorted(m for m in methods if m not in METHOD_SCOPES)
     assert unknown == [], f"add the scope these methods need to METHOD_SCOPES: {unknown}"
     needed = {scope for m in methods if (scope := METHOD_SCOPES[m]) is not None}
@@ -79,11 +132,10 @@ def test_manifest_scopes_are_least_privilege() -> None:
 
 
 def test_a_manifest_with_an_unknown_key_is_rejected_by_the_schema() -> None:
-    schema = json.loads((SPECS_DIR / "slack-manifest.schema.json").read_text())
     broken = _manifest()
     broken["settings"]["socket_mode"] = True
     try:
-        jsonschema.validate(broken, schema)
+        jsonschema.validate(broken, _schema("slack-manifest.schema.v2.json"))
     except jsonschema.ValidationError:
         return
     raise AssertionError("the schema accepted an unknown settings key")

@@ -39,7 +39,10 @@ class Lifecycle:
         inputs: Mapping[str, Any],
         reason: str | None,
         command: str = "",
+        step: str | None = None,
     ) -> Reply:
+        """Check, store and show a change request; ``step`` is the workflow step (function
+        execution id) asking for it, linked to the request as it is stored."""
         access = self.deps.access
         try:
             await access.require(user, project, channel, Role.operator)
@@ -51,9 +54,11 @@ class Lifecycle:
             return await access.refuse(
                 user, channel, refusal, project=project, cluster_id=cluster_id, command=command
             )
-        return await self._open(user, channel, plan, reason)
+        return await self._open(user, channel, plan, reason, step)
 
-    async def _open(self, user: str, channel: str, plan: ChangePlan, reason: str | None) -> Reply:
+    async def _open(
+        self, user: str, channel: str, plan: ChangePlan, reason: str | None, step: str | None
+    ) -> Reply:
         deps = self.deps
         needs_approval = deps.policy.requires_approval(plan.project, plan.kinds)
         expire_minutes = deps.policy.approvals.expire_after_minutes
@@ -71,6 +76,7 @@ class Lifecycle:
             reason=reason,
             expires_at=deps.clock() + timedelta(minutes=expire_minutes) if needs_approval else None,
             state=RequestState.PENDING if needs_approval else RequestState.APPROVED,
+            step=step,
         )
         await deps.access.audit(
             user,

@@ -14,5 +14,6 @@ from bot.core.store.records import OutcomeRecorded as OutcomeRecorded
 from bot.core.store.records import RequestState as RequestState
 from bot.core.store.records import new_request_id as new_request_id
 from bot.core.store.records import normalize_request_id as normalize_request_id
+from bot.core.store.requests import StepTaken as StepTaken
 from bot.core.store.tables import change_requests as change_requests
 from bot.core.store.tables import metadata as metadata

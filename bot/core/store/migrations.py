@@ -308,6 +308,29 @@ def _chain_existing_entries(conn: Connection) -> tuple[int, int | None, str]:
         conn.execute(set_hash, updates)
 
 
+def _v6_workflow_steps(conn: Connection) -> None:
+    # Workflow Builder steps (SPEC §11): one row per function execution, claimed once, with
+    # the request it made and how its completion stands (so it completes after a restart).
+    metadata = MetaData()
+    Table(
+        "gpuops_workflow_steps",
+        metadata,
+        Column("execution_id", Text(), primary_key=True),
+        Column("token", Text(), nullable=False),
+        Column("requester", Text(), nullable=False),
+        Column("channel", Text(), nullable=False),
+        Column("request_id", String(16)),
+        Column("state", String(16), nullable=False),
+        Column("outcome", String(16)),
+        Column("payload", json_type()),
+        Column("created_at", UTCDateTime(), nullable=False),
+        Column("updated_at", UTCDateTime(), nullable=False),
+        Index("ix_gpuops_workflow_steps_request_id", "request_id"),
+        Index("ix_gpuops_workflow_steps_state", "state"),
+    )
+    metadata.create_all(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "change requests, audit, deliveries, cluster locks, leases", _v1_initial_tables),
     Migration(2, "change requests: approval prompt ts", _v2_approval_prompt_ts),
@@ -317,6 +340,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         5, "audit hash chain, chain head, audit time index", _v5_audit_chain, extra_seconds=600
     ),
+    Migration(6, "workflow steps (function executions)", _v6_workflow_steps),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

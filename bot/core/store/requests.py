@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, exists, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from bot.core.store.engine import StoreBase, require_aware, utcnow
 from bot.core.store.records import (
@@ -20,9 +21,14 @@ from bot.core.store.records import (
     new_request_id,
     normalize_request_id,
 )
-from bot.core.store.tables import change_requests, leases
+from bot.core.store.tables import change_requests, leases, workflow_steps
 
 _REQUEST_ID_ATTEMPTS = 8
+
+
+class StepTaken(Exception):
+    """The workflow step a request was to be linked to is no longer running (another replica
+    made its request, or it was ended): no request was created."""
 
 
 def fence_holds(fence: Lease) -> ColumnElement[bool]:
@@ -36,6 +42,20 @@ def fence_holds(fence: Lease) -> ColumnElement[bool]:
 
 def _validated_updates(updates: Mapping[str, Any]) -> dict[str, Any]:
     return MutableFields.model_validate(dict(updates)).model_dump(exclude_unset=True)
+
+
+async def _link_step(conn: AsyncConnection, step: str, request_id: str) -> None:
+    linked = await conn.execute(
+        update(workflow_steps)
+        .where(
+            workflow_steps.c.execution_id == step,
+            workflow_steps.c.state == "running",
+            workflow_steps.c.request_id.is_(None),
+        )
+        .values(request_id=request_id, updated_at=utcnow())
+    )
+    if linked.rowcount != 1:
+        raise StepTaken(step)  # leaving the transaction by it stores no request
 
 
 class RequestsMixin(StoreBase):
@@ -55,7 +75,10 @@ class RequestsMixin(StoreBase):
         reason: str | None,
         expires_at: datetime | None,
         state: RequestState = RequestState.PENDING,
+        step: str | None = None,
     ) -> ChangeRequestRecord:
+        """Store a new request; with ``step`` (a workflow step's execution id), link that
+        running step to it in the same transaction, or raise StepTaken and store nothing."""
         require_aware("expires_at", expires_at)
         now = utcnow()
         values: dict[str, Any] = {
@@ -86,6 +109,8 @@ class RequestsMixin(StoreBase):
             )
             async with self._begin() as conn:
                 row = (await conn.execute(statement)).mappings().first()
+                if row is not None and step is not None:
+                    await _link_step(conn, step, str(row["id"]))
             if row is not None:
                 return ChangeRequestRecord.model_validate(dict(row))
         raise RuntimeError(f"no free request id after {_REQUEST_ID_ATTEMPTS} attempts")

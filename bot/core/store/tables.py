@@ -114,6 +114,25 @@ leases = Table(
     Column("token", BigInteger(), nullable=False, server_default="0"),
 )
 
+# One Workflow Builder step (a function execution): claimed once, linked to the request it
+# made in the same transaction as the request, completed once (SPEC §11).
+workflow_steps = Table(
+    "gpuops_workflow_steps",
+    metadata,
+    Column("execution_id", Text(), primary_key=True),
+    Column("token", Text(), nullable=False),
+    Column("requester", Text(), nullable=False),
+    Column("channel", Text(), nullable=False),
+    Column("request_id", String(16)),
+    Column("state", String(16), nullable=False),  # running, completing, completed
+    Column("outcome", String(16)),  # success or error, once completing
+    Column("payload", json_type()),  # the outputs, or {"error": text}
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    Index("ix_gpuops_workflow_steps_request_id", "request_id"),
+    Index("ix_gpuops_workflow_steps_state", "state"),
+)
+
 __all__ = [
     "audit",
     "audit_chain",
@@ -122,4 +141,5 @@ __all__ = [
     "deliveries",
     "leases",
     "metadata",
+    "workflow_steps",
 ]

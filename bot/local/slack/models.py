@@ -260,6 +260,19 @@ class UserActed(BaseModel):
     at: float
 
 
+class FunctionCompleted(BaseModel):
+    """A workflow step of the app was completed (``functions.completeSuccess`` with its
+    ``outputs``, or ``functions.completeError`` with its ``error``)."""
+
+    kind: Literal["function_completed"] = "function_completed"
+    execution_id: str
+    callback_id: str
+    success: bool
+    outputs: dict[str, Any] | None = None
+    error: str | None = None
+    at: float
+
+
 FakeEvent = Annotated[
     MessagePosted
     | MessageEdited
@@ -270,7 +283,8 @@ FakeEvent = Annotated[
     | ViewClosed
     | ErrorShown
     | HomePublished
-    | UserActed,
+    | UserActed
+    | FunctionCompleted,
     Field(discriminator="kind"),
 ]
 

@@ -42,6 +42,7 @@ from bot.local.slack.models import (
     random_id,
     state_values,
 )
+from bot.local.slack.functions import FunctionRun
 from bot.local.slack.server import FakeSlack
 from bot.local.slack.socket_mode import EnvelopeType
 
@@ -691,6 +692,21 @@ class SlackSender:
             event["view"] = home.as_slack()
         await self.fake.note_user_action(user, None, f"[opened the app's {tab} tab]")
         return await self._send_event(event, None, tamper=tamper)
+
+    async def function_executed(
+        self,
+        callback_id: str,
+        inputs: dict[str, Any],
+        *,
+        run: FunctionRun | None = None,
+        retry_num: int | None = None,
+    ) -> tuple[FunctionRun, SenderResult]:
+        """A workflow reaches the app's step ``callback_id`` with ``inputs``: a new run and
+        its ``function_executed`` event. With ``run``, that run's event is sent again in a
+        new envelope (a new event_id: what a second delivery of one execution looks like)."""
+        run = run or self.fake.start_function(callback_id, inputs)
+        event = self.fake.functions.event(run)
+        return run, await self._send_event(event, None, retry_num=retry_num)
 
     async def _send_event(
         self,

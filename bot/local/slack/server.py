@@ -28,6 +28,7 @@ from aiohttp import web
 from pydantic import BaseModel
 
 from bot.local.slack.files import SlackFiles, UploadedFile, UploadRefused
+from bot.local.slack.functions import FunctionCallError, FunctionRun, FunctionRuns
 from bot.local.slack.models import (
     EditSource,
     Ephemeral,
@@ -35,6 +36,7 @@ from bot.local.slack.models import (
     EphemeralSource,
     ErrorShown,
     FakeEvent,
+    FunctionCompleted,
     HomePublished,
     JsonDict,
     Message,
@@ -216,6 +218,9 @@ class FakeSlack:
         self.usergroups: dict[str, list[str]] = {k: list(v) for k, v in (usergroups or {}).items()}
         self.trigger_ttl = trigger_ttl
 
+        self.functions = FunctionRuns(app_id)
+        """Workflow runs of the app's custom steps (``function_executed``)."""
+
         self.calls: list[SlackCall] = []
         self.messages: dict[str, list[Message]] = {}
         self.ephemerals: list[Ephemeral] = []
@@ -307,6 +312,7 @@ class FakeSlack:
         self.spec_problems.clear()
         self.response_posts.clear()
         self.events.clear()
+        self.functions.runs.clear()
         self._faults.clear()
         self._triggers.clear()
         self._response_targets.clear()
@@ -541,7 +547,7 @@ class FakeSlack:
         token_error = self._token_error(method, token)
         if token_error is not None:
             return 200, ApiError(token_error).body(), {}
-        handler = self._methods.get(method)
+        handler = self._methods.get(method) or self._function_method(method, token)
         if handler is None:
             return 200, ApiError("unknown_method").body(), {}
         if method in self.delays:
@@ -555,8 +561,13 @@ class FakeSlack:
             return 200, exc.body(), {}
 
     def _token_error(self, method: str, token: str) -> str | None:
-        """Web API methods take the bot token; ``apps.connections.open`` only the app-level
-        token (``xapp-…``)."""
+        """Web API methods take the bot token (or a running step's own token, revoked once
+        the step completes); ``apps.connections.open`` only the app-level token (``xapp-…``)."""
+        step_token = self.functions.token_state(token)
+        if step_token is not None:
+            if method == "apps.connections.open":
+                return "not_allowed_token_type"
+            return "token_revoked" if step_token == "revoked" else None
         is_bot = hmac.compare_digest(token.encode(), self._bot_token.encode())
         is_app = self.app_token is not None and hmac.compare_digest(
             token.encode(), self.app_token.encode()
@@ -566,6 +577,40 @@ class FakeSlack:
         if is_app:
             return "not_allowed_token_type"
         return None if is_bot else "invalid_auth"
+
+    # -- custom steps (functions) -----------------------------------------------------------
+
+    def start_function(self, callback_id: str, inputs: Mapping[str, Any]) -> FunctionRun:
+        """A workflow reaches the app's step ``callback_id``: its run (send its
+        ``function_executed`` event with ``SlackSender.function_executed``)."""
+        return self.functions.start(callback_id, dict(inputs))
+
+    def _function_method(
+        self, method: str, token: str
+    ) -> Callable[[JsonDict], Awaitable[JsonDict]] | None:
+        if method not in ("functions.completeSuccess", "functions.completeError"):
+            return None
+        success = method == "functions.completeSuccess"
+
+        async def complete(args: JsonDict) -> JsonDict:
+            try:
+                answer = self.functions.complete(args, token, success=success)
+            except FunctionCallError as exc:
+                raise ApiError(exc.error, **exc.extra) from None
+            run = self.functions.runs[str(args["function_execution_id"])]
+            await self._emit(
+                FunctionCompleted(
+                    execution_id=run.execution_id,
+                    callback_id=run.function.callback_id,
+                    success=success,
+                    outputs=run.outputs,
+                    error=run.error,
+                    at=time.time(),
+                )
+            )
+            return answer
+
+        return complete
 
     # -- channels and content ---------------------------------------------------------------
 

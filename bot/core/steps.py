@@ -1,0 +1,315 @@
+"""Workflow Builder steps (SPEC §11): a step asks for a change as a person's command would,
+and ends when that request does.
+
+``WorkflowSteps.run`` claims a step once per execution id and makes its request through
+the command path (same parsing, policy, root message, approval and thread); a refusal or
+invalid input ends the step at once with the answer a person would have seen.
+``StepCompleter`` reads the same request events as the chat surface (a Notifier reader) and
+ends a step when its request reaches a final state; ``reconcile`` finishes what a restart or
+an unreachable chat service left open. The ``StepPort`` tells the chat platform."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Literal, Protocol
+
+from bot.core.answers import Notice, Reply, error, store_unavailable
+from bot.core.forms import FormRequest
+from bot.core.grammar import UsageError, parse_change
+from bot.core.notifier import RequestEvent, Tone
+from bot.core.requests.view import plan_lines, state_words
+from bot.core.service import CommandService
+from bot.core.store import (
+    TERMINAL_STATES,
+    ChangeRequestRecord,
+    Store,
+    StoreUnavailable,
+    StepTaken,
+)
+from bot.core.store.steps import StepOutcome, StepRecord, StepState, StepStore
+from bot.metrics import COMMANDS
+from bot.providers.base import ChangePlan, ClusterSummary
+
+log = logging.getLogger(__name__)
+
+SUMMARY_LIMIT = 1000
+RETRY_AFTER = timedelta(seconds=30)  # a completion not confirmed by then is sent again
+ORPHAN_AFTER = timedelta(minutes=10)  # a claimed step with no request by then never gets one
+_STOPPED_BEFORE_REQUEST = (
+    "gpuops stopped before it could make this request; nothing was changed. "
+    "Run the step again if the change is still needed."
+)
+
+
+@dataclass(frozen=True)
+class StepStart:
+    """A step as the chat platform starts it: its execution, its token and its inputs."""
+
+    execution_id: str
+    token: str
+    project: str
+    cluster_id: str
+    change: str
+    reason: str
+    requester: str
+    channel: str
+
+    def missing(self) -> list[str]:
+        wanted = ("project", "cluster_id", "change", "requester", "channel")
+        return [name for name in wanted if not str(getattr(self, name)).strip()]
+
+
+class CompletionFailed(Exception):
+    """The platform was not told; ``retry`` when telling it again later may work."""
+
+    def __init__(self, reason: str, *, retry: bool) -> None:
+        self.reason = reason
+        self.retry = retry
+        super().__init__(reason)
+
+
+class StepPort(Protocol):
+    """Tells the chat platform how a step ended: ``step.outcome`` with ``step.payload``
+    (the outputs, or ``error`` and its ``mentions``). Raises CompletionFailed."""
+
+    async def complete(self, step: StepRecord) -> None: ...
+
+
+def outputs_of(record: ChangeRequestRecord) -> dict[str, str]:
+    """The step's outputs for a request in a final state."""
+    plan = ChangePlan.model_validate(record.plan["plan"])
+    summary = (
+        f"{record.id} {state_words(str(record.state))}: {'; '.join(plan_lines(plan))} "
+        f"on {record.project} / {record.cluster_name} ({record.cluster_id})"
+    )
+    if record.result_message:
+        summary += f" — {record.result_message}"
+    if len(summary) > SUMMARY_LIMIT:
+        summary = summary[: SUMMARY_LIMIT - 1].rstrip() + "…"
+    return {"request_id": record.id, "state": str(record.state), "summary": summary}
+
+
+def _error_payload(reply: Reply) -> dict[str, object]:
+    content = reply.content
+    if isinstance(content, Notice):
+        return {"error": content.text, "mentions": list(content.mentions)}
+    return {"error": "gpuops could not make this request.", "mentions": []}
+
+
+def form_needs(form: FormRequest, required: list[str]) -> str:
+    """What a step's ``change`` lacks where a command would open a form."""
+    if form.kind == "update":
+        return (
+            "The step's `change` names no field: give `field=value …`, e.g. `num_gpus=16` "
+            "(a workflow step opens no form)."
+        )
+    if form.action is None or not required:
+        return (
+            "The step's `change` names no action: give the action and its fields, e.g. "
+            "`scale_cluster additional_nodes=2` (a workflow step opens no form)."
+        )
+    fields = ", ".join(f"`{name}`" for name in required)
+    return (
+        f"`{form.action}` needs {fields}: give them in the step's `change`, e.g. "
+        f"`{form.action} {required[0]}=…` (a workflow step opens no form)."
+    )
+
+
+class StepCompleter:
+    """Ends steps exactly once: when their request ends (it reads the core's request
+    events as a Notifier), when they fail at once, and on reconcile."""
+
+    def __init__(
+        self,
+        steps: StepStore,
+        store: Store,
+        port: StepPort,
+        *,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.steps = steps
+        self.store = store
+        self.port = port
+        self.clock = clock
+
+    async def finish(self, record: ChangeRequestRecord) -> None:
+        """End the step that made ``record``, if any, now that the request has ended."""
+        if record.state not in TERMINAL_STATES:
+            return
+        step = await self.steps.for_request(record.id)
+        if step is None or step.state is not StepState.RUNNING:
+            return
+        claimed = await self.steps.begin_completion(
+            step.execution_id, StepOutcome.SUCCESS, outputs_of(record)
+        )
+        if claimed is not None:
+            await self._send(claimed)
+
+    async def fail(self, execution_id: str, reply: Reply) -> None:
+        """End a running step with the answer a person would have seen."""
+        claimed = await self.steps.begin_completion(
+            execution_id, StepOutcome.ERROR, _error_payload(reply)
+        )
+        if claimed is not None:
+            await self._send(claimed)
+
+    async def fail_unclaimed(self, start: StepStart, reply: Reply) -> None:
+        """End a step that could not be stored (the store is down): told once, not kept."""
+        now = self.clock()
+        step = StepRecord(
+            execution_id=start.execution_id,
+            token=start.token,
+            requester=start.requester,
+            channel=start.channel,
+            request_id=None,
+            state=StepState.COMPLETING,
+            outcome=StepOutcome.ERROR,
+            payload=_error_payload(reply),
+            created_at=now,
+            updated_at=now,
+        )
+        try:
+            await self.port.complete(step)
+        except CompletionFailed as exc:
+            log.warning("could not end step %s: %s", start.execution_id, exc.reason)
+
+    async def _send(self, step: StepRecord) -> None:
+        try:
+            await self.port.complete(step)
+        except CompletionFailed as exc:
+            if exc.retry:
+                log.warning("step %s not ended yet (%s); retrying later", step.execution_id, exc)
+                return
+            log.warning("step %s could not be ended: %s", step.execution_id, exc.reason)
+        await self.steps.completed(step.execution_id)
+
+    async def reconcile(self) -> int:
+        """Finish steps left open: resend stalled completions, end steps whose request
+        ended unheard, and fail steps that never got their request. How many it ended."""
+        ended = 0
+        now = self.clock()
+        for step in await self.steps.unfinished():
+            if step.state is StepState.COMPLETING:
+                retaken = await self.steps.retake_completion(step.execution_id, now - RETRY_AFTER)
+                if retaken is not None:
+                    await self._send(retaken)
+                    ended += 1
+            elif step.request_id is not None:
+                record = await self.store.get_request(step.request_id)
+                if record is not None and record.state in TERMINAL_STATES:
+                    await self.finish(record)
+                    ended += 1
+            elif step.created_at < now - ORPHAN_AFTER:
+                await self.fail(step.execution_id, error(_STOPPED_BEFORE_REQUEST))
+                ended += 1
+        return ended
+
+    async def reconcile_forever(self, every: float) -> None:
+        while True:
+            try:
+                await self.reconcile()
+            except StoreUnavailable as exc:
+                log.warning("workflow steps not reconciled: %s", exc)
+            except Exception:
+                log.exception("reconciling workflow steps failed")
+            await asyncio.sleep(every)
+
+    # -- the Notifier port (a reader: it shows nothing) ----------------------------------
+    async def request_opened(self, record: ChangeRequestRecord) -> str:
+        return ""
+
+    async def approval_requested(self, record: ChangeRequestRecord, expire_minutes: int) -> str:
+        return ""
+
+    async def request_changed(self, record: ChangeRequestRecord, event: RequestEvent) -> None:
+        await self.finish(record)
+
+    async def follow_up_note(self, record: ChangeRequestRecord, text: str, tone: Tone) -> None:
+        return None
+
+    async def result(self, record: ChangeRequestRecord, summary: ClusterSummary) -> str | None:
+        return None
+
+    async def status(
+        self, record: ChangeRequestRecord, summary: ClusterSummary, as_of: datetime
+    ) -> None:
+        return None
+
+    async def mirror(self, record: ChangeRequestRecord, headline: str, channel: str) -> bool:
+        return True
+
+
+class WorkflowSteps:
+    """Runs a step once per execution id: the request a command would make, or the step's
+    end with the answer a person would have seen."""
+
+    def __init__(self, ops: CommandService, steps: StepStore, completer: StepCompleter) -> None:
+        self.ops = ops
+        self.steps = steps
+        self.completer = completer
+
+    async def run(self, start: StepStart) -> None:
+        try:
+            claimed = await self.steps.claim(
+                start.execution_id, start.token, start.requester, start.channel
+            )
+        except StoreUnavailable as exc:
+            log.warning("refused workflow step %s: %s", start.execution_id, exc)
+            await self.completer.fail_unclaimed(start, store_unavailable())
+            return
+        if not claimed:
+            log.info("ignored workflow step %s: it was started before", start.execution_id)
+            return
+        async with self.ops.pacer.turn():
+            answer = await self._request(start)
+        if answer is None:
+            return
+        step = await self.steps.get(start.execution_id)
+        if step is not None and step.request_id is None:
+            await self.completer.fail(start.execution_id, answer)
+
+    async def give_up(self, execution_id: str, reply: Reply) -> None:
+        """End a step that hit an unexpected error, unless it made its request (whose end
+        ends it)."""
+        try:
+            step = await self.steps.get(execution_id)
+            if step is not None and step.request_id is None:
+                await self.completer.fail(execution_id, reply)
+        except StoreUnavailable as exc:
+            log.warning("workflow step %s left to reconcile: %s", execution_id, exc)
+
+    async def _request(self, start: StepStart) -> Reply | None:
+        """Make the step's request; the answer when it made none (None: nothing to say)."""
+        missing = start.missing()
+        if missing:
+            COMMANDS.labels("step", "refused").inc()
+            return error(f"The step's input `{missing[0]}` is empty; give it a value.")
+        verb: Literal["update", "action"] = (
+            "action" if self.ops.access.provider_of(start.project) == "e2e" else "update"
+        )
+        try:
+            command = parse_change(
+                verb, start.project, start.cluster_id, start.change, start.reason
+            )
+        except UsageError as exc:
+            COMMANDS.labels("step", "refused").inc()
+            return error(str(exc))
+        text = f"step {verb} {start.project} {start.cluster_id} {start.change}"
+        try:
+            outcome = await self.ops.handle_change(
+                start.requester, start.channel, command, text, step=start.execution_id
+            )
+        except StepTaken:
+            return None  # ended meanwhile (reconcile): no request was made
+        if isinstance(outcome, FormRequest):
+            required = [
+                s.name
+                for s in self.ops.forms.fields_of(outcome.project, outcome.action or "")
+                if s.required and not outcome.prefill.get(s.name)
+            ]
+            return error(form_needs(outcome, required))
+        return outcome

@@ -1,0 +1,152 @@
+"""Workflow Builder steps (function executions, SPEC §11): claimed once per execution id,
+linked to the change request they made, completed once.
+
+Like the change requests, every deciding write is one statement whose ON CONFLICT or WHERE
+clause is the decision, so the database picks the one winner among replicas and
+redeliveries. The link to the request is written in the request's own transaction
+(``RequestsMixin.create_request``): a step never loses the request it made.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Collection, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import select, update
+
+from bot.core.store.db import Store
+from bot.core.store.tables import workflow_steps
+
+
+class StepState(enum.StrEnum):
+    RUNNING = "running"  # claimed; its request (if any) has not ended
+    COMPLETING = "completing"  # one replica is telling Slack how it ended
+    COMPLETED = "completed"  # Slack was told (or the execution was gone)
+
+
+class StepOutcome(enum.StrEnum):
+    SUCCESS = "success"
+    ERROR = "error"
+
+
+class StepRecord(BaseModel):
+    """One function execution as stored. ``token`` is Slack's token for completing it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    execution_id: str
+    token: str
+    requester: str
+    channel: str
+    request_id: str | None
+    state: StepState
+    outcome: StepOutcome | None
+    payload: dict[str, Any] | None
+    created_at: datetime
+    updated_at: datetime
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class StepStore:
+    """The workflow steps table in the gpuops database (shares the Store's engine)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def claim(self, execution_id: str, token: str, requester: str, channel: str) -> bool:
+        """True for the one caller (across replicas and redeliveries) that runs the step."""
+        now = _now()
+        statement = (
+            self.store._insert(workflow_steps)
+            .values(
+                execution_id=execution_id,
+                token=token,
+                requester=requester,
+                channel=channel,
+                state=StepState.RUNNING.value,
+                created_at=now,
+                updated_at=now,
+            )
+            .on_conflict_do_nothing(index_elements=[workflow_steps.c.execution_id])
+            .returning(workflow_steps.c.execution_id)
+        )
+        async with self.store._begin() as conn:
+            return (await conn.execute(statement)).first() is not None
+
+    async def get(self, execution_id: str) -> StepRecord | None:
+        return await self._one(workflow_steps.c.execution_id == execution_id)
+
+    async def for_request(self, request_id: str) -> StepRecord | None:
+        """The step that made this change request, if one did."""
+        return await self._one(workflow_steps.c.request_id == request_id)
+
+    async def begin_completion(
+        self, execution_id: str, outcome: StepOutcome, payload: Mapping[str, Any]
+    ) -> StepRecord | None:
+        """Claim the completion of a running step with what Slack is to be told; None when
+        another caller completes (or completed) it."""
+        return await self._move(
+            execution_id,
+            {StepState.RUNNING},
+            StepState.COMPLETING,
+            outcome=outcome.value,
+            payload=dict(payload),
+        )
+
+    async def retake_completion(self, execution_id: str, before: datetime) -> StepRecord | None:
+        """Take over a completion left unfinished since before ``before`` (its replica died,
+        or Slack could not be reached): the one caller that wins sends it again."""
+        return await self._move(
+            execution_id,
+            {StepState.COMPLETING},
+            StepState.COMPLETING,
+            workflow_steps.c.updated_at < before,
+        )
+
+    async def completed(self, execution_id: str) -> None:
+        await self._move(execution_id, {StepState.COMPLETING}, StepState.COMPLETED)
+
+    async def unfinished(self, limit: int = 200) -> list[StepRecord]:
+        """Steps not completed yet, oldest first."""
+        statement = (
+            select(workflow_steps)
+            .where(workflow_steps.c.state != StepState.COMPLETED.value)
+            .order_by(workflow_steps.c.created_at)
+            .limit(limit)
+        )
+        async with self.store._begin() as conn:
+            rows = (await conn.execute(statement)).mappings().all()
+        return [StepRecord.model_validate(dict(row)) for row in rows]
+
+    async def _one(self, condition: Any) -> StepRecord | None:
+        async with self.store._begin() as conn:
+            row = (await conn.execute(select(workflow_steps).where(condition))).mappings().first()
+        return None if row is None else StepRecord.model_validate(dict(row))
+
+    async def _move(
+        self,
+        execution_id: str,
+        from_states: Collection[StepState],
+        to: StepState,
+        *conditions: Any,
+        **values: Any,
+    ) -> StepRecord | None:
+        statement = (
+            update(workflow_steps)
+            .where(
+                workflow_steps.c.execution_id == execution_id,
+                workflow_steps.c.state.in_([s.value for s in from_states]),
+                *conditions,
+            )
+            .values(state=to.value, updated_at=_now(), **values)
+            .returning(*workflow_steps.c)
+        )
+        async with self.store._begin() as conn:
+            row = (await conn.execute(statement)).mappings().first()
+        return None if row is None else StepRecord.model_validate(dict(row))

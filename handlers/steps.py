@@ -1,0 +1,47 @@
+"""The Workflow Builder step ``request_gpu_change`` (``function_executed``, SPEC §11)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from slack_bolt.async_app import AsyncApp
+
+from bot.core.steps import StepStart, WorkflowSteps
+from bot.redact import register_secret
+from handlers.commands import internal_error
+from handlers.payloads import FunctionExecuted, parse
+
+log = logging.getLogger(__name__)
+
+STEP_CALLBACK_ID = "request_gpu_change"
+
+
+def register(app: AsyncApp) -> None:
+    # Bolt acknowledges the event before the listener runs (auto_acknowledge).
+    app.function(STEP_CALLBACK_ID)(handle_step)
+
+
+async def handle_step(event: dict[str, Any], context: Any) -> None:
+    steps: WorkflowSteps = context["steps"]
+    executed = parse(FunctionExecuted, event)
+    if executed is None:
+        log.warning("ignored a function_executed event that did not fit the expected shape")
+        return
+    register_secret(executed.bot_access_token)
+    inputs = executed.inputs
+    start = StepStart(
+        execution_id=executed.function_execution_id,
+        token=executed.bot_access_token,
+        project=inputs.project,
+        cluster_id=inputs.cluster_id,
+        change=inputs.change,
+        reason=inputs.reason or "",
+        requester=inputs.requester,
+        channel=inputs.channel,
+    )
+    try:
+        await steps.run(start)
+    except Exception as exc:  # a bug must not leave the workflow waiting forever
+        log.exception("workflow step %s failed unexpectedly", start.execution_id)
+        await steps.give_up(start.execution_id, internal_error(exc))
