@@ -1,0 +1,289 @@
+"""The Workflow Builder step ``request_gpu_change`` end to end (SPEC §11), over real HTTP
+and Socket Mode: the stand-in runs the step (``function_executed`` with its own token), the
+request is made as a command would make it, and the step ends once with
+``functions.completeSuccess`` (final state) or ``functions.completeError`` (refusal) —
+after an approval, a redelivery, a second replica, a restart or an expiry."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from bot.core.store import RequestState as S
+from bot.core.store.steps import StepState
+from bot.local.demo.stack import LocalStack
+from bot.local.slack.functions import FunctionRun
+from bot.local.slack.models import Message
+from tests.conftest import StackFactory
+from tests.support.slack_support import refusals, roots
+from tests.support.workflow_kit import (
+    BOB,
+    CHANNEL,
+    DAVE,
+    ERIN,
+    REQUEST_ID,
+    Opened,
+    audit_trail,
+    click,
+    events,
+    find_prompt,
+    readable_text,
+    wait_state,
+)
+
+STEP = "request_gpu_change"
+SCALE_101 = ("e2e-delhi", "101", "scale_cluster additional_nodes=2")
+GROW_H200 = ("together-prod", "tc-h200-ondemand", "num_gpus=16")
+
+
+def inputs(
+    project: str,
+    cluster_id: str,
+    change: str,
+    *,
+    requester: str = DAVE,
+    reason: str | None = None,
+) -> dict[str, Any]:
+    given: dict[str, Any] = {
+        "project": project,
+        "cluster_id": cluster_id,
+        "change": change,
+        "requester": requester,
+        "channel": CHANNEL,
+    }
+    if reason is not None:
+        given["reason"] = reason
+    return given
+
+
+@pytest.fixture(params=["http", "socket"])
+async def any_stack(request: pytest.FixtureRequest, make_stack: StackFactory) -> LocalStack:
+    """The demo stack on SQLite, its Slack requests over signed HTTP or Socket Mode."""
+    stack = await make_stack()
+    if request.param == "socket":
+        await stack.use_socket_mode()
+    return stack
+
+
+async def run_step(stack: LocalStack, given: dict[str, Any]) -> FunctionRun:
+    run, result = await stack.sender.function_executed(STEP, given)
+    assert result.status == 200 and result.acked_in_time, result
+    return run
+
+
+async def ended(stack: LocalStack, run: FunctionRun, *, within: float = 10.0) -> FunctionRun:
+    """The run once the bot has completed it (either way)."""
+    return await stack.slack.wait_for(lambda: run if run.state != "running" else None, within=within)
+
+
+async def opened_by_step(stack: LocalStack) -> Opened:
+    """The request a step made: its root message and approval prompt in the channel."""
+    root: Message = await stack.slack.wait_for(
+        lambda: next((m for m in roots(stack, CHANNEL) if REQUEST_ID.search(m.text)), None)
+    )
+    match = REQUEST_ID.search(root.text)
+    assert match is not None
+    prompt = await stack.slack.wait_for(lambda: find_prompt(stack, CHANNEL, root.ts))
+    return Opened(match.group(0), CHANNEL, root.ts, prompt.ts)
+
+
+def completions(stack: LocalStack) -> list[str]:
+    return [
+        c.method
+        for c in stack.slack.calls
+        if c.method.startswith("functions.complete") and c.ok
+    ]
+
+
+async def test_a_step_waits_for_approval_and_ends_with_the_outputs(any_stack: LocalStack) -> None:
+    stack = any_stack
+    run = await run_step(stack, inputs(*SCALE_101, reason="capacity form"))
+    opened = await opened_by_step(stack)
+    root = stack.slack.message(CHANNEL, opened.root_ts)
+    assert root is not None and root.text.startswith("[pending approval]")
+    assert "scale_cluster: 2 → 4 nodes" in root.text and "<@U04DAVE>" in readable_text(root)
+    record = await stack.runtime.store.get_request(opened.id)
+    assert record is not None and (record.requester, record.channel) == (DAVE, CHANNEL)
+    assert record.reason == "capacity form" and record.state is S.PENDING
+    assert run.state == "running" and completions(stack) == []
+
+    await click(stack, opened, BOB)
+    await ended(stack, run)
+    assert run.state == "completed" and run.completed_with == "function_token"
+    assert run.outputs is not None
+    assert (run.outputs["request_id"], run.outputs["state"]) == (opened.id, "succeeded")
+    assert run.outputs["summary"].startswith(f"{opened.id} done: scale_cluster: 2 → 4 nodes")
+    assert "e2e-delhi" in run.outputs["summary"]
+    assert [c.body for c in stack.e2e.calls("action", "PUT")] == [
+        {"action": "scale_cluster", "additional_nodes": 2}
+    ]
+    assert completions(stack) == ["functions.completeSuccess"]
+
+
+async def test_a_step_whose_request_runs_at_once_ends_when_it_is_done(
+    stack: LocalStack,
+) -> None:
+    run = await run_step(stack, inputs(*GROW_H200))
+    await ended(stack, run)
+    assert run.outputs is not None and run.outputs["state"] == "succeeded"
+    record = await stack.runtime.store.get_request(run.outputs["request_id"])
+    assert record is not None and record.state is S.SUCCEEDED and record.requester == DAVE
+    assert [c.body for c in stack.together.calls(method="PUT")] == [{"num_gpus": 16}]
+    assert events(await audit_trail(stack.runtime.store, record.id)) == [
+        "requested",
+        "executing",
+        "result",
+    ]
+
+
+async def test_a_refusal_ends_the_step_with_what_a_person_would_read(
+    any_stack: LocalStack,
+) -> None:
+    stack = any_stack
+    run = await run_step(stack, inputs("e2e-delhi", "103", "restart_cluster", requester=ERIN))
+    await ended(stack, run)
+    assert run.state == "failed" and run.completed_with == "function_token"
+    assert run.error is not None and "needs operator" in run.error
+    typed = await request_refusal(stack, "action e2e-delhi 103 restart_cluster")
+    assert run.error == typed
+    assert roots(stack, CHANNEL) == [] and stack.e2e.calls("action", "PUT") == []
+    assert len(await refusals(stack, ERIN)) == 2  # the step's and the command's
+    assert completions(stack) == ["functions.completeError"]
+
+
+async def request_refusal(stack: LocalStack, text: str) -> str:
+    """What erin reads when she types the same change as a command."""
+    seen = len(stack.slack.ephemerals_for(ERIN))
+    await stack.sender.command(ERIN, CHANNEL, text)
+    answer = await stack.slack.wait_for(
+        lambda: next(iter(stack.slack.ephemerals_for(ERIN)[seen:]), None)
+    )
+    return answer.text
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ("num_gpus", "is not a `field=value` pair"),
+        ("num_gpus=12 num_gpus=16", "`num_gpus` is given twice"),
+        ("", "The step's input `change` is empty"),
+        ("reason=later", "names no field"),
+        ("num_preemptible_gpus=12", "multiple of 8"),
+    ],
+)
+async def test_invalid_input_ends_the_step_with_the_error(
+    sqlite_stack: LocalStack, change: str, says: str
+) -> None:
+    given = inputs("together-prod", "tc-h200-ondemand", change)
+    run = sqlite_stack.slack.start_function(STEP, {**given, "change": change or "x"})
+    run.inputs["change"] = change  # Workflow Builder requires it; a payload may still lack it
+    _, result = await sqlite_stack.sender.function_executed(STEP, given, run=run)
+    assert result.ok
+    await ended(sqlite_stack, run)
+    assert run.state == "failed" and run.error is not None and says in run.error, run.error
+    assert roots(sqlite_stack, CHANNEL) == [] and sqlite_stack.together.calls(method="PUT") == []
+
+
+async def test_a_redelivered_step_makes_nothing_new(any_stack: LocalStack) -> None:
+    stack = any_stack
+    run, first = await stack.sender.function_executed(STEP, inputs(*SCALE_101))
+    again = await stack.sender.redeliver(first)  # Slack's retry: the same envelope
+    _, other = await stack.sender.function_executed(STEP, {}, run=run)  # another envelope
+    assert first.ok and again.ok and other.ok
+    opened = await opened_by_step(stack)
+    await click(stack, opened, BOB)
+    await ended(stack, run)
+    await stack.runtime.workflow.drain()
+    assert len(await stack.runtime.store.list_requests()) == 1
+    assert len(roots(stack, CHANNEL)) == 1
+    assert completions(stack) == ["functions.completeSuccess"]
+
+
+@pytest.mark.postgres
+async def test_two_replicas_given_one_step_make_one_request(
+    pg_database_url: str, make_stack: StackFactory
+) -> None:
+    stack = await make_stack(database_url=pg_database_url)
+    replica = await stack.start_replica("demo-2")
+    run = stack.slack.start_function(STEP, inputs(*GROW_H200))
+    deliveries = await asyncio.gather(
+        stack.sender.function_executed(STEP, {}, run=run),
+        replica.sender.function_executed(STEP, {}, run=run),
+    )
+    assert all(result.ok for _, result in deliveries)
+    await ended(stack, run)
+    await stack.runtime.workflow.drain()
+    await replica.runtime.workflow.drain()
+    assert len(await stack.runtime.store.list_requests()) == 1
+    assert len(stack.together.calls(method="PUT")) == 1
+    assert completions(stack) == ["functions.completeSuccess"]
+
+
+async def test_a_step_waiting_for_approval_survives_a_restart(stack: LocalStack) -> None:
+    run = await run_step(stack, inputs(*SCALE_101))
+    opened = await opened_by_step(stack)
+    await stack.restart_bot(instance_id="demo-2")
+    step = await stack.runtime.steps.steps.get(run.execution_id)
+    assert step is not None and step.state is StepState.RUNNING and step.request_id == opened.id
+
+    await click(stack, opened, BOB)
+    await ended(stack, run)
+    assert run.outputs is not None and run.outputs["state"] == "succeeded"
+    assert run.completed_with == "function_token"  # the token kept in the store
+    await stack.runtime.workflow.drain()
+    done = await stack.runtime.steps.steps.get(run.execution_id)
+    assert done is not None and done.state is StepState.COMPLETED
+
+
+async def test_an_expired_approval_ends_the_step_as_expired(any_stack: LocalStack) -> None:
+    stack = any_stack
+    run = await run_step(stack, inputs(*SCALE_101))
+    opened = await opened_by_step(stack)
+    workflow = stack.runtime.workflow
+    workflow.clock = lambda: datetime.now(UTC) + timedelta(minutes=31)
+    assert await workflow.expire_due() == 1
+    await ended(stack, run)
+    assert run.outputs is not None
+    assert (run.outputs["request_id"], run.outputs["state"]) == (opened.id, "expired")
+    assert "expired" in run.outputs["summary"]
+    assert (await wait_state(stack.runtime.store, opened.id, S.EXPIRED)).id == opened.id
+
+
+async def test_a_denied_request_ends_the_step_as_denied(sqlite_stack: LocalStack) -> None:
+    run = await run_step(sqlite_stack, inputs(*SCALE_101))
+    opened = await opened_by_step(sqlite_stack)
+    await click(sqlite_stack, opened, BOB, "deny_request")
+    await ended(sqlite_stack, run)
+    assert run.outputs is not None and run.outputs["state"] == "denied"
+
+
+async def test_a_completion_slack_did_not_take_is_sent_again(sqlite_stack: LocalStack) -> None:
+    stack = sqlite_stack
+    stack.slack.fail("functions.completeSuccess", "internal_error")
+    run = await run_step(stack, inputs(*GROW_H200))
+    completer = stack.runtime.steps.completer
+
+    async def left_completing() -> bool:
+        step = await completer.steps.get(run.execution_id)
+        return step is not None and step.state is StepState.COMPLETING
+
+    await stack.slack.wait_for(lambda: stack.slack.calls_to("functions.completeSuccess"))
+    await stack.runtime.workflow.drain()
+    assert await left_completing() and run.state == "running"
+    assert await completer.reconcile() == 0  # too early: the first attempt may still land
+    completer.clock = lambda: datetime.now(UTC) + timedelta(minutes=1)
+    assert await completer.reconcile() == 1
+    await ended(stack, run)
+    assert run.outputs is not None and run.outputs["state"] == "succeeded"
+    assert [c.ok for c in stack.slack.calls_to("functions.completeSuccess")] == [False, True]
+
+
+async def test_the_step_token_is_never_logged(
+    sqlite_stack: LocalStack, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = await run_step(sqlite_stack, inputs("e2e-delhi", "103", "restart_cluster", requester=ERIN))
+    await ended(sqlite_stack, run)
+    assert run.token not in caplog.text
