@@ -26,9 +26,9 @@ from bot.core.service import CommandService
 from bot.core.store import (
     TERMINAL_STATES,
     ChangeRequestRecord,
+    StepTaken,
     Store,
     StoreUnavailable,
-    StepTaken,
 )
 from bot.core.store.steps import StepOutcome, StepRecord, StepState, StepStore
 from bot.metrics import COMMANDS

@@ -163,7 +163,10 @@ class Messenger:
         own token, as Bolt's complete/fail do)."""
         if outputs is not None:
             await self._call(
-                "functions.completeSuccess", None, function_execution_id=execution_id, outputs=outputs
+                "functions.completeSuccess",
+                None,
+                function_execution_id=execution_id,
+                outputs=outputs,
             )
         else:
             await self._call(

@@ -43,7 +43,7 @@ def test_manifest_without_its_functions_is_valid_version_1_too() -> None:
     try:
         jsonschema.validate(with_functions, _schema("slack-manifest.schema.json"))
     except jsonschema.ValidationError as exc:
-        assert list(exc.path)[0] == "functions"
+        assert next(iter(exc.path)) == "functions"
         return
     raise AssertionError("the v1 schema accepted version-2 functions")
 

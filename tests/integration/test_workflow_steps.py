@@ -76,7 +76,9 @@ async def run_step(stack: LocalStack, given: dict[str, Any]) -> FunctionRun:
 
 async def ended(stack: LocalStack, run: FunctionRun, *, within: float = 10.0) -> FunctionRun:
     """The run once the bot has completed it (either way)."""
-    return await stack.slack.wait_for(lambda: run if run.state != "running" else None, within=within)
+    return await stack.slack.wait_for(
+        lambda: run if run.state != "running" else None, within=within
+    )
 
 
 async def opened_by_step(stack: LocalStack) -> Opened:
@@ -92,9 +94,7 @@ async def opened_by_step(stack: LocalStack) -> Opened:
 
 def completions(stack: LocalStack) -> list[str]:
     return [
-        c.method
-        for c in stack.slack.calls
-        if c.method.startswith("functions.complete") and c.ok
+        c.method for c in stack.slack.calls if c.method.startswith("functions.complete") and c.ok
     ]
 
 
@@ -111,12 +111,12 @@ async def test_a_step_waits_for_approval_and_ends_with_the_outputs(any_stack: Lo
     assert run.state == "running" and completions(stack) == []
 
     await click(stack, opened, BOB)
-    await ended(stack, run)
-    assert run.state == "completed" and run.completed_with == "function_token"
-    assert run.outputs is not None
-    assert (run.outputs["request_id"], run.outputs["state"]) == (opened.id, "succeeded")
-    assert run.outputs["summary"].startswith(f"{opened.id} done: scale_cluster: 2 → 4 nodes")
-    assert "e2e-delhi" in run.outputs["summary"]
+    done = await ended(stack, run)
+    assert done.state == "completed" and done.completed_with == "function_token"
+    assert done.outputs is not None
+    assert (done.outputs["request_id"], done.outputs["state"]) == (opened.id, "succeeded")
+    assert done.outputs["summary"].startswith(f"{opened.id} done: scale_cluster: 2 → 4 nodes")
+    assert "e2e-delhi" in done.outputs["summary"]
     assert [c.body for c in stack.e2e.calls("action", "PUT")] == [
         {"action": "scale_cluster", "additional_nodes": 2}
     ]
@@ -284,6 +284,8 @@ async def test_a_completion_slack_did_not_take_is_sent_again(sqlite_stack: Local
 async def test_the_step_token_is_never_logged(
     sqlite_stack: LocalStack, caplog: pytest.LogCaptureFixture
 ) -> None:
-    run = await run_step(sqlite_stack, inputs("e2e-delhi", "103", "restart_cluster", requester=ERIN))
+    run = await run_step(
+        sqlite_stack, inputs("e2e-delhi", "103", "restart_cluster", requester=ERIN)
+    )
     await ended(sqlite_stack, run)
     assert run.token not in caplog.text

@@ -109,7 +109,9 @@ class FunctionRuns:
         definition = self.definitions.get(callback_id)
         if definition is None:
             raise ValueError(f"the app declares no function {callback_id!r}")
-        unset = [p.name for p in definition.input_parameters if p.is_required and not inputs.get(p.name)]
+        unset = [
+            p.name for p in definition.input_parameters if p.is_required and not inputs.get(p.name)
+        ]
         if unset:
             raise ValueError(f"Workflow Builder requires the inputs {', '.join(unset)}")
         run = FunctionRun(

@@ -28,6 +28,7 @@ from urllib.parse import parse_qsl, urlencode
 import httpx
 from slack_sdk.signature import SignatureVerifier
 
+from bot.local.slack.functions import FunctionRun
 from bot.local.slack.models import (
     STATEFUL_ELEMENTS,
     BlockInputError,
@@ -42,7 +43,6 @@ from bot.local.slack.models import (
     random_id,
     state_values,
 )
-from bot.local.slack.functions import FunctionRun
 from bot.local.slack.server import FakeSlack
 from bot.local.slack.socket_mode import EnvelopeType
 

@@ -72,7 +72,7 @@ RESPONSE_URL_MAX_USES = 5  # Slack accepts up to 5 posts to one response_url …
 RESPONSE_URL_TTL_SECONDS = 30 * 60  # … within 30 minutes
 VIEW_STACK_LIMIT = 3
 # Fields slack_sdk sends JSON-encoded inside a form body.
-_JSON_FIELDS = ("blocks", "attachments", "view", "metadata")
+_JSON_FIELDS = ("blocks", "attachments", "view", "metadata", "outputs")
 
 
 class ApiError(Exception):
@@ -563,11 +563,11 @@ class FakeSlack:
     def _token_error(self, method: str, token: str) -> str | None:
         """Web API methods take the bot token (or a running step's own token, revoked once
         the step completes); ``apps.connections.open`` only the app-level token (``xapp-…``)."""
-        step_token = self.functions.token_state(token)
-        if step_token is not None:
+        standing = self.functions.token_state(token)
+        if standing is not None:
             if method == "apps.connections.open":
                 return "not_allowed_token_type"
-            return "token_revoked" if step_token == "revoked" else None
+            return "token_revoked" if standing == "revoked" else None
         is_bot = hmac.compare_digest(token.encode(), self._bot_token.encode())
         is_app = self.app_token is not None and hmac.compare_digest(
             token.encode(), self.app_token.encode()
