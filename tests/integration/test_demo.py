@@ -56,7 +56,10 @@ def test_the_example_script_passes_and_shows_every_path() -> None:
     assert "(`tc-h200-ondemand`) in together-prod is" not in out
     # the record leaves Slack: #incident's timeline, shared as a file and drawn here
     assert "📎 gpuops-timeline-C0INCIDENT-" in out and "│ # gpuops timeline of C0INCIDENT" in out
-    assert out.rstrip().endswith("script: 21 steps, all passed")
+    # a Workflow Builder step makes the same request and ends with its outputs
+    assert "(a workflow runs the step request_gpu_change for dave in #incident)" in out
+    assert "[workflow step request_gpu_change] ended: succeeded — CR-" in out
+    assert out.rstrip().endswith("script: 23 steps, all passed")
 
 
 def test_the_example_script_passes_over_socket_mode() -> None:
@@ -68,7 +71,8 @@ def test_the_example_script_passes_over_socket_mode() -> None:
     assert "🟢 Together accepted the update" in out and "✅ Approved by @bob." in out
     assert "✅ Remediation is SUCCEEDED" in out  # the watcher's part, over Socket Mode too
     assert "📎 gpuops-timeline-C0INCIDENT-" in out  # the file upload, over Socket Mode too
-    assert out.rstrip().endswith("script: 21 steps, all passed")
+    assert "[workflow step request_gpu_change] ended: succeeded" in out
+    assert out.rstrip().endswith("script: 23 steps, all passed")
 
 
 def test_a_form_validation_error_is_shown_on_the_field(tmp_path: Path) -> None:

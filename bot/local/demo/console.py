@@ -39,6 +39,7 @@ from bot.local.simulators.together_remediations import NewRemediation
 from bot.local.slack.models import (
     EphemeralPosted,
     ErrorShown,
+    FunctionCompleted,
     MessageEdited,
     MessagePosted,
     View,
@@ -81,6 +82,8 @@ Console commands:
   users                  who is who;  wait <seconds>  let background work run
   degrade <cluster> [status] / restore <cluster>      a cluster turns unhealthy / healthy
   remediate <cluster>    Together proposes a node remediation (it awaits approval)
+  step <project> <cluster> <change…>   a Workflow Builder step (request_gpu_change) asks
+                         for the change as you, here: e.g. step together-prod c-1 num_gpus=16
   expect <text> / expect-not <text>   (scripts) check what the last step showed
   help, quit
 """
@@ -162,6 +165,16 @@ class DemoConsole:
             self.emit(f"(form closed: {event.view.closed_reason or 'done'})", "dim")
         elif isinstance(event, ErrorShown):  # the bot answered Slack too late or failed
             self.fail(f"Slack showed {event.user} an error ({event.where}): {event.text}")
+        elif isinstance(event, FunctionCompleted):
+            self._show_step_end(event)
+
+    def _show_step_end(self, event: FunctionCompleted) -> None:
+        head = f"[workflow step {event.callback_id}]"
+        if event.success and event.outputs is not None:
+            outputs = event.outputs
+            self.emit(f"{head} ended: {outputs.get('state')} — {outputs.get('summary')}", "green")
+        else:
+            self.emit(f"{head} failed: {event.error}", "red")
 
     def _show(
         self,
@@ -277,6 +290,8 @@ class DemoConsole:
             if self.provider_event(word, rest):
                 # Two watch intervals: the watcher has polled since, and said what it saw.
                 await asyncio.sleep(2 * DEMO_WATCH_EVERY_SECONDS)
+        elif word == "step":
+            await self.run_step(rest)
         elif word == "help":
             self.console.print(HELP, markup=False, highlight=False)
         else:
@@ -298,6 +313,25 @@ class DemoConsole:
             self.user, self.channel, f"<@UBOT> {text}", thread_ts=thread_ts
         )
         self._check(result, "mention")
+
+    async def run_step(self, rest: str) -> None:
+        """A workflow reaches gpuops's step with the current user and channel as inputs."""
+        parts = rest.split(maxsplit=2)
+        if len(parts) < 3:
+            self.fail("usage: step <project> <cluster_id> <change…>")
+            return
+        project, cluster_id, change = parts
+        who, where = USERS[self.user], CHANNELS.get(self.channel, self.channel)
+        self.emit(f"(a workflow runs the step request_gpu_change for {who} in #{where})", "dim")
+        inputs = {
+            "project": project,
+            "cluster_id": cluster_id,
+            "change": change,
+            "requester": self.user,
+            "channel": self.channel,
+        }
+        _, result = await self.stack.sender.function_executed("request_gpu_change", inputs)
+        self._check(result, "the workflow step")
 
     async def open_home(self) -> None:
         """Open the current user's App Home tab and draw it as published for them."""
