@@ -100,6 +100,10 @@ def _error_payload(reply: Reply) -> dict[str, object]:
     return {"error": "gpuops could not make this request.", "mentions": []}
 
 
+def _is_error(reply: Reply) -> bool:
+    return isinstance(reply.content, Notice) and reply.content.error
+
+
 def form_needs(form: FormRequest, required: list[str]) -> str:
     """What a step's ``change`` lacks where a command would open a form."""
     if form.kind == "update":
@@ -268,7 +272,13 @@ class WorkflowSteps:
             answer = await self._request(start)
         if answer is None:
             return
-        step = await self.steps.get(start.execution_id)
+        try:
+            step = await self.steps.get(start.execution_id)
+        except StoreUnavailable as exc:
+            log.warning("workflow step %s: %s", start.execution_id, exc)
+            if _is_error(answer):  # no request is waiting: say why now, reconcile ends it
+                await self.completer.fail_unclaimed(start, answer)
+            return
         if step is not None and step.request_id is None:
             await self.completer.fail(start.execution_id, answer)
 

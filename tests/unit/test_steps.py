@@ -1,0 +1,69 @@
+"""The pure parts of the Workflow Builder step: its ``change`` read as the command grammar
+reads it, what a step lacks where a command would open a form, and its refusal text."""
+
+from __future__ import annotations
+
+import pytest
+
+from bot.core.forms import FormRequest
+from bot.core.grammar import ActionCommand, UpdateCommand, UsageError, parse_change
+from bot.core.steps import StepStart, form_needs
+from bot.slack.steps import error_text
+
+
+def test_a_together_change_is_read_as_update_fields() -> None:
+    command = parse_change(
+        "update", "together-prod", "c-1", "num_gpus=16 cluster_type=KUBERNETES", ""
+    )
+    assert command == UpdateCommand(
+        project="together-prod",
+        cluster_id="c-1",
+        fields={"num_gpus": "16", "cluster_type": "KUBERNETES"},
+    )
+
+
+def test_an_e2e_change_is_an_action_and_its_fields() -> None:
+    command = parse_change("action", "e2e-delhi", "101", "scale_cluster additional_nodes=2", "")
+    assert command == ActionCommand(
+        project="e2e-delhi",
+        cluster_id="101",
+        action="scale_cluster",
+        fields={"additional_nodes": "2"},
+    )
+
+
+def test_the_reason_input_is_the_reason_and_is_held_to_its_limit() -> None:
+    given = parse_change("update", "p", "c", 'num_gpus=16 reason="in change"', "  ")
+    assert given.reason == "in change"
+    taken = parse_change("update", "p", "c", 'num_gpus=16 reason="in change"', "capacity form")
+    assert taken.reason == "capacity form"
+    with pytest.raises(UsageError, match="at most 500 characters"):
+        parse_change("update", "p", "c", "num_gpus=16", "x" * 501)
+
+
+def test_project_and_cluster_are_checked_as_on_the_command_line() -> None:
+    with pytest.raises(UsageError, match="is not a valid cluster id"):
+        parse_change("update", "together-prod", "c 1", "num_gpus=16", "")
+
+
+def test_what_a_step_lacks_where_a_command_opens_a_form() -> None:
+    update = FormRequest(kind="update", project="p", cluster_id="c", channel="C1")
+    assert "names no field" in form_needs(update, [])
+    no_action = FormRequest(kind="action", project="p", cluster_id="c", channel="C1")
+    assert "names no action" in form_needs(no_action, [])
+    scale = FormRequest(
+        kind="action", project="p", cluster_id="c", channel="C1", action="scale_cluster"
+    )
+    assert form_needs(scale, ["additional_nodes"]).startswith(
+        "`scale_cluster` needs `additional_nodes`: give them in the step's `change`"
+    )
+
+
+def test_empty_inputs_are_named() -> None:
+    start = StepStart("Fx1", "xwfp-1", "p", " ", "num_gpus=16", "", "U1", "")
+    assert start.missing() == ["cluster_id", "channel"]
+
+
+def test_the_refusal_text_is_escaped_as_in_a_message() -> None:
+    text = error_text({"error": "no project `<!channel>` here", "mentions": []})
+    assert "&lt;!channel&gt;" in text and "<!channel>" not in text
