@@ -236,6 +236,11 @@ async def test_a_step_waiting_for_approval_survives_a_restart(stack: LocalStack)
     await stack.runtime.workflow.drain()
     done = await stack.runtime.steps.steps.get(run.execution_id)
     assert done is not None and done.state is StepState.COMPLETED
+    assert done.token == ""  # revoked by Slack now: not kept
+    requested = [
+        e for e in await stack.runtime.store.list_audit(limit=20) if e.event == "requested"
+    ]
+    assert [e.detail.get("workflow_step") for e in requested] == [run.execution_id]
 
 
 async def test_an_expired_approval_ends_the_step_as_expired(any_stack: LocalStack) -> None:

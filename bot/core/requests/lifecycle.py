@@ -89,6 +89,7 @@ class Lifecycle:
             kinds=plan.kinds,
             reason=reason or "",
             channel=channel,
+            **({"workflow_step": step} if step else {}),
         )
         try:
             root_ts = await deps.notifier.request_opened(record)

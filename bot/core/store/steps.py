@@ -110,7 +110,8 @@ class StepStore:
         )
 
     async def completed(self, execution_id: str) -> None:
-        await self._move(execution_id, {StepState.COMPLETING}, StepState.COMPLETED)
+        """The step is over; its token (revoked by Slack now) is not kept."""
+        await self._move(execution_id, {StepState.COMPLETING}, StepState.COMPLETED, token="")
 
     async def unfinished(self, limit: int = 200) -> list[StepRecord]:
         """Steps not completed yet, oldest first."""
