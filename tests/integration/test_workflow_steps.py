@@ -223,6 +223,19 @@ async def test_two_replicas_given_one_step_make_one_request(
 
 
 async def test_a_step_waiting_for_approval_survives_a_restart(stack: LocalStack) -> None:
+    await survives_a_restart(stack)
+
+
+async def test_a_step_waiting_for_approval_survives_a_restart_over_socket_mode(
+    make_stack: StackFactory,
+) -> None:
+    stack = await make_stack()
+    await stack.use_socket_mode()
+    await survives_a_restart(stack)
+    assert stack.sender.transport == "socket"
+
+
+async def survives_a_restart(stack: LocalStack) -> None:
     run = await run_step(stack, inputs(*SCALE_101))
     opened = await opened_by_step(stack)
     await stack.restart_bot(instance_id="demo-2")

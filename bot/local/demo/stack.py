@@ -271,7 +271,12 @@ class LocalStack:
     async def restart_bot(self, *, instance_id: str | None = None) -> None:
         """Stop the bot (server and runtime) and start a fresh one on the same database,
         simulators and FakeSlack, as a process restart would; ``runtime``, ``sender``,
-        ``events_url`` and ``base_url`` then refer to the new one."""
+        ``events_url`` and ``base_url`` then refer to the new one (connected over Socket Mode
+        again if the old one was)."""
+        socket_mode = self._socket is not None
+        if self._socket is not None:
+            await self._socket.close_async()  # type: ignore[no-untyped-call]
+            self._socket = None
         await BotReplica(
             self.runtime, self.sender, self.events_url, self.base_url, self._runner
         ).stop()
@@ -287,14 +292,17 @@ class LocalStack:
         )
         self.runtime, self.sender, self._runner = bot.runtime, bot.sender, bot._runner
         self.events_url, self.base_url = bot.events_url, bot.base_url
+        if socket_mode:
+            await self.use_socket_mode(self.slack.app_token or DEMO_APP_TOKEN)
 
     async def use_socket_mode(self, app_token: str = DEMO_APP_TOKEN) -> None:
         """Connect the bot to the FakeSlack over Socket Mode (as ``gpuops socket`` does) and
         send everything as envelopes from now on instead of signed HTTP requests."""
         self.slack.app_token = app_token
+        opened = self.slack.socket_mode.opened
         self._socket = DeadlineSocketModeHandler(self.runtime.bolt, app_token)
         await self._socket.connect_async()  # type: ignore[no-untyped-call]
-        await self.slack.socket_mode.wait_connected(within=10.0)
+        await self.slack.socket_mode.wait_connected(within=10.0, opened=opened + 1)
         await self.sender.aclose()
         self.sender = SlackSender.over_socket_mode(self.slack)
 
