@@ -165,26 +165,32 @@ async def request_refusal(stack: LocalStack, text: str) -> str:
 
 
 @pytest.mark.parametrize(
-    ("change", "says"),
+    ("cluster", "change", "says"),
     [
-        ("num_gpus", "is not a `field=value` pair"),
-        ("num_gpus=12 num_gpus=16", "`num_gpus` is given twice"),
-        ("", "The step's input `change` is empty"),
-        ("reason=later", "names no field"),
-        ("num_preemptible_gpus=12", "multiple of 8"),
+        ("tc-h200-ondemand", "num_gpus", "is not a `field=value` pair"),
+        ("tc-h200-ondemand", "num_gpus=12 num_gpus=16", "`num_gpus` is given twice"),
+        ("tc-h200-ondemand", "", "The step's input `change` is empty"),
+        ("tc-h200-ondemand", "reason=later", "names no field"),
+        ("tc-h200-ondemand", "num_preemptible_gpus=12", "multiple of 8"),
+        ("101", "scale_cluster", "`scale_cluster` needs `additional_nodes`"),
+        ("101", "additional_nodes=2", "names no action"),
     ],
 )
 async def test_invalid_input_ends_the_step_with_the_error(
-    sqlite_stack: LocalStack, change: str, says: str
+    sqlite_stack: LocalStack, cluster: str, change: str, says: str
 ) -> None:
-    given = inputs("together-prod", "tc-h200-ondemand", change)
+    project = "e2e-delhi" if cluster == "101" else "together-prod"
+    given = inputs(project, cluster, change)
     run = sqlite_stack.slack.start_function(STEP, {**given, "change": change or "x"})
     run.inputs["change"] = change  # Workflow Builder requires it; a payload may still lack it
     _, result = await sqlite_stack.sender.function_executed(STEP, given, run=run)
     assert result.ok
     await ended(sqlite_stack, run)
     assert run.state == "failed" and run.error is not None and says in run.error, run.error
-    assert roots(sqlite_stack, CHANNEL) == [] and sqlite_stack.together.calls(method="PUT") == []
+    assert roots(sqlite_stack, CHANNEL) == []
+    assert (
+        sqlite_stack.together.calls(method="PUT") == sqlite_stack.e2e.calls("action", "PUT") == []
+    )
 
 
 async def test_a_redelivered_step_makes_nothing_new(any_stack: LocalStack) -> None:
