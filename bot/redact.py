@@ -19,6 +19,7 @@ _PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=\-]+"),
     re.compile(r"(xox[abpors]-)[A-Za-z0-9\-]+"),
     re.compile(r"(xapp-)[A-Za-z0-9\-]+"),
+    re.compile(r"(xwfp-)[A-Za-z0-9\-]+"),  # a workflow step's token (function_executed)
 )
 
 _lock = threading.Lock()

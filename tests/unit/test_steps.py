@@ -8,6 +8,7 @@ import pytest
 from bot.core.forms import FormRequest
 from bot.core.grammar import ActionCommand, UpdateCommand, UsageError, parse_change
 from bot.core.steps import StepStart, form_needs
+from bot.redact import redact
 from bot.slack.steps import error_text
 
 
@@ -67,3 +68,7 @@ def test_empty_inputs_are_named() -> None:
 def test_the_refusal_text_is_escaped_as_in_a_message() -> None:
     text = error_text({"error": "no project `<!channel>` here", "mentions": []})
     assert "&lt;!channel&gt;" in text and "<!channel>" not in text
+
+
+def test_a_step_token_is_masked_even_unregistered() -> None:
+    assert redact("completing with xwfp-12345-abcdef0123") == "completing with xwfp-***"
