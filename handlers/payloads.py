@@ -87,12 +87,14 @@ class AppMention(_Loose):
 
 
 class _StepInputs(_Loose):
-    project: str = Field(default="", max_length=128)
-    cluster_id: str = Field(default="", max_length=128)
-    change: str = Field(default="", max_length=4000)
-    reason: str | None = Field(default=None, max_length=4000)
-    requester: str = Field(default="", max_length=64)
-    channel: str = Field(default="", max_length=64)
+    # Unbounded here: the core refuses what does not fit, by name (a payload that failed
+    # to parse would leave the step running with nobody to end it).
+    project: str = ""
+    cluster_id: str = ""
+    change: str = ""
+    reason: str | None = None
+    requester: str = ""
+    channel: str = ""
 
 
 class FunctionExecuted(_Loose):
