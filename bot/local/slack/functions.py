@@ -162,6 +162,8 @@ class FunctionRuns:
         run = self._running(args.get("function_execution_id"))
         if success:
             outputs = args.get("outputs")
+            if outputs is None:
+                raise FunctionCallError("invalid_arguments")  # a required argument
             problems = self._output_problems(run.function, outputs)
             if problems:
                 raise FunctionCallError(
