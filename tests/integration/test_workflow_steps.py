@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from bot.core.store import RequestState as S
+from bot.core.store import StepTaken
 from bot.core.store.steps import StepState
 from bot.local.demo.stack import LocalStack
 from bot.local.slack.functions import FunctionRun
@@ -313,3 +314,44 @@ async def test_the_step_token_is_never_logged(
     )
     await ended(sqlite_stack, run)
     assert run.token not in caplog.text
+
+
+async def test_reconcile_ends_a_step_whose_request_ended_unheard(sqlite_stack: LocalStack) -> None:
+    # A replica recorded the request's end and died before telling anyone.
+    stack = sqlite_stack
+    run = await run_step(stack, inputs(*SCALE_101))
+    opened = await opened_by_step(stack)
+    store = stack.runtime.store
+    assert await store.transition(opened.id, from_states={S.PENDING}, to=S.CANCELLED)
+    assert run.state == "running"
+    assert await stack.runtime.steps.completer.reconcile() == 1
+    await ended(stack, run)
+    assert run.outputs is not None and run.outputs["state"] == "cancelled"
+    assert await stack.runtime.steps.completer.reconcile() == 0  # once
+
+
+async def test_reconcile_fails_a_step_that_never_got_its_request(sqlite_stack: LocalStack) -> None:
+    # Claimed by a replica that died before making the request.
+    stack = sqlite_stack
+    run = stack.slack.start_function(STEP, inputs(*GROW_H200))
+    steps = stack.runtime.steps.steps
+    assert await steps.claim(run.execution_id, run.token, DAVE, CHANNEL)
+    completer = stack.runtime.steps.completer
+    assert await completer.reconcile() == 0  # it may still be on its way
+    completer.clock = lambda: datetime.now(UTC) + timedelta(minutes=11)
+    assert await completer.reconcile() == 1
+    await ended(stack, run)
+    assert run.error is not None and "nothing was changed" in run.error
+    made = stack.runtime.workflow.request_change
+    with pytest.raises(StepTaken):  # the dead replica's request, were it to come, is refused
+        await made(
+            user=DAVE,
+            channel=CHANNEL,
+            project=GROW_H200[0],
+            cluster_id=GROW_H200[1],
+            action="update",
+            inputs={"num_gpus": "16"},
+            reason=None,
+            step=run.execution_id,
+        )
+    assert await stack.runtime.store.list_requests() == []
