@@ -193,7 +193,8 @@ class StepCompleter:
 
     async def reconcile(self) -> int:
         """Finish steps left open: resend stalled completions, end steps whose request
-        ended unheard, and fail steps that never got their request. How many it ended."""
+        ended unheard, and fail steps that never got their request. How many it acted on
+        (a resend Slack does not take yet is tried again next time)."""
         ended = 0
         now = self.clock()
         for step in await self.steps.unfinished():
