@@ -119,14 +119,17 @@ class CommandService:
         text: str,
         *,
         step: str | None = None,
-    ) -> CommandOutcome:
+    ) -> Reply | FormRequest:
         """A change parsed elsewhere (a workflow step's inputs), run as ``/gpu`` runs it;
         ``step`` is linked to the request it makes."""
         try:
-            return await self._run(user, channel, command, text, step)
+            outcome = await self._run(user, channel, command, text, step)
         except StoreUnavailable as exc:
             COMMANDS.labels("store", "unavailable").inc()
             return _store_down("a workflow step", exc)
+        if not isinstance(outcome, Reply | FormRequest):
+            raise TypeError(f"a change command answered with {type(outcome).__name__}")
+        return outcome
 
     async def _handle_command(self, user: str, channel: str, text: str) -> CommandOutcome:
         try:
