@@ -6,12 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
+from sqlalchemy.ext.asyncio import AsyncConnection
 
-from bot.core.store import TERMINAL_STATES, ChangeRequestRecord, RequestState
+from bot.core.store import (
+    TERMINAL_STATES,
+    ChangeRequestRecord,
+    RequestState,
+    Store,
+    StoreUnavailable,
+)
 from bot.local.demo.stack import LocalStack
 from bot.local.slack.models import Ephemeral, Message, ResponsePost
 from bot.providers.e2e import E2EAdapter
@@ -188,3 +196,28 @@ def thread_texts(stack: LocalStack, record: ChangeRequestRecord) -> list[str]:
 
 def ephemerals(stack: LocalStack, user: str) -> list[Ephemeral]:
     return stack.slack.ephemerals_for(user)
+
+
+class StoreOutage:
+    """An outage of one replica's store on either backend: while it is on, every
+    transaction that Store opens raises StoreUnavailable (the error its own ``_begin``
+    raises for a refused or reset connection), and nothing reaches the database."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.down = False
+        self._real = store._begin
+        store._begin = self._begin  # type: ignore[method-assign]
+
+    def start(self) -> None:
+        self.down = True
+
+    def end(self) -> None:
+        self.down = False
+
+    @asynccontextmanager
+    async def _begin(self) -> AsyncIterator[AsyncConnection]:
+        if self.down:
+            raise StoreUnavailable(self.store.database, "ConnectionRefusedError (test outage)")
+        async with self._real() as conn:
+            yield conn

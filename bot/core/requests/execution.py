@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+from dataclasses import dataclass
 
 from bot.core.requests.fencing import LeaseKeeper
 from bot.core.requests.followup import FollowUp
@@ -48,6 +49,15 @@ def _start(actor: str) -> Change:
     )
 
 
+@dataclass(frozen=True)
+class _Ran:
+    """What one execution produced: its result (None: nothing was attempted), and whether
+    that result waits in memory for the store."""
+
+    result: Result | None = None
+    kept: bool = False
+
+
 def lease_name(request_id: str) -> str:
     return f"exec:{request_id}"
 
@@ -60,7 +70,10 @@ class Execution:
         self.follow_up = follow_up
         self.pending = PendingOutcomes(self._record_late, deps.tasks.spawn)
 
-    async def execute(self, request_id: str, *, actor: str) -> None:
+    async def execute(self, request_id: str, *, actor: str) -> Result | None:
+        """Run an approved change; the result this executor knows (recorded or kept for
+        the store), None when it did not run it (not approved, another sender, or the store
+        failed before anything was held)."""
         deps = self.deps
         try:
             record = await deps.store.get_request(request_id)
@@ -74,24 +87,25 @@ class Execution:
         except StoreUnavailable as exc:
             # Nothing sent, nothing held: the sweeper ends it once the store is back.
             log.warning("change %s not started: %s", request_id, exc)
-            return
+            return None
         if lease is None:
-            return  # another replica is sending it
+            return None  # another replica is sending it
         keeper = LeaseKeeper(deps.store, lease, deps.exec_lease_seconds)
         heartbeat = deps.tasks.spawn(keeper.run(), f"heartbeat-{record.id}")
         deps.in_flight.start(record.id)
-        kept = False
+        ran = _Ran()
         try:
-            kept = await self._locked_and_sent(record, keeper, heartbeat, actor)
+            ran = await self._locked_and_sent(record, keeper, heartbeat, actor)
         except StoreUnavailable as exc:
             log.warning("change %s: the store failed before sending: %s", record.id, exc)
             not_sent = Result(RequestState.FAILED, _NOT_SENT, "store", sent=False)
-            kept = self._keep(record, not_sent, keeper, heartbeat)
+            ran = _Ran(not_sent, kept=self._keep(record, not_sent, keeper, heartbeat))
         finally:
-            if not kept:  # a kept result stays in hand (in flight) until it is recorded
+            if not ran.kept:  # a kept result stays in hand (in flight) until it is recorded
                 deps.in_flight.done(record.id)
                 heartbeat.cancel()
                 await self._release(record, keeper)
+        return ran.result
 
     async def _locked_and_sent(
         self,
@@ -99,22 +113,22 @@ class Execution:
         keeper: LeaseKeeper,
         heartbeat: asyncio.Task[None],
         actor: str,
-    ) -> bool:
-        """Lock, start, send and record; True when the result waits for the store."""
+    ) -> _Ran:
+        """Lock, start, send and record; kept when the result waits for the store."""
         if not await self._lock_cluster(record):
-            return False
+            return _Ran()
         running = await settle(self.deps, record, _start(actor), fence=keeper.lease)
         if running is None:
-            return False
+            return _Ran()
         result = await self._send(running, keeper)
         if result is None:
-            return False
+            return _Ran()
         try:
             await self._record(running, keeper.lease, result, late=False)
         except StoreUnavailable as exc:
             log.warning("change %s: could not record its result yet: %s", running.id, exc)
-            return self._keep(running, result, keeper, heartbeat)
-        return False
+            return _Ran(result, kept=self._keep(running, result, keeper, heartbeat))
+        return _Ran(result)
 
     def _keep(
         self,

@@ -5,6 +5,7 @@ so or run it at once; withdraw it if it cannot be shown."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
@@ -14,11 +15,32 @@ from bot.core.answers import Reply, error, notice
 from bot.core.notifier import NotDelivered
 from bot.core.policy import Role
 from bot.core.requests.execution import Execution
+from bot.core.requests.outcomes import Result
 from bot.core.requests.settle import Change, RequestDeps, mirror, settle
 from bot.core.requests.view import state_words
-from bot.core.store import ChangeRequestRecord, RequestState
+from bot.core.store import ChangeRequestRecord, RequestState, StoreUnavailable
 from bot.metrics import APPROVALS_PENDING, CHANGE_REQUESTS
 from bot.providers.base import ChangePlan
+
+log = logging.getLogger(__name__)
+
+
+def ran_without_store(request_id: str, result: Result | None) -> Reply:
+    """The answer to a change run just now whose outcome the store could not give back."""
+    if result is None:
+        return error(
+            f"Request {request_id}: gpuops lost contact with its database while running it "
+            "and cannot tell here whether it was sent. Do not request it again before its "
+            "thread shows the result."
+        )
+    if not result.sent:
+        return error(f"Request {request_id} was not sent: {result.message}")
+    outcome = state_words(str(result.to))
+    said = result.message.rstrip().rstrip(".")
+    return notice(
+        f"Request {request_id} was sent — {outcome}: {said}. gpuops lost contact "
+        "with its database afterwards; its thread shows the result once it is recorded."
+    )
 
 
 class Lifecycle:
@@ -110,9 +132,19 @@ class Lifecycle:
                 f"Request {record.id} is waiting for approval in the thread: {plan.preview_text()}"
             )
         await mirror(deps, record, "Change requested (no approval needed)")
-        await self.execution.execute(record.id, actor=user)
-        # Say how it went here too: the thread may be out of the bot's reach by now.
-        final = await deps.store.get_request(record.id) or record
+        return await self._run(record, user)
+
+    async def _run(self, record: ChangeRequestRecord, user: str) -> Reply:
+        """Run it now and say how it went here too (the thread may be out of the bot's
+        reach by now). Once the call may have been sent, the answer says only what is known
+        of it: never "nothing was changed" because the store went away afterwards."""
+        result: Result | None = None
+        try:
+            result = await self.execution.execute(record.id, actor=user)
+            final = await self.deps.store.get_request(record.id) or record
+        except StoreUnavailable as exc:
+            log.warning("change %s: its outcome could not be read back: %s", record.id, exc)
+            return ran_without_store(record.id, result)
         outcome = state_words(str(final.state))
         if final.result_message:
             outcome += f": {final.result_message}"
