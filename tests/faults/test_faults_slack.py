@@ -17,9 +17,10 @@ from typing import Literal
 import pytest
 
 from bot.core.store import ChangeRequestRecord, RequestState
-from bot.local.demo.stack import LocalStack
+from bot.local.demo.stack import DEMO_POLICY, LocalStack
 from bot.local.slack.models import FakeEvent, MessageEdited, MessagePosted
 from bot.local.slack.server import SlackFault
+from bot.slack.blocks import break_glass_modal
 from tests.support.reliability import (
     AUDIT_CHANNEL,
     E2E_SCALE,
@@ -27,6 +28,7 @@ from tests.support.reliability import (
     INCIDENT,
     OPERATOR,
     TOGETHER_SCALE_UP,
+    approval_prompt,
     click,
     command,
     newest_request,
@@ -35,6 +37,8 @@ from tests.support.reliability import (
     wait_request,
     wait_terminal,
 )
+from tests.support.watch_kit import WATCH_POLICY, decisions_sent, pending_remediation, watched_stack
+from tests.support.workflow_kit import buttons, next_ephemeral
 
 S = RequestState
 StackFactory = Callable[..., Awaitable[LocalStack]]
@@ -425,3 +429,118 @@ async def test_a_break_glass_form_that_cannot_open_is_explained_and_approves_not
     assert any("could not open the break-glass form" in t for t in answers), answers
     assert (await stack.runtime.store.get_request(record.id)) == record
     assert provider_puts(stack, "e2e") == 0
+
+
+# -- a signed payload naming another channel (issue #16 point 7) ------------------------
+
+# ERIN may request anywhere, and is an admin only in C0RANDOM: every decision must be
+# checked where the request or the alert lives, whatever channel a payload names.
+_ERIN_VIEWER = (
+    "  - users: [U05ERIN]\n    projects: [\"*\"]\n    role: viewer\n    channels: [C0INCIDENT]\n"
+)
+_ERIN_SCOPED = (
+    "  - users: [U05ERIN]\n    projects: [\"*\"]\n    role: operator\n"
+    "  - users: [U05ERIN]\n    projects: [\"*\"]\n    role: admin\n    channels: [C0RANDOM]\n"
+)
+assert _ERIN_VIEWER in DEMO_POLICY and _ERIN_VIEWER in WATCH_POLICY
+ERIN, ELSEWHERE = "U05ERIN", "C0RANDOM"
+
+
+async def _forged_click(stack: LocalStack, record: ChangeRequestRecord, action_id: str) -> str:
+    """ERIN presses a button of the request's prompt, the payload naming C0RANDOM; what
+    she is told."""
+    prompt = await stack.slack.wait_for(lambda: approval_prompt(stack, record.id))
+    seen = len(stack.slack.ephemerals_for(ERIN))
+    result = await stack.sender.block_action(
+        ERIN, ELSEWHERE, action_id=action_id, value=record.id, message_ts=prompt.ts
+    )
+    assert result.status == 200 and result.acked_in_time, result
+    told = await next_ephemeral(stack, ERIN, seen)
+    return told.text
+
+
+@pytest.mark.parametrize("action_id", ["approve_request", "deny_request"])
+async def test_a_decision_naming_another_channel_is_checked_in_the_requests_own(
+    make_stack: StackFactory, action_id: str
+) -> None:
+    stack = await make_stack(policy_yaml=DEMO_POLICY.replace(_ERIN_VIEWER, _ERIN_SCOPED), **FAST)
+    await command(stack, E2E_SCALE)
+    record = await newest_request(stack)
+    assert record is not None and record.channel == INCIDENT
+    told = await _forged_click(stack, record, action_id)
+    assert "needs approver" in told, told
+    await settle(stack)
+    assert (await stack.runtime.store.get_request(record.id)) == record  # still pending
+    assert provider_puts(stack, "e2e") == 0
+
+
+async def test_break_glass_naming_another_channel_is_checked_in_the_requests_own(
+    make_stack: StackFactory,
+) -> None:
+    """ERIN's own request in C0INCIDENT: neither her click naming C0RANDOM nor a break-glass
+    form whose metadata names it approves it."""
+    stack = await make_stack(policy_yaml=DEMO_POLICY.replace(_ERIN_VIEWER, _ERIN_SCOPED), **FAST)
+    await command(stack, E2E_SCALE, user=ERIN)
+    record = await newest_request(stack)
+    assert record is not None and record.channel == INCIDENT
+    assert "needs approver" in await _forged_click(stack, record, "approve_request")
+    assert not stack.slack.open_views_for(ERIN)  # no break-glass form for her here
+    # the form a forged click opened before this fix, its metadata naming C0RANDOM
+    trigger = stack.slack.issue_trigger_id(ERIN)
+    await stack.runtime.messenger.open_view(trigger, break_glass_modal(record.id, ELSEWHERE))
+    view = await stack.slack.wait_for(lambda: stack.slack.last_view_for(ERIN, open_only=True))
+    seen = len(stack.slack.ephemerals_for(ERIN))
+    submitted = await stack.sender.view_submission(
+        ERIN, view.id, {"reason": "the cluster is on fire, no time to wait"}
+    )
+    assert submitted.ok, submitted
+    told = await next_ephemeral(stack, ERIN, seen)
+    assert "needs approver" in told.text, told.text
+    await settle(stack)
+    assert (await stack.runtime.store.get_request(record.id)) == record
+    assert provider_puts(stack, "e2e") == 0
+
+
+async def test_a_remediation_decision_naming_another_channel_is_checked_in_its_own(
+    make_stack: StackFactory,
+) -> None:
+    stack = await watched_stack(
+        make_stack, policy_yaml=WATCH_POLICY.replace(_ERIN_VIEWER, _ERIN_SCOPED)
+    )
+    remediation_id, message = await pending_remediation(stack)
+    for action_id in ("approve_remediation", "reject_remediation"):
+        seen = len(stack.slack.ephemerals_for(ERIN))
+        result = await stack.sender.block_action(
+            ERIN,
+            ELSEWHERE,
+            action_id=action_id,
+            value=buttons(message)[action_id],
+            message_ts=message.ts,
+        )
+        assert result.ok, result
+        told = await next_ephemeral(stack, ERIN, seen)
+        assert "needs approver" in told.text, told.text
+    assert not stack.slack.open_views_for(ERIN)  # no reject form either
+    assert decisions_sent(stack, remediation_id) == []
+
+
+async def test_a_click_without_a_grant_learns_nothing_of_a_decided_request(
+    make_stack: StackFactory,
+) -> None:
+    """Issue #16 point 9: MALLORY (no grant) clicking with a decided request's id is refused
+    before its state or decider is told."""
+    stack = await make_stack(**FAST)
+    await command(stack, E2E_SCALE)
+    record = await newest_request(stack)
+    assert record is not None
+    prompt = await stack.slack.wait_for(lambda: approval_prompt(stack, record.id))
+    await click(stack, record.id)
+    await wait_terminal(stack, record.id)
+    seen = len(stack.slack.ephemerals_for("U06MALLORY"))
+    result = await stack.sender.block_action(
+        "U06MALLORY", INCIDENT, action_id="approve_request", value=record.id, message_ts=prompt.ts
+    )
+    assert result.ok, result
+    told = (await next_ephemeral(stack, "U06MALLORY", seen)).text
+    assert "no access" in told, told
+    assert "already" not in told and "U02BOB" not in told and "succeeded" not in told

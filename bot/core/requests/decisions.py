@@ -84,12 +84,22 @@ class Decisions:
         decision: Decision,
         break_glass_reason: str | None = None,
     ) -> Reply | NeedsBreakGlass | None:
-        """Act on a decision button; a reply for the decider, or None when all is shown."""
+        """Act on a decision button; a reply for the decider, or None when all is shown.
+
+        ``channel`` is where the click came from (audited); the decision is checked in the
+        request's own channel, never the one a payload names."""
         deps = self.deps
         record = await deps.store.get_request(request_id)
         if record is None:
             unknown = Refusal(f"there is no change request {request_id}.", kind="unknown_request")
             return await deps.access.refuse(user, channel, unknown)
+        try:
+            await self._may_see(user, record)
+        except Refusal as refusal:
+            APPROVAL_DECISIONS.labels("refused").inc()
+            return await deps.access.refuse(
+                user, channel, refusal, project=record.project, request_id=record.id
+            )
         if (
             record.state is RequestState.PENDING
             and record.expires_at
@@ -105,11 +115,9 @@ class Decisions:
             )
         try:
             if decision == "cancel":
-                await self._may_cancel(user, channel, record)
+                await self._may_cancel(user, record)
                 return await self._close(record, user, RequestState.CANCELLED)
-            break_glass = await self._may_decide(
-                user, channel, record, decision, break_glass_reason
-            )
+            break_glass = await self._may_decide(user, record, decision, break_glass_reason)
         except Refusal as refusal:
             APPROVAL_DECISIONS.labels("refused").inc()
             return await deps.access.refuse(
@@ -126,10 +134,20 @@ class Decisions:
             return await self._close(record, user, RequestState.DENIED)
         return await self._approve(record, user, break_glass, break_glass_reason)
 
-    async def _may_cancel(self, user: str, channel: str, record: ChangeRequestRecord) -> None:
+    async def _may_see(self, user: str, record: ChangeRequestRecord) -> None:
+        """Whoever has no role on the project where the request lives learns nothing of it
+        (not even whether, or by whom, it was decided)."""
+        if user != record.requester:
+            await self.deps.access.require(
+                user, record.project, record.channel, Role.viewer, doing="deciding requests"
+            )
+
+    async def _may_cancel(self, user: str, record: ChangeRequestRecord) -> None:
         if user == record.requester:
             return
-        check = await self.deps.access.authorizer.check(user, record.project, channel, Role.admin)
+        check = await self.deps.access.authorizer.check(
+            user, record.project, record.channel, Role.admin
+        )
         if not check.allowed:
             raise Refusal(
                 f"only the requester (<@{record.requester}>) or an admin of {record.project} "
@@ -141,14 +159,13 @@ class Decisions:
     async def _may_decide(
         self,
         user: str,
-        channel: str,
         record: ChangeRequestRecord,
         decision: Decision,
         break_glass_reason: str | None,
     ) -> bool:
-        """Check the decider; True when this is a break-glass self-approval."""
+        """Check the decider in the request's channel; True for a break-glass self-approval."""
         role = await self.deps.access.require(
-            user, record.project, channel, Role.approver, doing=f"{decision} requests"
+            user, record.project, record.channel, Role.approver, doing=f"{decision} requests"
         )
         if user != record.requester:
             return False

@@ -230,9 +230,11 @@ class RemediationDesk:
     async def _refusal(
         self, user: str, channel: str, record: RemediationRecord, verb: Verb
     ) -> Reply | None:
+        """Checked in the channel the remediation was posted to, never the payload's
+        (``channel``, where the click came from, is audited)."""
         try:
             await self.access.require(
-                user, record.project, channel, Role.approver, doing=f"{verb} a remediation"
+                user, record.project, record.channel, Role.approver, doing=f"{verb} a remediation"
             )
         except Refusal as refusal:
             REMEDIATION_DECISIONS.labels("refused").inc()
