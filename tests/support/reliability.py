@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
+from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from bot.core.store import (
@@ -211,6 +212,19 @@ class StoreOutage:
 
     def start(self) -> None:
         self.down = True
+
+    def start_after(self, statement_prefix: str) -> None:
+        """Go down right after the first statement starting with ``statement_prefix`` runs:
+        its own transaction goes on (and commits), the next one fails."""
+
+        armed = [True]  # once: the listener stays (removing it while it runs is refused)
+
+        def after(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+            if armed[0] and statement.lstrip().upper().startswith(statement_prefix.upper()):
+                armed[0] = False
+                self.down = True
+
+        event.listen(self.store.engine.sync_engine, "after_cursor_execute", after)
 
     def end(self) -> None:
         self.down = False

@@ -207,10 +207,10 @@ class WatchStore:
 
     # ---- remediations -----------------------------------------------------------------
 
-    async def add_remediation(self, new: NewRemediationRecord) -> RemediationRecord | None:
-        """Store a newly seen remediation; None if it is already stored."""
+    def _new_remediation(self, new: NewRemediationRecord) -> Any:
+        """Store a newly seen remediation (returning it), unless it is stored already."""
         now = _now()
-        statement = (
+        return (
             self.store._insert(remediations)
             .values(
                 id=REMEDIATION_ID_PREFIX + new_request_id().removeprefix(REQUEST_ID_PREFIX),
@@ -225,9 +225,50 @@ class WatchStore:
             )
             .returning(*remediations.c)
         )
+
+    async def claim_remediation(
+        self, key: str, new: NewRemediationRecord
+    ) -> RemediationRecord | None:
+        """Claim a remediation's alert key and store its record in one transaction (both or
+        neither): the record to post, or None when it is claimed already. A record left by
+        an older gpuops whose claim was given back is returned while it was never posted."""
+        claim = (
+            self.store._insert(alerts)
+            .values(key=key, channel=new.channel, posted_at=_now())
+            .on_conflict_do_nothing(index_elements=[alerts.c.key])
+            .returning(alerts.c.key)
+        )
+        existing = select(remediations).where(
+            remediations.c.project == new.project,
+            remediations.c.remediation_id == new.remediation_id,
+        )
         async with self.store._begin() as conn:
-            row = (await conn.execute(statement)).mappings().first()
-        return None if row is None else RemediationRecord.model_validate(dict(row))
+            if (await conn.execute(claim)).first() is None:
+                return None
+            row = (await conn.execute(self._new_remediation(new))).mappings().first()
+            if row is None:
+                row = (await conn.execute(existing)).mappings().first()
+        if row is None:
+            return None
+        record = RemediationRecord.model_validate(dict(row))
+        return record if record.ts is None else None
+
+    async def give_up_remediation(self, key: str, record_id: str) -> None:
+        """Its post failed: the alert key and the record go back together (the next poll
+        posts it afresh)."""
+        async with self.store._begin() as conn:
+            await conn.execute(delete(alerts).where(alerts.c.key == key))
+            await conn.execute(delete(remediations).where(remediations.c.id == record_id))
+
+    async def remediation_posted(self, key: str, record_id: str, ts: str) -> None:
+        """Where a remediation's message is, on its alert key and its record at once."""
+        async with self.store._begin() as conn:
+            await conn.execute(update(alerts).where(alerts.c.key == key).values(ts=ts))
+            await conn.execute(
+                update(remediations)
+                .where(remediations.c.id == record_id)
+                .values(ts=ts, updated_at=_now(), version=remediations.c.version + 1)
+            )
 
     async def get_remediation(self, record_id: str) -> RemediationRecord | None:
         statement = select(remediations).where(remediations.c.id == record_id)

@@ -9,6 +9,7 @@ the cluster's memory as it was, so the next poll tries again."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from datetime import UTC, datetime, timedelta
 
@@ -16,6 +17,7 @@ from bot.core.access import Access
 from bot.core.notifier import NotDelivered
 from bot.core.store import RequestState
 from bot.core.store.watch import WatchStore
+from bot.core.watch.backlog import StoreBacklog
 from bot.core.watch.health import ClusterHealth, EventKind, HealthEvent, observe
 from bot.core.watch.keys import incident_key, recovery_key
 from bot.core.watch.notifier import WatchNotifier
@@ -46,8 +48,10 @@ class IncidentDesk:
         self.access = access
         self.store = store
         self.notifier = notifier
+        self.backlog = StoreBacklog()
 
     async def poll(self, project: str, channel: str, clusters: list[ClusterSummary]) -> None:
+        await self.backlog.flush()
         allowed = [
             c for c in clusters if self.access.authorizer.cluster_allowed(project, c.cluster_id)
         ]
@@ -92,9 +96,9 @@ class IncidentDesk:
             ts = await self.notifier.incident_recovered(project, channel, root_ts, event)
         except NotDelivered as exc:
             log.warning("could not post a recovery of %s: %s", event.cluster_id, exc.reason)
-            await self.store.forget_alert(reply_key)
+            await self._give_back(reply_key)
             return False
-        await self.store.alert_posted(reply_key, ts)
+        await self._posted(reply_key, ts)
         WATCH_ALERTS.labels("recovery").inc()
         await self._audit(project, event, "recovered")
         return True
@@ -106,12 +110,22 @@ class IncidentDesk:
             ts = await self.notifier.incident_opened(project, channel, event)
         except NotDelivered as exc:
             log.warning("could not post an incident of %s: %s", event.cluster_id, exc.reason)
-            await self.store.forget_alert(key)
+            await self._give_back(key)
             return False
-        await self.store.alert_posted(key, ts)
+        await self._posted(key, ts)
         WATCH_ALERTS.labels("health").inc()
         await self._audit(project, event, "opened")
         return True
+
+    async def _give_back(self, key: str) -> None:
+        await self.backlog.attempt(
+            f"giving back alert {key}", functools.partial(self.store.forget_alert, key)
+        )
+
+    async def _posted(self, key: str, ts: str) -> None:
+        await self.backlog.attempt(
+            f"recording where alert {key} is", functools.partial(self.store.alert_posted, key, ts)
+        )
 
     async def _audit(self, project: str, event: HealthEvent, outcome: str) -> None:
         await self.access.audit(

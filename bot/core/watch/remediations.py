@@ -8,6 +8,7 @@ are never retried once they may have been processed."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from bot.core.store.watch import (
     RemediationRecord,
     WatchStore,
 )
+from bot.core.watch.backlog import StoreBacklog
 from bot.core.watch.keys import remediation_key
 from bot.core.watch.notifier import DecisionOutcome, WatchNotifier
 from bot.metrics import REMEDIATION_DECISIONS, WATCH_ALERTS
@@ -67,12 +69,14 @@ class RemediationDesk:
         self.store = store
         self.notifier = notifier
         self.remediations_for = remediations_for
+        self.backlog = StoreBacklog()
 
     # ---- polling -----------------------------------------------------------------------
 
     async def poll(self, project: str, channel: str, clusters: list[ClusterSummary]) -> None:
         """Follow what was posted before, then post what newly awaits approval on the
         project's clusters. Provider errors propagate (the watcher backs off)."""
+        await self.backlog.flush()
         client = self.remediations_for(project)
         for record in await self.store.followed_remediations(project, _FINISHED):
             await self._follow(client, record)
@@ -97,9 +101,8 @@ class RemediationDesk:
         self, project: str, channel: str, cluster_name: str, remediation: Remediation
     ) -> None:
         key = remediation_key(project, remediation.id)
-        if not await self.store.claim_alert(key, channel):
-            return
-        record = await self.store.add_remediation(
+        record = await self.store.claim_remediation(
+            key,
             NewRemediationRecord(
                 project=project,
                 cluster_id=remediation.cluster_id,
@@ -109,20 +112,22 @@ class RemediationDesk:
                 node=remediation.node,
                 channel=channel,
                 provider_state=remediation.state,
-            )
+            ),
         )
         if record is None:
-            return  # stored by an earlier poll whose alert key was given up
+            return
         try:
             ts = await self.notifier.remediation_pending(record, remediation)
         except NotDelivered as exc:
             log.warning("could not post remediation %s: %s", remediation.id, exc.reason)
-            await self.store.forget_alert(key)
+            give_up = functools.partial(self.store.give_up_remediation, key, record.id)
+            await self.backlog.attempt(f"giving back remediation {remediation.id}", give_up)
             return
-        await self.store.alert_posted(key, ts)
-        await self.store.set_remediation(record.id, ts=ts)
+        posted = functools.partial(self.store.remediation_posted, key, record.id, ts)
+        await self.backlog.attempt(f"recording where remediation {remediation.id} is", posted)
         WATCH_ALERTS.labels("remediation").inc()
-        await self.access.audit(
+        audit = functools.partial(
+            self.access.audit,
             "gpuops",
             "remediation_posted",
             project=project,
@@ -132,6 +137,7 @@ class RemediationDesk:
             node=remediation.node,
             record=record.id,
         )
+        await self.backlog.attempt(f"auditing remediation {remediation.id}", audit)
 
     async def _follow(self, client: RemediationClient, record: RemediationRecord) -> None:
         remediation = await client.get(record.cluster_id, record.instance_id, record.remediation_id)

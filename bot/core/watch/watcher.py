@@ -115,8 +115,10 @@ class Watcher:
         if held and not self.holding:
             log.info("watcher: %s now watches %d project(s)", self.instance_id, len(self.projects))
         if not held and self.holding:
+            # Polls in flight finish (no new one starts): one cancelled between posting a
+            # message and storing where it is would leave that message without its edits,
+            # and alert keys keep a second poller from posting anything twice.
             log.warning("watcher: %s lost the watch lease", self.instance_id)
-            await self._stop_polls()
         self.holding = held
         if not held or self.stopping:
             return
