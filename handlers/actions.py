@@ -8,12 +8,11 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 
-from bot.core.answers import Reply, store_unavailable
+from bot.core.answers import Reply
 from bot.core.requests.decisions import NeedsBreakGlass
 from bot.core.service import CommandService
 from bot.slack import blocks as render
 from bot.slack.messenger import Messenger, SlackDeliveryError
-from bot.slack.middleware import STORE_UNAVAILABLE
 from handlers.payloads import BlockAction, parse, state_values
 
 log = logging.getLogger(__name__)
@@ -34,10 +33,6 @@ async def handle_decision(ack: Any, body: dict[str, Any], context: Any, respond:
     action = parse(BlockAction, body)
     if action is None or action.channel_id is None or not action.actions[0].value:
         await _whisper_via(respond, render.error("I could not read that click; try again."))
-        return
-    if context.get(STORE_UNAVAILABLE):  # the click could not be checked for repeats
-        reply: Reply = store_unavailable()
-        await whisper(messenger, respond, action.channel_id, action.user.id, reply, None)
         return
     click = action.actions[0]
     result = await ops.decide(

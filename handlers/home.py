@@ -8,15 +8,13 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 
-from bot.core.answers import Reply, error, store_unavailable
+from bot.core.answers import Reply, error
 from bot.core.home import HomeActions
 from bot.core.home_refresh import HomeRefresher
 from bot.core.requests.decisions import NeedsBreakGlass
-from bot.core.store import StoreUnavailable
 from bot.slack import blocks as render
 from bot.slack.home import SHOW_ACTION_ID
 from bot.slack.messenger import Messenger, SlackDeliveryError
-from bot.slack.middleware import STORE_UNAVAILABLE
 from handlers.payloads import BlockAction, parse
 
 log = logging.getLogger(__name__)
@@ -56,17 +54,9 @@ async def handle_home_decision(ack: Any, body: dict[str, Any], context: Any) -> 
         return
     user, click = action.user.id, action.actions[0]
     request_id = str(click.value)
-    if context.get(STORE_UNAVAILABLE):  # the click could not be checked for repeats
-        await tell_by_dm(messenger, user, store_unavailable())
-        return
-    try:
-        result = await home.decide(user, request_id, DECISIONS[click.action_id])  # type: ignore[arg-type]
-        if isinstance(result, NeedsBreakGlass):
-            await _ask_break_glass(home, messenger, action, request_id)
-    except StoreUnavailable as exc:
-        log.warning("refused a Home click: %s", exc)
-        await tell_by_dm(messenger, user, store_unavailable())
-        return
+    result = await home.decide(user, request_id, DECISIONS[click.action_id])  # type: ignore[arg-type]
+    if isinstance(result, NeedsBreakGlass):
+        await _ask_break_glass(home, messenger, action, request_id)
     if isinstance(result, Reply):
         await tell_by_dm(messenger, user, result)
     refresher.schedule(user, delay=0.0)  # whatever happened, show it on their tab

@@ -17,7 +17,6 @@ from bot.core.store import StoreUnavailable
 from bot.slack import blocks as render
 from bot.slack.deadline import Deadline
 from bot.slack.messenger import Messenger, SlackDeliveryError
-from bot.slack.middleware import STORE_UNAVAILABLE
 from handlers.payloads import ViewSubmission, parse, state_values
 
 log = logging.getLogger(__name__)
@@ -56,7 +55,7 @@ async def handle_change_submission(ack: Any, body: dict[str, Any], context: Any)
     )
     done, _ = await asyncio.wait({checking}, timeout=max(0.0, deadline.remaining() - ANSWER_MARGIN))
     if checking in done:
-        await answer_in_time(ops, messenger, ack, submission, raw_view, checking.result(), context)
+        await answer_in_time(ops, messenger, ack, submission, raw_view, checking.result())
         return
     # The checks outlast Slack's deadline: keep the form open on a "checking…" view and
     # tell the person through it (and ephemerally) once they end.
@@ -79,7 +78,7 @@ async def handle_change_submission(ack: Any, body: dict[str, Any], context: Any)
                 messenger, result_channel(submission), submission.user.id, error(problems)
             )
         return
-    reply, first = await request_once(ops, submission, result, context)
+    reply, first = await request_once(ops, submission, result)
     if first:  # a second submission of this view leaves the view to the first
         await show(messenger, submission.view.id, _answer_view(submission, reply))
     await whisper_or_dm(messenger, result, submission.user.id, reply)
@@ -101,25 +100,22 @@ async def answer_in_time(
     submission: ViewSubmission,
     raw_view: dict[str, Any],
     result: SubmissionErrors | ReadySubmission,
-    context: Any,
 ) -> None:
     if isinstance(result, SubmissionErrors):
         await ack(response_action="errors", errors=errors_for_view(result.errors, raw_view))
         return
     await ack()
-    reply, _ = await request_once(ops, submission, result, context)
+    reply, _ = await request_once(ops, submission, result)
     await whisper_or_dm(messenger, result, submission.user.id, reply)
 
 
 async def request_once(
-    ops: CommandService, submission: ViewSubmission, ready: ReadySubmission, context: Any
+    ops: CommandService, submission: ViewSubmission, ready: ReadySubmission
 ) -> tuple[Reply, bool]:
     """Request the change unless this view already did (and say whether this was the first
     submission, whose answer the view shows): a form submitted again (Slack showed an error,
     the person pressed again) is the same view with a new trigger. With the state store
     unavailable nothing is requested and the person is told so (in the view too)."""
-    if context.get(STORE_UNAVAILABLE):  # the submission could not be checked for repeats
-        return store_unavailable(), True
     try:
         first = await ops.first_delivery(f"view:{submission.view.id}")
     except StoreUnavailable as exc:
@@ -184,10 +180,6 @@ async def handle_break_glass(ack: Any, body: dict[str, Any], context: Any) -> No
         return
     meta = _metadata(submission.view.private_metadata)
     await ack()
-    if context.get(STORE_UNAVAILABLE):  # the submission could not be checked for repeats
-        where = meta.get("channel", submission.user.id)
-        await whisper_or_dm(messenger, where, submission.user.id, store_unavailable())
-        return
     result = await ops.decide(
         user=submission.user.id,
         channel=meta.get("channel", ""),

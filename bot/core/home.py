@@ -11,13 +11,13 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from bot.core.access import Access, Refusal
-from bot.core.answers import ClusterCard, Reply
+from bot.core.answers import ClusterCard, Reply, store_unavailable
 from bot.core.authorizer import Authorizer
 from bot.core.policy import Role
 from bot.core.pricing import change_price_line
 from bot.core.registry import MissingCredential
 from bot.core.requests.decisions import Decision, NeedsBreakGlass
-from bot.core.store import ChangeRequestRecord, Store
+from bot.core.store import ChangeRequestRecord, Store, StoreUnavailable
 from bot.core.store.home_queries import (
     FINISHED_STATES,
     OPEN_STATES,
@@ -272,7 +272,11 @@ class HomeActions:
     async def decide(
         self, user: str, request_id: str, decision: Decision
     ) -> Reply | NeedsBreakGlass | None:
-        record = await self.access.store.get_request(request_id)
+        try:
+            record = await self.access.store.get_request(request_id)
+        except StoreUnavailable as exc:  # before anything was decided
+            log.warning("refused a Home decision: %s", exc)
+            return store_unavailable()
         channel = record.channel if record is not None else ""  # unknown: refused in decide
         return await self._decide(
             user=user, channel=channel, request_id=request_id, decision=decision

@@ -22,6 +22,7 @@ from bot.slack.middleware import (
     InjectServices,
     malformed_interaction,
 )
+from bot.slack.outages import AnswerStoreOutages, answer_store_error
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +48,15 @@ def build_bolt_app(
     app.use(DropMalformedPayloads())
     app.use(DeduplicateDeliveries(deliveries))
     app.use(InjectServices(services))
+    app.use(AnswerStoreOutages())
     register_listeners(app)
 
     @app.error
-    async def on_error(error: Exception, logger: logging.Logger) -> None:
-        logger.error("unhandled error in a handler: %s", type(error).__name__)
+    async def on_error(
+        error: Exception, body: dict[str, Any], context: Any, logger: logging.Logger
+    ) -> None:
+        if not await answer_store_error(error, body, context):
+            logger.error("unhandled error in a handler: %s", type(error).__name__)
 
     return app
 

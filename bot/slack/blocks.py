@@ -121,9 +121,10 @@ def composed_text(text: str, mentions: Iterable[str] = ()) -> str:
     return safe
 
 
-def notice(text: str) -> SlackMessage:
-    """A message from plain text we composed, possibly embedding user text: all escaped."""
-    safe = composed_text(text)
+def notice(text: str, mentions: Iterable[str] = ()) -> SlackMessage:
+    """A message from plain text we composed, possibly embedding user text: all escaped
+    but the mentions of ``mentions``."""
+    safe = composed_text(text, mentions)
     return SlackMessage(text=safe, blocks=[section(safe)])
 
 
@@ -659,7 +660,7 @@ def help_message(card: HelpCard) -> SlackMessage:
 def notice_message(content: Notice) -> SlackMessage:
     if content.error:
         return error(content.text, mentions=content.mentions)
-    return notice(content.text)
+    return notice(content.text, content.mentions)
 
 
 def reply_message(reply: Reply) -> SlackMessage:

@@ -173,6 +173,29 @@ def decision_note(record: RemediationRecord, outcome: DecisionOutcome, detail: s
     return SlackMessage(text=escape(f"{outcome}: {detail}"), blocks=[section(f"{head}\n{safe}")])
 
 
+GONE_TEXT = (
+    "Together no longer has this remediation (it was purged, or its cluster deleted): "
+    "nothing is left to decide or follow."
+)
+
+
+def remediation_gone(record: RemediationRecord) -> SlackMessage:
+    """The root of a remediation Together no longer has: the buttons are gone."""
+    headline = (
+        f":stethoscope: Node *{escape(record.node)}* of *{escape(record.cluster_name)}* "
+        f"(`{escape(record.cluster_id)}`, {escape(record.project)}): remediation "
+        f"`{escape(record.remediation_id)}`"
+    )
+    return SlackMessage(
+        text=escape(f"Remediation of {record.node} on {record.cluster_name}: gone"),
+        blocks=[section(headline), section(f":wastebasket: {GONE_TEXT}")],
+    )
+
+
+def gone_note() -> SlackMessage:
+    return SlackMessage(text=GONE_TEXT, blocks=[section(f":wastebasket: {GONE_TEXT}")])
+
+
 def reopened_note() -> SlackMessage:
     text = "Together still shows it awaiting approval, so the last decision was not taken."
     return SlackMessage(

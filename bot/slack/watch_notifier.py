@@ -51,6 +51,11 @@ class SlackWatchNotifier:
         await self._edit(record, render.remediation_pending(record, remediation))
         await self._reply(record, render.reopened_note())
 
+    async def remediation_gone(self, record: RemediationRecord, had_buttons: bool) -> None:
+        if had_buttons:
+            await self._edit(record, render.remediation_gone(record))
+        await self._reply(record, render.gone_note())
+
     async def remediation_progress(
         self, record: RemediationRecord, remediation: Remediation
     ) -> None:

@@ -436,11 +436,11 @@ async def test_a_break_glass_form_that_cannot_open_is_explained_and_approves_not
 # ERIN may request anywhere, and is an admin only in C0RANDOM: every decision must be
 # checked where the request or the alert lives, whatever channel a payload names.
 _ERIN_VIEWER = (
-    "  - users: [U05ERIN]\n    projects: [\"*\"]\n    role: viewer\n    channels: [C0INCIDENT]\n"
+    '  - users: [U05ERIN]\n    projects: ["*"]\n    role: viewer\n    channels: [C0INCIDENT]\n'
 )
 _ERIN_SCOPED = (
-    "  - users: [U05ERIN]\n    projects: [\"*\"]\n    role: operator\n"
-    "  - users: [U05ERIN]\n    projects: [\"*\"]\n    role: admin\n    channels: [C0RANDOM]\n"
+    '  - users: [U05ERIN]\n    projects: ["*"]\n    role: operator\n'
+    '  - users: [U05ERIN]\n    projects: ["*"]\n    role: admin\n    channels: [C0RANDOM]\n'
 )
 assert _ERIN_VIEWER in DEMO_POLICY and _ERIN_VIEWER in WATCH_POLICY
 ERIN, ELSEWHERE = "U05ERIN", "C0RANDOM"

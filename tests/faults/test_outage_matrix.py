@@ -10,18 +10,25 @@ and that what the store missed is caught up once it is back."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlalchemy import update
 
+from bot.core.answers import STORE_UNAVAILABLE_TEXT
 from bot.core.store import RequestState
+from bot.core.store.watch import RemediationDecision, WatchStore, remediations
+from bot.core.watch.remediations import STALE_DECISION
+from bot.local.demo.stack import LocalStack
 from bot.local.simulators.base import Fault, FaultKind
-from bot.local.simulators.together_remediations import NewRemediation
+from bot.local.simulators.together_remediations import NewRemediation, Resolution
 from tests.conftest import StackFactory
 from tests.support.reliability import TOGETHER_SCALE_UP, StoreOutage, command, newest_request
 from tests.support.watch_kit import (
     CLUSTER,
     NOTIFY,
     WATCH_EVERY,
+    _value_of,
     decisions_sent,
     pending_remediation,
     press,
@@ -30,7 +37,15 @@ from tests.support.watch_kit import (
     until,
     watched_stack,
 )
-from tests.support.workflow_kit import BOB, buttons, poll_until, readable_text, wait_state
+from tests.support.workflow_kit import (
+    ALICE,
+    BOB,
+    buttons,
+    next_ephemeral,
+    poll_until,
+    readable_text,
+    wait_state,
+)
 
 S = RequestState
 
@@ -103,3 +118,169 @@ async def test_a_remediation_claimed_as_the_store_goes_is_posted_once_it_is_back
     )
     assert "Approved" in readable_text(root)
     assert decisions_sent(stack, remediation_id) == ["approve"]
+
+
+# ---- 4. remediation buttons while the store is down are answered ----------------------
+
+
+@pytest.mark.parametrize("when", ["down", "lost-after-de-dup"])
+@pytest.mark.parametrize("action_id", ["approve_remediation", "reject_remediation"])
+async def test_a_remediation_click_while_the_store_is_down_is_answered(
+    database_url: str, make_stack: StackFactory, action_id: str, when: str
+) -> None:
+    stack = await watched_stack(make_stack, database_url=database_url)
+    remediation_id, message = await pending_remediation(stack)
+    outage = StoreOutage(stack.runtime.store)
+    if when == "down":
+        outage.start()
+    else:
+        outage.start_after("INSERT INTO gpuops_deliveries")
+    seen = len(stack.slack.ephemerals_for(BOB))
+    await press(stack, message, BOB, action_id)
+    told = await next_ephemeral(stack, BOB, seen)
+    assert STORE_UNAVAILABLE_TEXT in told.text
+    outage.end()
+    assert not stack.slack.open_views_for(BOB)
+    assert decisions_sent(stack, remediation_id) == []
+    root = stack.slack.message(NOTIFY, message.ts)
+    assert root is not None and action_id in buttons(root)
+    await press(stack, root, BOB, "approve_remediation")  # and it is decided once back
+    await stack.slack.wait_for(lambda: any("Approved" in t for t in thread(stack, message)))
+    assert decisions_sent(stack, remediation_id) == ["approve"]
+
+
+async def test_a_reject_form_submitted_while_the_store_is_down_is_answered(
+    database_url: str, make_stack: StackFactory
+) -> None:
+    stack = await watched_stack(make_stack, database_url=database_url)
+    remediation_id, message = await pending_remediation(stack)
+    await press(stack, message, BOB, "reject_remediation")
+    view = await stack.slack.wait_for(lambda: stack.slack.last_view_for(BOB, open_only=True))
+    outage = StoreOutage(stack.runtime.store)
+    outage.start()
+    seen = len(stack.slack.ephemerals_for(BOB))
+    result = await stack.sender.view_submission(BOB, view.id, {"comment": "swap it first"})
+    assert result.ok, result
+    told = await next_ephemeral(stack, BOB, seen)
+    assert STORE_UNAVAILABLE_TEXT in told.text
+    outage.end()
+    assert decisions_sent(stack, remediation_id) == []
+
+
+# ---- 3. a decision cut off by the store is told, shown and recorded -------------------
+
+
+async def test_a_remediation_decision_cut_off_by_the_store_is_told_shown_and_recorded(
+    database_url: str, make_stack: StackFactory
+) -> None:
+    """The store goes as the approve POST is out: the clicker hears how it went, the root
+    loses its buttons, the thread says so; once the store is back the decision is recorded
+    (a later click reads "approved by bob"). One POST."""
+    stack = await watched_stack(make_stack, database_url=database_url)
+    remediation_id, message = await pending_remediation(stack)
+    stack.together.faults.add(
+        Fault(route="remediation_decision", kind=FaultKind.LATENCY, seconds=0.8)
+    )
+    outage = StoreOutage(stack.runtime.store)
+    seen = len(stack.slack.ephemerals_for(BOB))
+    await press(stack, message, BOB, "approve_remediation")
+    await until(lambda: decisions_sent(stack, remediation_id) == ["approve"])
+    outage.start()
+    told = await next_ephemeral(stack, BOB, seen)
+    assert "Approved; Together says" in told.text and "lost contact" in told.text, told.text
+    root = await stack.slack.wait_for(
+        lambda: (m := stack.slack.message(NOTIFY, message.ts)) and not buttons(m) and m
+    )
+    assert "Approved" in readable_text(root)
+    assert any("Approved" in t for t in thread(stack, message))
+    outage.end()
+    watch_store = WatchStore(stack.runtime.store)
+    record_id = _value_of(message, "approve_remediation")
+
+    async def decided() -> bool:
+        record = await watch_store.get_remediation(record_id)
+        return record is not None and record.decision is RemediationDecision.APPROVED
+
+    await poll_until(decided, within=10)
+    seen = len(stack.slack.ephemerals_for(ALICE))
+    await press(stack, message, ALICE, "approve_remediation")
+    late = await next_ephemeral(stack, ALICE, seen)
+    assert "no longer awaiting a decision (approved by <@U02BOB>)" in late.text, late.text
+    assert decisions_sent(stack, remediation_id) == ["approve"]
+
+
+async def test_a_decision_whose_sender_died_is_settled_once_together_moved_on(
+    database_url: str, make_stack: StackFactory
+) -> None:
+    """A replica won the click and died; Together no longer awaits a decision: the next poll
+    says so in the thread and removes the buttons (it was stuck "deciding" for ever)."""
+    stack = await watched_stack(make_stack, database_url=database_url)
+    remediation_id, message = await pending_remediation(stack)
+    watch_store = WatchStore(stack.runtime.store)
+    record_id = buttons(message)["approve_remediation"]
+    won = await watch_store.decide_remediation(
+        record_id,
+        from_decisions={RemediationDecision.AWAITING},
+        to=RemediationDecision.DECIDING,
+        decided_by=BOB,
+    )
+    assert won is not None
+    async with stack.runtime.store.engine.begin() as conn:  # its sender died long ago
+        await conn.execute(
+            update(remediations)
+            .where(remediations.c.id == record_id)
+            .values(updated_at=datetime.now(UTC) - STALE_DECISION - timedelta(seconds=1))
+        )
+    stack.together.remediations.resolve(remediation_id, Resolution(state="PENDING"))
+    note = await stack.slack.wait_for(
+        lambda: next((t for t in thread(stack, message) if "no longer awaits" in t), None),
+        within=10,
+    )
+    assert "SUCCEEDED" in note or "PENDING" in note or "RUNNING" in note, note
+    root = stack.slack.message(NOTIFY, message.ts)
+    assert root is not None and not buttons(root)
+    assert "Already decided at Together" in readable_text(root)
+    assert decisions_sent(stack, remediation_id) == []
+
+
+# ---- 8. one vanished remediation does not blind the watcher -----------------------------
+
+
+@pytest.mark.parametrize("how", ["purged", "cluster-deleted"])
+async def test_a_vanished_remediation_is_closed_and_the_poll_goes_on(
+    database_url: str, make_stack: StackFactory, how: str
+) -> None:
+    """A followed remediation answers 404 (purged at Together, or its cluster deleted): its
+    message says so without buttons, it is not asked for again, and a new remediation on
+    another cluster is still posted."""
+    stack = await watched_stack(make_stack, database_url=database_url)
+    gone_id, gone = await pending_remediation(stack)
+    if how == "purged":
+        stack.together.remediations.items.pop(gone_id)
+    else:
+        assert stack.together.remove(CLUSTER)
+    note = await stack.slack.wait_for(
+        lambda: next((t for t in thread(stack, gone) if "no longer has" in t), None), within=10
+    )
+    assert "purged" in note
+    root = stack.slack.message(NOTIFY, gone.ts)
+    assert root is not None and not buttons(root)
+    created = stack.together.create_remediation(OTHER_CLUSTER, NewRemediation())
+    await stack.slack.wait_for(
+        lambda: next(iter(remediation_roots(stack, str(created["id"]))), None), within=10
+    )
+    asked = len(_gets_of(stack, gone_id))
+    await asyncio.sleep(WATCH_EVERY * 4)
+    assert len(_gets_of(stack, gone_id)) == asked == 1  # closed: never asked for again
+    assert len(thread(stack, gone)) == 1
+
+
+OTHER_CLUSTER = "tc-h200-ondemand"
+
+
+def _gets_of(stack: LocalStack, remediation_id: str) -> list[object]:
+    return [
+        call
+        for call in stack.together.requests
+        if call.method == "GET" and call.path.endswith(f"/remediations/{remediation_id}")
+    ]

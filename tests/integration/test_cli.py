@@ -336,3 +336,22 @@ async def test_socket_connects_to_slack_and_answers_commands_over_it(
     assert "connected in Socket Mode" in log
     for secret in (APP_TOKEN, DEMO_BOT_TOKEN, *CREDENTIALS.values()):
         assert secret not in log
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("missing", ["database", "role"])
+async def test_serve_names_a_missing_database_or_role_in_one_line(
+    tmp_path: Path, policy_file: Path, missing: str
+) -> None:
+    """Issue #16 point 9: not SQLAlchemy's raw text and its "Background on this error" link."""
+    url = (
+        "postgresql://postgres@127.0.0.1:5432/gpuops_no_such_db"
+        if missing == "database"
+        else "postgresql://gpuops_no_such_role@127.0.0.1:5432/test"
+    )
+    env = base_env(tmp_path, policy_file, GPUOPS_DATABASE_URL=url)
+    done = await run_gpuops(["serve", "--port", str(free_port())], env, tmp_path)
+    assert done.code != 0
+    assert "is unavailable" in done.stderr and "does not exist" in done.stderr, done.stderr
+    assert "Background on this error" not in done.stderr and "sqlalche.me" not in done.stderr
+    assert "Traceback" not in done.stderr

@@ -11,6 +11,9 @@ from sqlalchemy.engine import URL
 # exceptions, insufficient resources, operator intervention (shutdown, starting up).
 _UNAVAILABLE_SQLSTATE_PREFIXES = ("08", "53", "57P")
 _READ_ONLY_SQLSTATE = "25006"  # read_only_sql_transaction: a standby, or a read-only database
+# No such database (invalid_catalog_name), no such role or a refused password
+# (invalid_authorization_specification, invalid_password): not usable, said in one line.
+_NOT_USABLE_SQLSTATES = ("3D000", "28000", "28P01")
 _SQLITE_UNAVAILABLE_MARKERS = (
     "readonly database",
     "unable to open database",
@@ -70,7 +73,8 @@ def is_unavailable(error: BaseException) -> bool:
             return True
         sqlstate = getattr(cause, "sqlstate", None)
         if isinstance(sqlstate, str) and (
-            sqlstate == _READ_ONLY_SQLSTATE or sqlstate.startswith(_UNAVAILABLE_SQLSTATE_PREFIXES)
+            sqlstate in (_READ_ONLY_SQLSTATE, *_NOT_USABLE_SQLSTATES)
+            or sqlstate.startswith(_UNAVAILABLE_SQLSTATE_PREFIXES)
         ):
             return True
         if type(cause).__name__ in ("ConnectionDoesNotExistError", "InterfaceError") and (

@@ -37,6 +37,11 @@ class StoreBacklog:
             log.warning("%s: kept until the store is back (%s)", what, exc.reason)
             self._keep(what, write)
 
+    def keep(self, what: str, write: Write) -> None:
+        """Keep a write that just failed for the next poll (after any kept before it)."""
+        log.warning("%s: kept until the store is back", what)
+        self._keep(what, write)
+
     async def flush(self) -> None:
         """Write what was kept, oldest first; StoreUnavailable (the rest kept) if it is
         still down."""

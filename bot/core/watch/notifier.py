@@ -56,6 +56,11 @@ class WatchNotifier(Protocol):
         """A decision whose answer was lost turned out not taken: the buttons are back."""
         ...
 
+    async def remediation_gone(self, record: RemediationRecord, had_buttons: bool) -> None:
+        """Together no longer has it (purged, or its cluster deleted): a reply in its
+        thread, and the root edited without its buttons if it still had them."""
+        ...
+
     async def remediation_progress(
         self, record: RemediationRecord, remediation: Remediation
     ) -> None:

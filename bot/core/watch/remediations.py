@@ -16,9 +16,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeVar
 
 from bot.core.access import Access, Refusal
-from bot.core.answers import Notice, Reply, error, notice
+from bot.core.answers import Notice, Reply, error, notice, store_unavailable
 from bot.core.notifier import NotDelivered
 from bot.core.policy import Role
+from bot.core.store import StoreUnavailable
 from bot.core.store.watch import (
     NewRemediationRecord,
     RemediationDecision,
@@ -30,7 +31,12 @@ from bot.core.watch.keys import remediation_key
 from bot.core.watch.notifier import DecisionOutcome, WatchNotifier
 from bot.metrics import REMEDIATION_DECISIONS, WATCH_ALERTS
 from bot.providers.base import ClusterSummary
-from bot.providers.errors import AlreadyDecided, ProviderError
+from bot.providers.errors import (
+    AlreadyDecided,
+    ProviderError,
+    ProviderNotFound,
+    ProviderRateLimited,
+)
 from bot.providers.together.models import FINAL_STATES, Remediation, RemediationState
 from bot.providers.together.remediations import RemediationClient, RemediationRef
 
@@ -45,12 +51,14 @@ _DONE: dict[Verb, tuple[RemediationDecision, DecisionOutcome, str]] = {
     "approve": (RemediationDecision.APPROVED, "approved", "Approved"),
     "reject": (RemediationDecision.REJECTED, "rejected", "Rejected"),
 }
-_FINISHED = [state.value for state in FINAL_STATES]
+GONE_STATE = "GONE"  # stored for a remediation Together no longer has (never followed again)
+_FINISHED = [*(state.value for state in FINAL_STATES), GONE_STATE]
 # Clusters whose remediations are listed at the same time: a project of 50 clusters at 1 s
 # per call is polled in about 7 s, not 50, without a burst of 50 calls.
 LISTINGS_AT_ONCE = 8
 # A decision still being sent after this long was cut off (its replica died mid-call).
 STALE_DECISION = timedelta(minutes=5)
+_KEPT = "gpuops lost contact with its database meanwhile; the decision is recorded once it is back."
 _UNKNOWN = error("I do not know that remediation (was it posted by another gpuops?).")
 
 
@@ -79,7 +87,7 @@ class RemediationDesk:
         await self.backlog.flush()
         client = self.remediations_for(project)
         for record in await self.store.followed_remediations(project, _FINISHED):
-            await self._follow(client, record)
+            await self._follow_one(client, record)
         names = {
             cluster.cluster_id: cluster.name
             for cluster in clusters
@@ -139,11 +147,55 @@ class RemediationDesk:
         )
         await self.backlog.attempt(f"auditing remediation {remediation.id}", audit)
 
+    async def _follow_one(self, client: RemediationClient, record: RemediationRecord) -> None:
+        """Follow one; a remediation gone at Together is closed, and one whose follow-up
+        failed waits for the next poll: neither stops the rest of the poll (a 429 does:
+        the whole project backs off)."""
+        try:
+            await self._follow(client, record)
+        except ProviderNotFound:
+            await self._gone(record)
+        except ProviderRateLimited:
+            raise
+        except ProviderError as exc:
+            log.warning("could not follow remediation %s: %s", record.remediation_id, exc)
+
+    async def _gone(self, record: RemediationRecord) -> None:
+        closing = {
+            RemediationDecision.AWAITING,
+            RemediationDecision.DECIDING,
+            RemediationDecision.UNKNOWN,
+        }
+        had_buttons = record.decision is RemediationDecision.AWAITING
+        if record.decision in closing:
+            updated = await self.store.decide_remediation(
+                record.id,
+                from_decisions={record.decision},
+                to=RemediationDecision.ELSEWHERE,
+                provider_state=GONE_STATE,
+            )
+        else:
+            updated = await self.store.set_remediation(record.id, provider_state=GONE_STATE)
+        if updated is None:
+            return
+        log.info("remediation %s is gone at Together: closed", record.remediation_id)
+        await self.notifier.remediation_gone(updated, had_buttons)
+        await self.access.audit(
+            "gpuops",
+            "remediation_gone",
+            project=record.project,
+            cluster_id=record.cluster_id,
+            outcome="gone",
+            remediation=record.remediation_id,
+        )
+
     async def _follow(self, client: RemediationClient, record: RemediationRecord) -> None:
         remediation = await client.get(record.cluster_id, record.instance_id, record.remediation_id)
         if remediation.awaiting_approval and _answer_lost(record):
             await self._reopen(record, remediation)
             return
+        if not remediation.awaiting_approval and _answer_lost(record):
+            record = await self._taken_unseen(record, remediation) or record
         if remediation.state == record.provider_state:
             return
         updated = await self.store.set_remediation(record.id, provider_state=remediation.state)
@@ -170,6 +222,36 @@ class RemediationDesk:
                 updated = moved
         if remediation.state != RemediationState.PENDING_APPROVAL:
             await self.notifier.remediation_progress(updated, remediation)
+
+    async def _taken_unseen(
+        self, record: RemediationRecord, remediation: Remediation
+    ) -> RemediationRecord | None:
+        """A decision whose answer was lost (or whose sender died), and Together no longer
+        awaits one: it was decided, by that call or another. Said so, buttons removed."""
+        text = (
+            f"Together no longer awaits a decision (it is {remediation.state} now). A "
+            "decision started here was cut off before its answer was recorded, so which "
+            "decision Together took is not known here."
+        )
+        settled = await self.store.decide_remediation(
+            record.id,
+            from_decisions={record.decision},
+            to=RemediationDecision.ALREADY_DECIDED,
+            decided_by=None,  # not known: "already decided at Together" says it all
+        )
+        if settled is None:
+            return None
+        REMEDIATION_DECISIONS.labels("already_decided").inc()
+        await self.notifier.remediation_decided(settled, "already_decided", text)
+        await self.access.audit(
+            "gpuops",
+            "remediation_decided_unseen",
+            project=record.project,
+            cluster_id=record.cluster_id,
+            outcome=remediation.state,
+            remediation=record.remediation_id,
+        )
+        return settled
 
     async def _reopen(self, record: RemediationRecord, remediation: Remediation) -> None:
         """A decision whose answer was lost (or whose sender died), and a poll since shows
@@ -201,20 +283,39 @@ class RemediationDesk:
     ) -> Reply | None:
         """None if ``user`` may decide it here (and it still awaits a decision); else the
         refusal (audited) to show them — before a reject form is opened for nothing."""
-        record = await self.store.get_remediation(record_id)
-        if record is None:
-            return _UNKNOWN
-        refusal = await self._refusal(user, channel, record, verb)
-        if refusal is not None:
-            return refusal
-        if record.decision is not RemediationDecision.AWAITING:
-            return await self._lost(user, record, verb)
+        try:
+            record = await self.store.get_remediation(record_id)
+            if record is None:
+                return _UNKNOWN
+            refusal = await self._refusal(user, channel, record, verb)
+            if refusal is not None:
+                return refusal
+            if record.decision is not RemediationDecision.AWAITING:
+                return await self._lost(user, record, verb)
+        except StoreUnavailable as exc:
+            log.warning("refused a remediation %s: %s", verb, exc)
+            return store_unavailable()
         return None
 
     async def decide(
         self, *, user: str, channel: str, record_id: str, verb: Verb, comment: str | None = None
     ) -> Reply:
-        """One click on approve or reject; the answer is for the person who clicked."""
+        """One click on approve or reject; the answer is for the person who clicked. With
+        the store unavailable before the click won, nothing is sent (and it says so)."""
+        try:
+            won = await self._win(user, channel, record_id, verb, comment)
+        except StoreUnavailable as exc:
+            log.warning("refused a remediation %s: %s", verb, exc)
+            return store_unavailable()
+        if isinstance(won, Reply):
+            return won
+        await self._audit_click(user, won, verb, "sending")
+        return await self._send(user, won, verb, comment)
+
+    async def _win(
+        self, user: str, channel: str, record_id: str, verb: Verb, comment: str | None
+    ) -> RemediationRecord | Reply:
+        """The record if this click won the decision (compare-and-set), else the answer."""
         record = await self.store.get_remediation(record_id)
         if record is None:
             return _UNKNOWN
@@ -230,8 +331,7 @@ class RemediationDesk:
         )
         if won is None:
             return await self._lost(user, record, verb)
-        await self._audit_click(user, won, verb, "sending")
-        return await self._send(user, won, verb, comment)
+        return won
 
     async def _refusal(
         self, user: str, channel: str, record: RemediationRecord, verb: Verb
@@ -295,18 +395,36 @@ class RemediationDesk:
             fields["provider_state"] = ending.provider_state
         if ending.decision is RemediationDecision.AWAITING:
             fields.update(decided_by=None, comment=None)
-        final = await self.store.decide_remediation(
-            record.id,
-            from_decisions={RemediationDecision.DECIDING},
-            to=ending.decision,
-            **fields,
-        )
+        text = ending.text
+        try:
+            final = await self.store.decide_remediation(
+                record.id,
+                from_decisions={RemediationDecision.DECIDING},
+                to=ending.decision,
+                **fields,
+            )
+        except StoreUnavailable as exc:
+            # Sent (or refused) already: said as it is, and recorded once the store is back.
+            log.warning("remediation %s: its decision kept for the store: %s", record.id, exc)
+            self.backlog.keep(
+                f"recording the decision on remediation {record.remediation_id}",
+                functools.partial(self._record_decision, record.id, ending.decision, fields),
+            )
+            final = record.model_copy(update={"decision": ending.decision, **fields})
+            text += " " + _KEPT
         REMEDIATION_DECISIONS.labels(ending.outcome).inc()
-        await self._audit_click(user, final or record, verb, ending.outcome, detail=ending.text)
-        await self.notifier.remediation_decided(final or record, ending.outcome, ending.text)
+        await self._audit_click(user, final or record, verb, ending.outcome, detail=text)
+        await self.notifier.remediation_decided(final or record, ending.outcome, text)
         if ending.outcome in ("failed", "unknown"):
-            return error(ending.text)
-        return notice(ending.text)
+            return error(text)
+        return notice(text)
+
+    async def _record_decision(
+        self, record_id: str, decision: RemediationDecision, fields: dict[str, str | None]
+    ) -> None:
+        await self.store.decide_remediation(
+            record_id, from_decisions={RemediationDecision.DECIDING}, to=decision, **fields
+        )
 
     async def _audit_click(
         self,
@@ -317,7 +435,8 @@ class RemediationDesk:
         *,
         detail: str = "",
     ) -> None:
-        await self.access.audit(
+        audit = functools.partial(
+            self.access.audit,
             user,
             f"remediation_{verb}",
             project=record.project,
@@ -328,6 +447,7 @@ class RemediationDesk:
             record=record.id,
             detail=detail,
         )
+        await self.backlog.attempt(f"auditing a {verb} of {record.remediation_id}", audit)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bot.core.policy import Policy, TogetherProject
-from bot.core.store import Store
+from bot.core.store import Store, StoreUnavailable
 from bot.core.watch.backoff import PollBackoff
 from bot.core.watch.config import WatchConfig
 from bot.core.watch.incidents import IncidentDesk
@@ -107,6 +107,7 @@ class Watcher:
                     await self.store.release_lease(LEASE_NAME, self.instance_id)
 
     async def tick(self) -> None:
+        await self._write_backlogs()
         try:
             held = await self.store.acquire_lease(LEASE_NAME, self.instance_id, self.lease_seconds)
         except Exception as exc:  # the store is down: stop polling until it is back
@@ -128,6 +129,15 @@ class Watcher:
             if idle and now >= project.due:
                 project.polling = asyncio.create_task(self._poll(project))
 
+    async def _write_backlogs(self) -> None:
+        """What this replica did in Slack while the store was away (a decision's outcome
+        above all) is written on every replica, watching or not."""
+        for backlog in (self.remediations.backlog, self.incidents.backlog):
+            try:
+                await backlog.flush()
+            except StoreUnavailable as exc:
+                log.info("watch backlog of %d kept: %s", len(backlog), exc.reason)
+
     async def _poll(self, project: WatchedProject) -> None:
         try:
             await self.poll_once(project)
@@ -137,6 +147,10 @@ class Watcher:
             log.warning(
                 "watch poll of %s failed (%s); next in %.0f s", project.name, exc.kind, delay
             )
+        except StoreUnavailable as exc:  # expected during an outage: one line, no trace
+            WATCH_POLLS.labels(project.provider, "store").inc()
+            log.warning("watch poll of %s skipped: %s", project.name, exc)
+            delay = project.backoff.after_success()
         except Exception:
             WATCH_POLLS.labels(project.provider, "internal").inc()
             log.exception("watch poll of %s failed", project.name)

@@ -1,0 +1,129 @@
+"""One answer to a store outage for every listener: a click or submission whose de-dup write
+failed is answered here and never reaches its listener, and a store error a listener let
+escape is answered by the app's error handler — both to the person, in the channel they
+acted in (a Home click: by DM)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from slack_bolt.middleware.async_middleware import AsyncMiddleware
+from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_bolt.response import BoltResponse
+
+from bot.core.answers import Reply, error, store_unavailable
+from bot.core.store import StoreUnavailable
+from bot.slack import watch_blocks
+from bot.slack.blocks import reply_message
+from bot.slack.home import SHOW_ACTION_ID
+from bot.slack.messenger import Messenger, SlackDeliveryError
+from bot.slack.middleware import STORE_UNAVAILABLE, Next
+
+log = logging.getLogger(__name__)
+
+# Clicks that only read or open a form (a repeat of them is harmless): they go on without
+# the store. Every other click and every submission acts, and is refused while it is down.
+READ_ONLY_ACTIONS = frozenset(
+    {
+        "action",  # the action select inside the gpu_action form
+        SHOW_ACTION_ID,
+        watch_blocks.OPEN_UPDATE_FORM,
+        watch_blocks.OPEN_ACTION_FORM,
+        watch_blocks.EXTEND_RESERVATION,
+    }
+)
+CUT_OFF_TEXT = (
+    "gpuops lost contact with its state store while handling this, so it cannot say here "
+    "what was done; the message you acted on shows it once the store is back."
+)
+
+
+def acts(body: Mapping[str, Any]) -> bool:
+    """Whether this interaction changes something (a click or a form submission)."""
+    kind = body.get("type")
+    if kind == "view_submission":
+        return True
+    if kind != "block_actions":
+        return False
+    actions = body.get("actions")
+    first = actions[0] if isinstance(actions, list) and actions else {}
+    return isinstance(first, dict) and first.get("action_id") not in READ_ONLY_ACTIONS
+
+
+class AnswerStoreOutages(AsyncMiddleware):
+    """A click or submission that could not be checked for repeats (the store is down or
+    silent) is acknowledged and answered "nothing was changed" here, for every listener."""
+
+    def __init__(self) -> None:
+        self._answering: set[asyncio.Task[None]] = set()
+
+    async def async_process(
+        self, *, req: AsyncBoltRequest, resp: BoltResponse, next: Next
+    ) -> BoltResponse | None:
+        if not req.context.get(STORE_UNAVAILABLE) or not acts(req.body):
+            return await next()
+        messenger = req.context.get("messenger")
+        if isinstance(messenger, Messenger):
+            task = asyncio.create_task(tell(messenger, req.body, store_unavailable()))
+            self._answering.add(task)
+            task.add_done_callback(self._answering.discard)
+        return BoltResponse(status=200, body="")
+
+
+async def answer_store_error(error: Exception, body: Mapping[str, Any], context: Any) -> bool:
+    """For the app's error handler: True when ``error`` is a store outage a listener let
+    escape, now told to the person (truthfully: it may have been cut off midway)."""
+    if not isinstance(error, StoreUnavailable):
+        return False
+    log.warning("a listener was cut off by the store: %s", error)
+    messenger = context.get("messenger") if isinstance(context, Mapping) else None
+    if isinstance(messenger, Messenger) and acts(body):
+        await tell(messenger, body, cut_off())
+    return True
+
+
+def cut_off() -> Reply:
+    return error(CUT_OFF_TEXT)
+
+
+async def tell(messenger: Messenger, body: Mapping[str, Any], reply: Reply) -> None:
+    """Whisper to whoever acted where they acted; DM them from Home or when that fails."""
+    user = _field(body.get("user"), "id")
+    if not user:
+        return
+    message = reply_message(reply)
+    channel = _channel(body)
+    try:
+        if channel:
+            try:
+                await messenger.ephemeral(channel, user, message)
+                return
+            except SlackDeliveryError:
+                pass
+        await messenger.post(user, message)
+    except SlackDeliveryError as exc:
+        log.error("could not tell %s the store is unavailable (%s)", user, exc.code)
+
+
+def _channel(body: Mapping[str, Any]) -> str | None:
+    channel = _field(body.get("channel"), "id")
+    if channel:
+        return channel
+    view = body.get("view")
+    if not isinstance(view, dict) or view.get("type") == "home":
+        return None
+    try:
+        meta = json.loads(str(view.get("private_metadata") or "{}"))
+    except ValueError:
+        return None
+    found = meta.get("channel") if isinstance(meta, dict) else None
+    return found if isinstance(found, str) and found else None
+
+
+def _field(value: object, key: str) -> str | None:
+    found = value.get(key) if isinstance(value, dict) else None
+    return found[:64] if isinstance(found, str) and found else None
