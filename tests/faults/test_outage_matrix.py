@@ -22,6 +22,7 @@ from bot.core.watch.remediations import STALE_DECISION
 from bot.local.demo.stack import LocalStack
 from bot.local.simulators.base import Fault, FaultKind
 from bot.local.simulators.together_remediations import NewRemediation, Resolution
+from bot.local.slack.models import FakeEvent, MessagePosted
 from tests.conftest import StackFactory
 from tests.support.reliability import TOGETHER_SCALE_UP, StoreOutage, command, newest_request
 from tests.support.watch_kit import (
@@ -284,3 +285,43 @@ def _gets_of(stack: LocalStack, remediation_id: str) -> list[object]:
         for call in stack.together.requests
         if call.method == "GET" and call.path.endswith(f"/remediations/{remediation_id}")
     ]
+
+
+# ---- 5. a root posted as the store goes keeps its edits and replies -------------------
+
+
+async def test_a_remediation_posted_as_the_store_goes_is_edited_and_followed_after(
+    database_url: str, make_stack: StackFactory
+) -> None:
+    """The store goes the moment the remediation's root is posted (before its ts is
+    stored): once it is back the ts is recorded, so the decision edits that root and the
+    note and progress land in its thread; posted once."""
+    stack = await watched_stack(make_stack, database_url=database_url)
+    outage = StoreOutage(stack.runtime.store)
+
+    def on_post(event: FakeEvent) -> None:
+        if isinstance(event, MessagePosted) and event.message.channel == NOTIFY:
+            outage.start()
+
+    unsubscribe = stack.slack.subscribe(on_post)
+    remediation_id, message = await pending_remediation(stack)
+    unsubscribe()
+    await asyncio.sleep(WATCH_EVERY * 2)  # polls fail meanwhile
+    outage.end()
+    watch_store = WatchStore(stack.runtime.store)
+
+    async def ts_recorded() -> bool:
+        record = await watch_store.get_remediation(buttons(message)["approve_remediation"])
+        return record is not None and record.ts == message.ts
+
+    await poll_until(ts_recorded, within=10)
+    await press(stack, message, BOB, "approve_remediation")
+    root = await stack.slack.wait_for(
+        lambda: (m := stack.slack.message(NOTIFY, message.ts)) and not buttons(m) and m
+    )
+    assert "Approved" in readable_text(root)
+    await stack.slack.wait_for(
+        lambda: any("SUCCEEDED" in t for t in thread(stack, message)), within=15
+    )
+    assert len(remediation_roots(stack, remediation_id)) == 1
+    assert decisions_sent(stack, remediation_id) == ["approve"]

@@ -95,10 +95,10 @@ class Decisions:
             return await deps.access.refuse(user, channel, unknown)
         try:
             await self._may_see(user, record)
-        except Refusal as refusal:
+        except Refusal as hidden:
             APPROVAL_DECISIONS.labels("refused").inc()
             return await deps.access.refuse(
-                user, channel, refusal, project=record.project, request_id=record.id
+                user, channel, hidden, project=record.project, request_id=record.id
             )
         if (
             record.state is RequestState.PENDING

@@ -78,7 +78,7 @@ class Execution:
         try:
             record = await deps.store.get_request(request_id)
             if record is None or record.state is not RequestState.APPROVED:
-                return
+                return None
             # The lease comes first: the cluster lock names it, and may only be taken over
             # once it has lapsed (and the last provider call can no longer arrive).
             lease = await deps.store.take_lease(
