@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import httpx
 import pytest
-from sqlalchemy import update
+from sqlalchemy import event, update
 
 from bot.core.answers import STORE_UNAVAILABLE_TEXT
-from bot.core.store import RequestState
+from bot.core.store import RequestState, StoreUnavailable
 from bot.core.store.watch import RemediationDecision, WatchStore, remediations
 from bot.core.watch.remediations import STALE_DECISION
 from bot.local.demo.stack import LocalStack
@@ -325,3 +327,34 @@ async def test_a_remediation_posted_as_the_store_goes_is_edited_and_followed_aft
     )
     assert len(remediation_roots(stack, remediation_id)) == 1
     assert decisions_sent(stack, remediation_id) == ["approve"]
+
+
+# ---- 6. /healthz probes what a change needs ---------------------------------------------
+
+
+async def test_healthz_is_not_ok_while_the_sqlite_disk_is_full(make_stack: StackFactory) -> None:
+    """SQLite's file can grow no more (``max_page_count`` at its size: SQLite's own "database
+    or disk is full"), and a change is refused: /healthz says 503, and 200 again once there
+    is room. (Its probe used to be an UPDATE matching no row, which needs no room.)"""
+    stack = await make_stack()
+    store = stack.runtime.store
+    full = [True]
+
+    def no_room(dbapi_connection: Any, _record: Any) -> None:
+        if full[0]:
+            pages = dbapi_connection.execute("PRAGMA page_count").fetchone()[0]
+            dbapi_connection.execute(f"PRAGMA max_page_count = {pages}")
+
+    event.listen(store.engine.sync_engine, "connect", no_room)
+    await store.engine.dispose()  # every connection from now on: the file cannot grow
+    async with httpx.AsyncClient(base_url=stack.base_url, timeout=10) as client:
+        for size in (2000, 400, 40, 1):  # use up the free room inside the file
+            with pytest.raises(StoreUnavailable, match="full"):
+                for n in range(10_000):
+                    await store.remember_delivery(f"filler-{size}-{n}-" + "x" * size)
+        text = await command(stack, TOGETHER_SCALE_UP)
+        assert STORE_UNAVAILABLE_TEXT in text.text  # a change is refused …
+        assert (await client.get("/healthz")).status_code == 503  # … and health says so
+        full[0] = False
+        await store.engine.dispose()
+        assert (await client.get("/healthz")).status_code == 200

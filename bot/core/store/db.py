@@ -132,10 +132,11 @@ class Store(RequestsMixin, LocksMixin, AuditMixin, DeliveriesMixin, TimelineMixi
             await conn.execute(_PROBE)
 
     async def healthy(self, within_seconds: float = DEFAULT_HEALTH_TIMEOUT) -> bool:
-        """True if the store answers and takes a write within ``within_seconds``."""
+        """True if the store answers and takes what a change needs within
+        ``within_seconds``."""
         try:
             async with asyncio.timeout(within_seconds):
-                await self.probe_writable()
+                await self.probe_room()
         except (StoreUnavailable, TimeoutError):
             return False
         return True
