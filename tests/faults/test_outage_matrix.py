@@ -26,7 +26,19 @@ from bot.local.simulators.base import Fault, FaultKind
 from bot.local.simulators.together_remediations import NewRemediation, Resolution
 from bot.local.slack.models import FakeEvent, MessagePosted
 from tests.conftest import StackFactory
-from tests.support.reliability import TOGETHER_SCALE_UP, StoreOutage, command, newest_request
+from tests.support.reliability import (
+    E2E_SCALE,
+    FAST,
+    INCIDENT,
+    TOGETHER_SCALE_UP,
+    StoreOutage,
+    click,
+    command,
+    newest_request,
+    settle,
+    thread_texts,
+    wait_terminal,
+)
 from tests.support.watch_kit import (
     CLUSTER,
     NOTIFY,
@@ -358,3 +370,42 @@ async def test_healthz_is_not_ok_while_the_sqlite_disk_is_full(make_stack: Stack
         full[0] = False
         await store.engine.dispose()
         assert (await client.get("/healthz")).status_code == 200
+
+
+async def test_a_request_root_posted_as_the_store_goes_is_stored_and_followed_after(
+    database_url: str, make_stack: StackFactory
+) -> None:
+    """The store goes the moment a request's root is posted: its prompt is still posted and
+    the requester told it waits for approval (true: it is stored); once the store is back
+    where both are is recorded, so the approval edits the root and the thread has the
+    decision note and the result. One change sent."""
+    stack = await make_stack(database_url=database_url, **FAST)
+    outage = StoreOutage(stack.runtime.store)
+
+    def on_root(event: FakeEvent) -> None:
+        message = getattr(event, "message", None)
+        if isinstance(event, MessagePosted) and message and not message.is_reply:
+            outage.start()
+
+    unsubscribe = stack.slack.subscribe(on_root)
+    answer = await command(stack, E2E_SCALE)
+    unsubscribe()
+    assert "waiting for approval" in answer.text, answer.text
+    outage.end()
+    record = await newest_request(stack)
+    assert record is not None
+
+    async def stored() -> bool:
+        current = await stack.runtime.store.get_request(record.id)
+        return current is not None and bool(current.root_ts and current.prompt_ts)
+
+    await poll_until(stored, within=10)
+    await click(stack, record.id)
+    done = await wait_terminal(stack, record.id)
+    assert done.state is S.SUCCEEDED
+    await settle(stack)
+    texts = thread_texts(stack, done)
+    assert any("Approved" in t or "approved" in t for t in texts), texts
+    root = stack.slack.message(INCIDENT, done.root_ts or "")
+    assert root is not None and root.text.startswith("[done]"), root.text
+    assert len(stack.e2e.calls("action", "PUT")) == 1

@@ -5,7 +5,9 @@ so or run it at once; withdraw it if it cannot be shown."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
@@ -23,6 +25,11 @@ from bot.metrics import APPROVALS_PENDING, CHANGE_REQUESTS
 from bot.providers.base import ChangePlan
 
 log = logging.getLogger(__name__)
+
+# Where a message was posted, when the store could not take it: written again with backoff.
+NOTE_WAIT_INITIAL = 0.2
+NOTE_WAIT_MAX = 5.0
+NOTE_GIVE_UP_SECONDS = 6 * 3600.0
 
 
 def ran_without_store(request_id: str, result: Result | None) -> Reply:
@@ -115,12 +122,12 @@ class Lifecycle:
         )
         try:
             root_ts = await deps.notifier.request_opened(record)
-            record = await deps.store.update_fields(record.id, root_ts=root_ts) or record
+            record = await self._note(record, root_ts=root_ts)
             if needs_approval:
                 # Without the prompt nobody can approve it: withdraw it rather than let it
                 # wait for an approval that cannot come.
                 prompt_ts = await deps.notifier.approval_requested(record, expire_minutes)
-                record = await deps.store.update_fields(record.id, prompt_ts=prompt_ts) or record
+                record = await self._note(record, prompt_ts=prompt_ts)
         except NotDelivered as exc:
             shown = "the approval prompt" if record.root_ts else "in the channel"
             await self._withdraw(record, f"could not post {shown} ({exc.reason})")
@@ -149,6 +156,30 @@ class Lifecycle:
         if final.result_message:
             outcome += f": {final.result_message}"
         return notice(f"Request {record.id} ran — see the thread for the result ({outcome}).")
+
+    async def _note(self, record: ChangeRequestRecord, **posted: str) -> ChangeRequestRecord:
+        """Store where a message of the request was posted; with the store unavailable,
+        keep writing it until it is back (its edits and replies need it), and go on."""
+        try:
+            return await self.deps.store.update_fields(record.id, **posted) or record
+        except StoreUnavailable as exc:
+            log.warning("request %s: where it was posted is kept for the store: %s", record.id, exc)
+            self.deps.tasks.spawn(self._note_when_back(record.id, posted), f"posted-{record.id}")
+            return record.model_copy(update=posted)
+
+    async def _note_when_back(self, request_id: str, posted: dict[str, str]) -> None:
+        wait = NOTE_WAIT_INITIAL
+        give_up = time.monotonic() + NOTE_GIVE_UP_SECONDS
+        while time.monotonic() < give_up:
+            await asyncio.sleep(wait)
+            try:
+                await self.deps.store.update_fields(request_id, **posted)
+            except StoreUnavailable:
+                wait = min(wait * 2, NOTE_WAIT_MAX)
+                continue
+            log.info("request %s: where it was posted is stored now", request_id)
+            return
+        log.error("request %s: gave up storing where it was posted", request_id)
 
     async def _withdraw(self, record: ChangeRequestRecord, why: str) -> None:
         withdrawn = Change.ended_by_gpuops(
