@@ -27,6 +27,7 @@ from bot.local.slack.sender import SlackSender
 from tests.conftest import PG_URL_TEMPLATE, StackFactory, create_pg_database, drop_pg_database
 from tests.support.reliability import FAST_RETRY_SETTINGS
 from tests.support.slack_support import blocks_json, opened_modal, roots
+from tests.support.watch_kit import decisions_sent, pending_remediation, press, watched_stack
 from tests.support.workflow_kit import (
     BOB,
     CHANNEL,
@@ -614,3 +615,29 @@ async def test_a_mention_show_is_answered_in_its_thread_without_the_store(
     )
     assert "(101)" in answer.text and time.monotonic() - started < ANSWER_WITHIN
     assert provider_writes(stack) == 0
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+async def test_a_remediation_click_while_the_store_is_down_is_answered_in_time(
+    make_stack: StackFactory, database: str, proxy: FaultProxy, fault: str
+) -> None:
+    """Issue #16 point 4: approve on a remediation through the replica whose database is
+    stopped or hanging: told at once that nothing was changed (was: no answer, "unhandled
+    error in a handler: StoreUnavailable"); nothing sent."""
+    stack = await watched_stack(make_stack, database_url=_url(database), extra_settings=DB_SETTINGS)
+    proxied = await stack.start_replica(
+        "proxied",
+        start_background=False,
+        database_url=_url(database, proxy.port),
+        settings=PROXIED_SETTINGS,
+    )
+    remediation_id, message = await pending_remediation(stack)
+    await FAULTS[fault](proxy)
+    seen = len(stack.slack.ephemerals_for(BOB))
+    started = time.monotonic()
+    await press(stack, message, BOB, "approve_remediation", sender=proxied.sender)
+    told = await next_ephemeral(stack, BOB, seen, within=ANSWER_WITHIN)
+    assert STORE_UNAVAILABLE_TEXT in told.text
+    assert time.monotonic() - started < ANSWER_WITHIN
+    await proxy.heal_async()
+    assert decisions_sent(stack, remediation_id) == []

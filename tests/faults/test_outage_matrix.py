@@ -27,6 +27,7 @@ from bot.local.simulators.together_remediations import NewRemediation, Resolutio
 from bot.local.slack.models import FakeEvent, MessagePosted
 from tests.conftest import StackFactory
 from tests.support.reliability import (
+    E2E_ATTACH,
     E2E_SCALE,
     FAST,
     INCIDENT,
@@ -68,26 +69,32 @@ S = RequestState
 # ---- 2. a change whose call may have gone out is never "nothing was changed" -----------
 
 
+@pytest.mark.parametrize(
+    ("flow", "text", "route"),
+    [("together", TOGETHER_SCALE_UP, "update"), ("e2e", E2E_ATTACH, "action")],
+    ids=["together-update", "e2e-attach_ip"],
+)
 async def test_a_change_sent_before_the_store_went_is_not_called_unchanged(
-    database_url: str, make_stack: StackFactory
+    database_url: str, make_stack: StackFactory, flow: str, text: str, route: str
 ) -> None:
-    """A no-approval Together scale-up whose PUT is in flight when the store goes: the
-    answer says it was sent and what Together said, not "nothing was changed"; the result
-    is recorded once the store is back; one PUT."""
+    """A no-approval change whose provider call is in flight when the store goes: the
+    answer says it was sent and how it ended, not "nothing was changed" (a repeat would be
+    a second write); the result is recorded once the store is back; one call."""
     stack = await make_stack(database_url=database_url)
     outage = StoreOutage(stack.runtime.store)
-    stack.together.faults.add(Fault(route="update", kind=FaultKind.LATENCY, seconds=0.8))
-    asking = asyncio.create_task(command(stack, TOGETHER_SCALE_UP))
-    await poll_until(lambda: len(stack.together.calls("update", "PUT")) == 1)
+    simulator = stack.together if flow == "together" else stack.e2e
+    simulator.faults.add(Fault(route=route, kind=FaultKind.LATENCY, seconds=0.8))
+    asking = asyncio.create_task(command(stack, text))
+    await poll_until(lambda: len(simulator.calls(route, "PUT")) == 1)
     outage.start()
     answer = await asking
     assert "nothing was changed" not in answer.text.lower(), answer.text
-    assert "was sent" in answer.text and "Together accepted the update" in answer.text
+    assert "was sent" in answer.text and "lost contact" in answer.text, answer.text
     outage.end()
     record = await newest_request(stack)
     assert record is not None
     await wait_state(stack.runtime.store, record.id, S.SUCCEEDED, within=10)
-    assert len(stack.together.calls("update", "PUT")) == 1
+    assert len(simulator.calls(route, "PUT")) == 1
 
 
 # ---- 1. a remediation alert is never lost ----------------------------------------------
