@@ -414,5 +414,6 @@ async def test_a_request_root_posted_as_the_store_goes_is_stored_and_followed_af
     texts = thread_texts(stack, done)
     assert any("Approved" in t or "approved" in t for t in texts), texts
     root = stack.slack.message(INCIDENT, done.root_ts or "")
-    assert root is not None and root.text.startswith("[done]"), root.text
+    assert root is not None
+    assert root.text.startswith("[done]"), root.text
     assert len(stack.e2e.calls("action", "PUT")) == 1

@@ -157,7 +157,7 @@ class Lifecycle:
             outcome += f": {final.result_message}"
         return notice(f"Request {record.id} ran — see the thread for the result ({outcome}).")
 
-    async def _note(self, record: ChangeRequestRecord, **posted: str) -> ChangeRequestRecord:
+    async def _note(self, record: ChangeRequestRecord, **posted: Any) -> ChangeRequestRecord:
         """Store where a message of the request was posted; with the store unavailable,
         keep writing it until it is back (its edits and replies need it), and go on."""
         try:
@@ -167,7 +167,7 @@ class Lifecycle:
             self.deps.tasks.spawn(self._note_when_back(record.id, posted), f"posted-{record.id}")
             return record.model_copy(update=posted)
 
-    async def _note_when_back(self, request_id: str, posted: dict[str, str]) -> None:
+    async def _note_when_back(self, request_id: str, posted: dict[str, Any]) -> None:
         wait = NOTE_WAIT_INITIAL
         give_up = time.monotonic() + NOTE_GIVE_UP_SECONDS
         while time.monotonic() < give_up:
