@@ -13,7 +13,7 @@ from bot.core.service import CommandService
 from bot.core.store import StoreUnavailable
 from bot.core.timeline import TimelineRequest, building
 from bot.slack import blocks as render
-from bot.slack.messenger import Messenger, SlackDeliveryError
+from bot.slack.messenger import Messenger, OpenedView, SlackDeliveryError
 from bot.slack.timeline import TimelineSender
 from handlers.payloads import SlashCommand, parse
 
@@ -35,12 +35,12 @@ async def handle_gpu(ack: Any, body: dict[str, Any], respond: Any, context: Any)
     # Forms first: the trigger expires 3 s after the command, so the form opens (loading)
     # before any provider call, group look-up or queueing behind other commands' work.
     wanted = ops.forms.wanted(command.channel_id, command.text)
-    view_id = None
+    loading = None
     if wanted is not None:
         if not await first_delivery(ops, context, respond, command.text):
             return
-        view_id = await open_loading(messenger, respond, command, wanted)
-        if view_id is None:
+        loading = await open_loading(messenger, respond, command, wanted)
+        if loading is None:
             return  # the person was told why the form could not open
     # Everything else after the ack queues here, behind other requests' acks, not inside them.
     async with ops.pacer.turn():
@@ -53,8 +53,8 @@ async def handle_gpu(ack: Any, body: dict[str, Any], respond: Any, context: Any)
             outcome = internal_error(exc)
     if isinstance(outcome, TimelineRequest):  # never a form: wanted is None
         await send_timeline(ops, messenger, respond, outcome)
-    elif view_id is not None and wanted is not None:
-        await fill_form(ops, messenger, respond, command, wanted, view_id, outcome)
+    elif loading is not None and wanted is not None:
+        await fill_form(ops, messenger, respond, command, wanted, loading, outcome)
     elif isinstance(outcome, FormRequest):
         await open_modal(ops, messenger, respond, command, outcome)
     else:
@@ -63,7 +63,7 @@ async def handle_gpu(ack: Any, body: dict[str, Any], respond: Any, context: Any)
 
 async def open_loading(
     messenger: Messenger, respond: Any, command: SlashCommand, request: FormRequest
-) -> str | None:
+) -> OpenedView | None:
     """Open the form's loading view at once; None (and the person told) when it cannot."""
     if not command.trigger_id:
         await deliver(
@@ -74,7 +74,7 @@ async def open_loading(
     callback = render.FORM_CALLBACKS[request.kind]
     loading = render.loading_modal(callback, "gpuops", request.metadata())
     try:
-        return await messenger.open_view(command.trigger_id, loading)
+        return await messenger.open(command.trigger_id, loading)
     except SlackDeliveryError as exc:
         await deliver(respond, form_failed(exc))
         return None
@@ -86,7 +86,7 @@ async def fill_form(
     respond: Any,
     command: SlashCommand,
     wanted: FormRequest,
-    view_id: str,
+    loading: OpenedView,
     outcome: Reply | FormRequest,
 ) -> None:
     """Replace the loading view with the form, or with the answer that stands in its place
@@ -98,7 +98,7 @@ async def fill_form(
         await deliver(respond, outcome)
         view = render.reply_modal(callback, render.reply_message(outcome), wanted.metadata())
     try:
-        await messenger.update_view(view_id, view)
+        await messenger.update_view(loading.id, view, hash=loading.hash)
     except SlackDeliveryError as exc:
         log.warning("could not fill a form: %s", exc.code)
         if isinstance(outcome, FormRequest):
@@ -176,10 +176,10 @@ async def open_modal(
         )
         return
     try:
-        view_id = await messenger.open_view(
+        opened = await messenger.open(
             command.trigger_id, render.loading_modal(callback, "gpuops", request.metadata())
         )
         view = render.change_form(await ops.forms.open(command.user_id, request))
-        await messenger.update_view(view_id, view)
+        await messenger.update_view(opened.id, view, hash=opened.hash)
     except SlackDeliveryError as exc:
         await deliver(respond, form_failed(exc))

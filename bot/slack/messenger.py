@@ -68,6 +68,20 @@ class FileUpload:
     thread_ts: str | None = None
 
 
+_EXPLANATION_MAX = 1000
+
+
+def _slack_explains(exc: SlackApiError) -> str:
+    """Slack's own words for a refusal (``response_metadata.messages``, e.g. "[ERROR]
+    duplicate action_id … [json-pointer:/blocks/4]"), for the log; empty when it gave none."""
+    metadata = exc.response.get("response_metadata")
+    messages = metadata.get("messages") if isinstance(metadata, dict) else None
+    if not isinstance(messages, list) or not messages:
+        return ""
+    text = "; ".join(str(m) for m in messages)
+    return " — " + redact(text[:_EXPLANATION_MAX])
+
+
 def slack_http_session() -> aiohttp.ClientSession:
     """One HTTP session (kept-alive connections) for every Web API call of the process;
     without one, slack_sdk opens and closes a session and a TCP connection per call.
@@ -83,6 +97,19 @@ def build_web_client(
     )
     client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=2))
     return client
+
+
+@dataclass(frozen=True)
+class OpenedView:
+    """A modal as Slack answered for it: ``hash`` changes with every update of the view."""
+
+    id: str
+    hash: str
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> OpenedView:
+        view = data.get("view") or {}
+        return cls(str(view.get("id", "")), str(view.get("hash", "")))
 
 
 class Messenger:
@@ -108,7 +135,7 @@ class Messenger:
         except SlackApiError as exc:
             code = str(exc.response.get("error") or f"http_{exc.response.status_code}")
             SLACK_API_ERRORS.labels(method, code).inc()
-            log.warning("slack %s failed: %s", method, code)
+            log.warning("slack %s failed: %s%s", method, code, _slack_explains(exc))
             raise SlackDeliveryError(method, code, where) from None
         except (SlackClientError, OSError, TimeoutError) as exc:
             SLACK_API_ERRORS.labels(method, "transport").inc()
@@ -142,8 +169,12 @@ class Messenger:
         await self._call("chat.postEphemeral", channel, **args)
 
     async def open_view(self, trigger_id: str, view: dict[str, Any]) -> str:
+        return (await self.open(trigger_id, view)).id
+
+    async def open(self, trigger_id: str, view: dict[str, Any]) -> OpenedView:
+        """Open a modal; its id and hash, for a ``views.update`` that replaces it."""
         data = await self._call("views.open", None, trigger_id=trigger_id, view=view)
-        return str((data.get("view") or {}).get("id", ""))
+        return OpenedView.of(data)
 
     async def update_view(
         self, view_id: str, view: dict[str, Any], *, hash: str | None = None

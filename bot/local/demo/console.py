@@ -13,12 +13,14 @@ import asyncio
 import contextlib
 import shlex
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.text import Text
 
+from bot.core.policy import load_policy
 from bot.local.demo.render_text import (
     Button,
     ButtonBoard,
@@ -28,6 +30,7 @@ from bot.local.demo.render_text import (
 )
 from bot.local.demo.stack import (
     CHANNELS,
+    DEMO_POLICY_FILE,
     DEMO_WATCH_EVERY_SECONDS,
     ROLES,
     USERS,
@@ -37,6 +40,7 @@ from bot.local.demo.stack import (
 )
 from bot.local.simulators.together_remediations import NewRemediation
 from bot.local.slack.models import (
+    BlockInputError,
     EphemeralPosted,
     ErrorShown,
     FunctionCompleted,
@@ -46,6 +50,8 @@ from bot.local.slack.models import (
     ViewClosed,
     ViewOpened,
     ViewUpdated,
+    block_elements,
+    entry_from_input,
 )
 from bot.local.slack.sender import SenderInputError, SenderResult
 
@@ -90,6 +96,7 @@ Console commands:
 
 _QUIET_SECONDS = 0.35
 _HOME_PREFIX = "home:"  # the "channel" of a button drawn from a Home tab
+_HOME_TS = "home"  # … and its "message"
 _SETTLE_LIMIT = 10.0
 
 
@@ -106,6 +113,7 @@ class DemoConsole:
         self.transcript: list[str] = []
         self.mark = 0
         self.failures: list[str] = []
+        self.quitting = False  # "quit" typed at a form prompt: close it, then stop
         self.steps = 0
         self._last_event = 0.0
         self._handled_views: set[tuple[str, str]] = set()
@@ -118,7 +126,7 @@ class DemoConsole:
         self.console.print(Text(line, style=style or ""), soft_wrap=True)
 
     def _where(self, channel: str, ts: str, thread_ts: str | None) -> str:
-        name = "#" + CHANNELS.get(channel, channel)
+        name = _channel_label(channel)
         if thread_ts and thread_ts != ts:
             root = self.roots.get((channel, thread_ts))
             return f"{name} ↳ thread of msg {root}" if root else f"{name} ↳ thread"
@@ -149,7 +157,7 @@ class DemoConsole:
             eph = event.ephemeral
             if eph.user != self.user:
                 return
-            where = "#" + CHANNELS.get(eph.channel, eph.channel)
+            where = _channel_label(eph.channel)
             self._show(
                 f"[{where} · only visible to you] gpuops:",
                 eph.blocks,
@@ -213,7 +221,9 @@ class DemoConsole:
         for line in self.text.view(view.view, view.errors, values):
             self.emit(f"    {line}", "cyan")
         has_inputs = any(b.get("type") == "input" for b in view.blocks)
-        if view.errors:
+        if view.errors and self.interactive:
+            self.emit("    (fix the marked fields)", "red")
+        elif view.errors:
             self.emit("    (fix the marked fields: submit field=value …, or cancel)", "red")
         elif has_inputs and not self.interactive:
             self.emit("    (fill it with: submit field=value …   or: cancel)", "dim")
@@ -258,7 +268,7 @@ class DemoConsole:
         await self.settle()
         if self.interactive:
             await self._maybe_fill_form()
-        return True
+        return not self.quitting
 
     async def _dispatch(self, word: str, rest: str, line: str) -> None:
         if line.startswith("/"):
@@ -351,8 +361,9 @@ class DemoConsole:
             return
         self.emit(f"[Home tab of {USERS[self.user]}]", "bold")
         where = _HOME_PREFIX + self.user
+        # One "message" per person's tab: a button keeps its number when the tab is redrawn.
         for line in self.text.blocks(
-            home.blocks, "", self.board, channel=where, ts=home.hash, thread_ts=None
+            home.blocks, "", self.board, channel=where, ts=_HOME_TS, thread_ts=None
         ):
             self.emit(f"    {line}", "cyan")
 
@@ -377,7 +388,16 @@ class DemoConsole:
 
     async def _press_on_home(self, owner: str, button: Button) -> None:
         if owner != self.user:
-            self.fail(f"that button is on {USERS.get(owner, owner)}'s Home tab")
+            self.fail(
+                f"button {button.number} is on {USERS.get(owner, owner)}'s Home tab, not "
+                f"{USERS[self.user]}'s: type home to draw yours"
+            )
+            return
+        if not _on_home(self.stack.slack.home_of(owner), button):
+            self.fail(
+                f"button {button.number} ({button.label}) is no longer on your Home tab: "
+                "type home to draw it as it is now"
+            )
             return
         result = await self.stack.sender.home_action(
             self.user, action_id=button.action_id, value=button.value
@@ -478,42 +498,79 @@ class DemoConsole:
 
     # -- interactive forms ----------------------------------------------------------------
     async def _maybe_fill_form(self) -> None:
+        """Ask for each open form's inputs, again while the app marks fields as wrong."""
         view = self._open_view()
-        while view is not None and (view.id, view.hash) not in self._handled_views:
+        asked: str | None = None
+        while view is not None and (
+            (view.id, view.hash) not in self._handled_views or (view.id == asked and view.errors)
+        ):
             self._handled_views.add((view.id, view.hash))
-            values = await self._ask_fields(view)
-            if values is None:
-                await self.cancel_form()
-            else:
-                await self.submit(values)
+            asked = view.id
+            try:
+                await self._fill_once(view)
+            except SenderInputError as exc:  # Slack's client would not send it: ask again
+                self.emit(f"    ✗ Slack would not take that: {exc}", "red")
+                current = self._open_view()
+                if current is not None:
+                    self._handled_views.discard((current.id, current.hash))
             await self.settle()
+            if self.quitting:
+                return
             view = self._open_view()
 
-    async def _ask_fields(self, view: View) -> dict[str, str] | None:
+    async def _fill_once(self, view: View) -> None:
+        values = await self._ask_fields(view)
+        if values is None:
+            await self.cancel_form()
+        else:
+            await self.submit(values)
+
+    async def _ask_fields(
+        self, view: View, chosen: frozenset[str] = frozenset()
+    ) -> dict[str, str] | None:
+        """Ask each input of the form (but those ``chosen`` already); None to cancel."""
         self.emit("    Fill the form: Enter keeps a value, '-' clears it, 'cancel' closes.", "dim")
         current = {**initial_values(view.view), **_entered_text(view)}
+        if view.errors:  # asked again: the action chosen stays (cancel to choose another)
+            chosen |= {b for b, value in current.items() if value and _has_dispatch_select(view, b)}
         values: dict[str, str] = {}
         for block in view.blocks:
-            if block.get("type") != "input":
-                continue
             block_id = str(block.get("block_id"))
-            answer = (await ask(f"  {block_id} [{current.get(block_id, '')}]: ")).strip()
-            if answer == "cancel":
+            if block.get("type") != "input" or block_id in chosen:
+                continue
+            answer = await self._ask_field(block, current.get(block_id, ""))
+            if answer is None:
                 return None
             if block.get("dispatch_action") and answer and answer != current.get(block_id):
-                return await self._dispatch_and_ask(view, block_id, answer)
+                return await self._dispatch_and_ask(view, block_id, answer, chosen)
             if answer == "-":
                 values[block_id] = ""
             elif answer:
                 values[block_id] = answer
-        if (await ask("  submit? [Y/n] ")).strip().lower() in ("n", "no"):
-            return None
-        return values
+        answer = (await ask("  submit? [Y/n] ")).strip().lower()
+        if answer == "quit":
+            self.quitting = True
+        return None if answer in ("n", "no", "cancel", "quit") else values
+
+    async def _ask_field(self, block: dict[str, Any], current: str) -> str | None:
+        """One input's answer, asked again until Slack's client would take it; None when
+        the person cancels (or quits: the form closes, then the console)."""
+        block_id = str(block.get("block_id"))
+        while True:
+            answer = (await ask(f"  {block_id} [{current}]: ")).strip()
+            if answer in ("cancel", "quit"):
+                self.quitting = answer == "quit"
+                return None
+            problem = _field_problem(block, answer, current)
+            if problem is None:
+                return answer
+            self.emit(f"    ✗ {problem} — type it again, or cancel", "red")
 
     async def _dispatch_and_ask(
-        self, view: View, block_id: str, answer: str
+        self, view: View, block_id: str, answer: str, chosen: frozenset[str]
     ) -> dict[str, str] | None:
-        """A select that changes the form (the action): tell the app, then ask again."""
+        """A select that changes the form (the action): tell the app, then ask the new
+        form's other inputs (not the select just chosen)."""
         result = await self.stack.sender.view_block_action(
             self.user, view.id, action_id=block_id, block_id=block_id, selected_value=answer
         )
@@ -523,7 +580,43 @@ class DemoConsole:
         if updated is None:
             return None
         self._handled_views.add((updated.id, updated.hash))
-        return await self._ask_fields(updated)
+        return await self._ask_fields(updated, chosen | {block_id})
+
+
+def _field_problem(block: Mapping[str, Any], answer: str, current: str) -> str | None:
+    """Why Slack's client would not take ``answer`` in this input (None if it would): a
+    required input left empty, a choice not on the list, text in a number input…"""
+    block_id = str(block.get("block_id"))
+    required = not block.get("optional")
+    if answer == "-" or (not answer and not current):
+        return f"{block_id} is required" if required else None
+    if not answer:
+        return None
+    element = block.get("element")
+    if not isinstance(element, Mapping):
+        return None
+    try:
+        entry_from_input(element, answer)
+    except BlockInputError as exc:
+        return f"{block_id}: {exc}"
+    return None
+
+
+def _channel_label(channel: str) -> str:
+    """``#incident``; a DM (``D…``, the stand-in's DM ids) as whose DM it is."""
+    if channel in CHANNELS or not channel.startswith("D"):
+        return "#" + CHANNELS.get(channel, channel)
+    user = "U" + channel[1:]
+    return f"DM with {USERS.get(user, user)}"
+
+
+def _on_home(home: View | None, button: Button) -> bool:
+    """Whether the tab as last published still has this button."""
+    return home is not None and any(
+        element.get("action_id") == button.action_id and element.get("value") == button.value
+        for block in home.blocks
+        for element in block_elements(block)
+    )
 
 
 def _entered_text(view: View) -> dict[str, str]:
@@ -576,6 +669,26 @@ async def ask(prompt: str) -> str:
     return line if line else "quit"
 
 
+def policy_banner(path: Path) -> str:
+    """Which policy the demo runs with, and what in it a newcomer trips over."""
+    policy = load_policy(path)
+    projects = ", ".join(
+        f"{name} ({project.provider}{', watched' if project.watch else ''})"
+        for name, project in policy.projects.items()
+    )
+    glass = (
+        "on (an admin approving their own request is asked for a reason)"
+        if policy.approvals.break_glass
+        else "off"
+    )
+    return (
+        f"Policy in force: {path} (examples/demo-policy.yml in the repository)\n"
+        f"  projects: {projects}\n"
+        f"  approvals expire after {policy.approvals.expire_after_minutes} min; "
+        f"break glass {glass}"
+    )
+
+
 def read_script(path: str) -> list[str]:
     return Path(path).read_text(encoding="utf-8").splitlines()
 
@@ -606,6 +719,7 @@ async def run_demo(*, script: str | None = None, tour: bool = True, socket: bool
     )
     demo = DemoConsole(stack, console, interactive=interactive)
     try:
+        console.print(policy_banner(DEMO_POLICY_FILE), markup=False, highlight=False)
         if socket:
             await stack.use_socket_mode()
             console.print("(the bot is connected over Socket Mode)", markup=False)
@@ -623,7 +737,8 @@ async def run_demo(*, script: str | None = None, tour: bool = True, socket: bool
     if not interactive:
         verdict = "all passed" if not demo.failures else f"{len(demo.failures)} failed"
         console.print(f"script: {demo.steps} steps, {verdict}", markup=False)
-    return 1 if demo.failures else 0
+    # A typo in a session at the keyboard is shown and forgotten; a script's failures count.
+    return 1 if demo.failures and not interactive else 0
 
 
 async def _interactive(demo: DemoConsole) -> None:

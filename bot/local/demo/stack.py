@@ -85,14 +85,11 @@ approvals:
   break_glass: true
 """
 
-# The demo console's policy: together-prod is watched (SPEC §7), so the tour can show a
-# health alert and a remediation approved from #gpu-audit.
-_TOGETHER_NOTIFY = "    project_id: proj-123\n    notify_channel: C0GPUAUDIT\n"
-WATCHED_DEMO_POLICY = DEMO_POLICY.replace(
-    _TOGETHER_NOTIFY,
-    _TOGETHER_NOTIFY
-    + "    watch:\n      every_seconds: 15\n      reservation_reminders: [24h, 1h]\n",
-)
+# The demo console's policy: DEMO_POLICY with both projects watched (SPEC §7), so the tour
+# can show health alerts from either provider and a remediation approved from #gpu-audit.
+# A file beside this module (examples/demo-policy.yml links to it), so that it can be read.
+DEMO_POLICY_FILE = Path(__file__).with_name("demo-policy.yml")
+WATCHED_DEMO_POLICY = DEMO_POLICY_FILE.read_text(encoding="utf-8")
 DEMO_WATCH_EVERY_SECONDS = 1.0  # the demo polls faster than a policy may (≥ 15 s)
 
 

@@ -576,7 +576,6 @@ def block_problems(blocks: Any, *, in_view: bool = False) -> list[str]:
     if len(blocks) > limit:
         problems.append(f"no more than {limit} items allowed [json-pointer:/blocks]")
     seen_block_ids: set[str] = set()
-    seen_action_ids: set[str] = set()
     for index, block in enumerate(blocks):
         where = f"[json-pointer:/blocks/{index}]"
         if not isinstance(block, dict) or block.get("type") not in _BLOCK_TYPES:
@@ -590,9 +589,11 @@ def block_problems(blocks: Any, *, in_view: bool = False) -> list[str]:
             if block_id in seen_block_ids:
                 own.append(f"duplicate block_id {block_id!r}")
             seen_block_ids.add(str(block_id))
+        # An action_id is unique within its block, not within a message or view (SPEC §4.6).
+        seen_action_ids: set[str] = set()
         for element in block_elements(block):
             action_id = element.get("action_id")
-            if action_id is not None and block.get("type") == "actions":
+            if action_id is not None:
                 if action_id in seen_action_ids:
                     own.append(f"duplicate action_id {action_id!r}")
                 seen_action_ids.add(str(action_id))
