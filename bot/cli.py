@@ -117,6 +117,7 @@ async def _socket(host: str, port: int) -> None:
 
 
 async def _simulate(host: str, port: int, transition_seconds: float) -> None:
+    from bot.local.simulators.base import FAULT_USAGE
     from bot.local.simulators.e2e import E2ESimulator
     from bot.local.simulators.together import TogetherSimulator
 
@@ -124,15 +125,16 @@ async def _simulate(host: str, port: int, transition_seconds: float) -> None:
     e2e = E2ESimulator(transition_seconds=transition_seconds)
     await together.start(host, port)
     await e2e.start(host, port + 1 if port else 0)
-    # The official together SDK's own default base URL ends in /v1 and it appends
-    # /compute/clusters/…, so the same URL serves gpuops and the SDK.
+    # gpuops appends compute/… to a base ending in /v1; the official together SDK (3.x)
+    # appends /v1/compute/… itself, to the host alone (and it reads TOGETHER_BASE_URL too).
+    sdk_base = together.base_url.removesuffix("/v1")
     print(
         f"Together simulator: TOGETHER_BASE_URL={together.base_url}  (API key {together.api_key})"
     )
-    print("  same base_url for the official together SDK: Together(base_url=…)")
+    print(f'  the official together SDK takes the host alone: Together(base_url="{sdk_base}")')
     print(f"E2E simulator:      E2E_BASE_URL={e2e.base_url}")
     print(f"  apikey {e2e.api_key}, token {e2e.auth_token}")
-    print("Fault injection: POST <host>/_sim/faults {route, kind, status, seconds, times}")
+    print(f"Fault injection: {FAULT_USAGE}")
     print(
         "Controls: POST <host>/_sim/clusters/{id}/degrade | /restore, DELETE /_sim/clusters/{id},"
     )

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from bot.local.simulators.base import FaultKind
 from bot.local.simulators.e2e import E2ESimulator
 from bot.local.simulators.together import TogetherSimulator
 from tests.support.e2e_kit import API_KEY, AUTH_TOKEN
@@ -113,6 +114,40 @@ async def test_together_takes_the_official_sdks_update_body(together: TogetherSi
     assert reply.status_code == 200, reply.text
     assert reply.json()["num_gpus"] == 24
     assert together.clusters["tc-h100-reserved"]["cluster_config"]["load_balancer"] == "NONE"
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        (b"", "the body must be a JSON object"),
+        (b"kind=latency", "the body must be a JSON object"),
+        (b'{"route": "update"}', "kind: Field required"),
+        (b'{"kind": "explode"}', "kind: Input should be 'latency'"),
+        (b'{"kind": "latency", "seconds": "soon"}', "seconds: Input should be a valid number"),
+    ],
+)
+async def test_a_fault_that_cannot_be_armed_is_a_400_naming_the_kinds(
+    together: TogetherSimulator, e2e: E2ESimulator, body: bytes, problem: str
+) -> None:
+    async with httpx.AsyncClient() as http:
+        for sim in (together, e2e):
+            reply = await http.post(f"{_root(sim)}/_sim/faults", content=body)
+            assert reply.status_code == 400, reply.text
+            answer = reply.json()
+            assert problem in answer["error"]
+            assert answer["kinds"] == [kind.value for kind in FaultKind]
+            assert "apply_then_fail" in answer["usage"]
+            assert sim.faults.faults == []
+        armed = await http.post(f"{_root(e2e)}/_sim/faults", json={"kind": "hang", "times": 2})
+    assert armed.status_code == 200 and e2e.faults.faults[0].kind is FaultKind.HANG
+
+
+async def test_a_degrade_with_a_body_that_is_not_json_still_degrades(e2e: E2ESimulator) -> None:
+    async with httpx.AsyncClient(base_url=_root(e2e)) as http:
+        bad = await http.post("/_sim/clusters/101/degrade", json={"status": 7})
+        assert bad.status_code == 400 and bad.json()["error"] == "status must be a string"
+        reply = await http.post("/_sim/clusters/101/degrade", content=b"not json")
+    assert reply.status_code == 200 and e2e.clusters[101].status == "Failed"
 
 
 async def test_e2e_degrade_restore_and_remove(e2e: E2ESimulator) -> None:

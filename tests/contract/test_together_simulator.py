@@ -44,6 +44,27 @@ def _iso(delta: timedelta) -> str:
         ("tc-b200-pool", {"num_capacity_pool_gpus": 40}, "less than or equal to num_gpus"),
         ("tc-b200-pool", {"num_gpus": 8}, "less than or equal to num_gpus"),
         ("tc-b200-pool", {"num_capacity_pool_gpus": 12}, "must be a multiple of 8"),
+        ("tc-h100-reserved", {"num_gpus": 12}, "num_gpus must be a multiple of 8"),
+        (
+            "tc-h100-reserved",
+            {"add_ons": [{"name": "grafana", "config": {"dashboard": {"enabled": True}}}]},
+            "add-on 'grafana' does not exist on this cluster (its add-ons: kubernetes-dashboard)",
+        ),
+        (
+            "tc-h100-reserved",
+            {"add_ons": [{"name": "kubernetes-dashboard", "config": {"grafana": {}}}]},
+            "add_ons config keys must be among",
+        ),
+        (
+            "tc-h100-reserved",
+            {"cluster_config": {"ssh_ca_enabled": True}},
+            "cluster_config.load_balancer is required",
+        ),
+        (
+            "tc-h100-reserved",
+            {"cluster_config": {"load_balancer": "NONE", "gpus": 8}},
+            "unknown field(s) in cluster_config: gpus",
+        ),
         ("tc-h100-sched", {"num_reserved_gpus": 8}, "only applicable to RESERVED clusters"),
         ("tc-h200-ondemand", {"reservation_end_time": _iso(timedelta(days=1))}, "prepaid"),
         ("tc-h100-reserved", {"reservation_end_time": _iso(-timedelta(days=1))}, "in the future"),
@@ -65,6 +86,31 @@ async def test_rules_are_enforced_with_400(
     assert message in error["message"]
     assert error["type"] == "invalid_request_error"
     assert sim.clusters[cluster_id] == before
+
+
+async def test_an_sdk_update_of_only_add_ons_or_only_cluster_config_is_applied(
+    sim: TogetherSimulator, http: httpx.AsyncClient
+) -> None:
+    """The official SDK sends ``add_ons`` or ``cluster_config`` alone (a config-only update):
+    accepted, merged into the cluster, and no reprovisioning."""
+    add_ons = {"add_ons": [{"name": "kubernetes-dashboard", "config": {"dashboard": {}}}]}
+    assert sim.clusters["tc-h100-reserved"]["cluster_type"] == "KUBERNETES"
+    response = await http.put("compute/clusters/tc-h100-reserved", json=add_ons)
+    assert response.status_code == 200, response.text
+    disabled = {
+        "add_ons": [{"name": "kubernetes-dashboard", "config": {"dashboard": {"enabled": False}}}]
+    }
+    response = await http.put("compute/clusters/tc-h100-reserved", json=disabled)
+    assert response.status_code == 200, response.text
+    assert response.json()["add_ons"][0]["config"] == {"dashboard": {"enabled": False}}
+    config = {"cluster_config": {"load_balancer": "TRAEFIK", "ssh_ca_enabled": True}}
+    response = await http.put("compute/clusters/tc-h100-reserved", json=config)
+    assert response.status_code == 200, response.text
+    cluster = response.json()
+    assert cluster["cluster_config"]["load_balancer"] == "TRAEFIK"
+    assert cluster["cluster_config"]["ssh_ca_enabled"] is True
+    assert cluster["cluster_config"]["observability"] == {"enabled": True}  # kept
+    assert (cluster["status"], cluster["num_gpus"]) == ("Ready", 16)
 
 
 async def test_unknown_cluster_and_bad_key(http: httpx.AsyncClient, sim: TogetherSimulator) -> None:

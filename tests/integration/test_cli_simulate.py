@@ -1,6 +1,7 @@
 """``gpuops simulate`` as a real subprocess: the base URLs it prints are the ones the
-clients take as they are (gpuops and the official Together SDK append ``compute/…`` to a
-URL that ends in ``/v1``; E2E paths follow the documented ``…/api/v1/gpu`` prefix)."""
+clients take as they are (gpuops appends ``compute/…`` to a URL that ends in ``/v1``; the
+official Together SDK appends ``/v1/compute/…`` to the host alone; E2E paths follow the
+documented ``…/api/v1/gpu`` prefix), and it names the fault kinds it can inject."""
 
 from __future__ import annotations
 
@@ -13,19 +14,22 @@ from pathlib import Path
 
 import httpx
 
+from bot.local.simulators.base import FaultKind
+
 GPUOPS = str(Path(sys.executable).with_name("gpuops"))
 URL = re.compile(r"(TOGETHER|E2E)_BASE_URL=(\S+)")
+SDK_URL = re.compile(r'Together\(base_url="([^"]+)"\)')
 
 
-async def _printed_urls(process: asyncio.subprocess.Process) -> dict[str, str]:
+async def _banner(process: asyncio.subprocess.Process) -> str:
+    """What it prints up to its fault-injection line."""
     assert process.stdout is not None
-    urls: dict[str, str] = {}
-    while len(urls) < 2:
+    lines: list[str] = []
+    while not lines or not lines[-1].startswith("Fault injection"):
         line = await asyncio.wait_for(process.stdout.readline(), timeout=60)
         assert line, "gpuops simulate exited before printing its URLs"
-        if match := URL.search(line.decode()):
-            urls[match.group(1)] = match.group(2)
-    return urls
+        lines.append(line.decode())
+    return "".join(lines)
 
 
 async def test_simulate_prints_the_urls_clients_use_as_they_are(tmp_path: Path) -> None:
@@ -40,14 +44,19 @@ async def test_simulate_prints_the_urls_clients_use_as_they_are(tmp_path: Path) 
         stderr=asyncio.subprocess.PIPE,
     )
     try:
-        urls = await _printed_urls(process)
-        assert urls["TOGETHER"].endswith("/v1")
+        banner = await _banner(process)
+        urls = dict(URL.findall(banner))
+        sdk_match = SDK_URL.search(banner)
+        assert sdk_match is not None, banner
+        assert urls["TOGETHER"].endswith("/v1") and not sdk_match.group(1).endswith("/v1")
+        assert all(kind.value in banner for kind in FaultKind)
+        auth = {"Authorization": "Bearer sim-together-key"}
         async with httpx.AsyncClient(timeout=10) as http:
-            together = await http.get(
-                urls["TOGETHER"] + "/compute/clusters",
-                headers={"Authorization": "Bearer sim-together-key"},
-            )
+            together = await http.get(urls["TOGETHER"] + "/compute/clusters", headers=auth)
             assert together.status_code == 200 and together.json()["clusters"]
+            # the path together 3.x builds: "/v1/compute/clusters" on its base_url
+            sdk = await http.get(sdk_match.group(1) + "/v1/compute/clusters", headers=auth)
+            assert sdk.status_code == 200 and sdk.json()["clusters"]
             e2e = await http.get(
                 urls["E2E"] + "/distributed_jobs_v2/cluster/",
                 params={"apikey": "sim-e2e-apikey", "project_id": "12345", "location": "Delhi"},

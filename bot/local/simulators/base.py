@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 ErrorBody = Callable[[int, str], dict[str, Any]]
 
@@ -32,6 +32,13 @@ class FaultKind(enum.StrEnum):
     HANG = "hang"  # never answer (until `seconds`, default an hour)
     APPLY_THEN_FAIL = "apply_then_fail"  # apply the change, then answer `status`
     ERRORS_TRUE = "errors_true"  # HTTP 200 with {"errors": true, ...} (E2E), not applied
+
+
+FAULT_KINDS = tuple(kind.value for kind in FaultKind)
+FAULT_USAGE = (
+    'POST /_sim/faults {"kind": …, "route": "*", "status": 500, "seconds": 0, '
+    '"retry_after": 1, "times": 1}; kinds: ' + ", ".join(FAULT_KINDS)
+)
 
 
 class Fault(BaseModel):
@@ -209,7 +216,16 @@ class SimulatorServer(abc.ABC):
 
     # -- control endpoints ------------------------------------------------------------
     async def _post_fault(self, request: web.Request) -> web.Response:
-        self.faults.add(Fault.model_validate(await request.json()))
+        body = await _json_body(request)
+        if not isinstance(body, dict):
+            return _bad_fault("the body must be a JSON object")
+        try:
+            fault = Fault.model_validate(body)
+        except ValidationError as exc:
+            return _bad_fault(
+                "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+            )
+        self.faults.add(fault)
         return json_response(200, {"ok": True})
 
     async def _clear_faults(self, request: web.Request) -> web.Response:
@@ -226,8 +242,10 @@ class SimulatorServer(abc.ABC):
         )
 
     async def _post_degrade(self, request: web.Request) -> web.Response:
-        body = await request.json() if request.can_read_body else {}
+        body = await _json_body(request)
         status = body.get("status") if isinstance(body, dict) else None
+        if status is not None and not isinstance(status, str):
+            return json_response(400, {"ok": False, "error": "status must be a string"})
         found = self.degrade(request.match_info["cluster_id"], status)
         return json_response(200 if found else 404, {"ok": found})
 
@@ -242,6 +260,21 @@ class SimulatorServer(abc.ABC):
     async def _reset(self, request: web.Request) -> web.Response:
         self.reset()
         return json_response(200, {"ok": True})
+
+
+def _bad_fault(problem: str) -> web.Response:
+    """400 for a fault that cannot be armed, naming the kinds that can."""
+    body = {"ok": False, "error": problem, "kinds": list(FAULT_KINDS), "usage": FAULT_USAGE}
+    return json_response(400, body)
+
+
+async def _json_body(request: web.Request) -> Any:
+    """A control request's JSON body; None when it is empty or not JSON."""
+    raw = await request.read()
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:
+        return None
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -50,8 +50,23 @@ UPDATE_FIELDS = (
     "reservation_end_time",
 )
 _COUNT_FIELDS = UPDATE_FIELDS[1:5]
-# Sent by the official SDK with every update (as null when not given); accepted and ignored.
+# The rest of the update body the official SDK sends (gpuops does not): each alone is an
+# update. Their shapes: specs/together-compute-clusters.DERIVED-from-sdk.yaml.
 _SDK_UPDATE_FIELDS = ("add_ons", "cluster_config")
+_ADD_ON_KEYS = ("dashboard", "headlamp", "ingress", "slurm_web", "torchpass")
+_LOAD_BALANCERS = ("NONE", "TRAEFIK", "NGINX", "ISTIO")
+_TOGGLE_CONFIG_KEYS = ("ingress", "observability")
+_FLAG_CONFIG_KEYS = ("jumphost_enabled", "kubernetes_dashboard_enabled", "ssh_ca_enabled")
+_TEXT_CONFIG_KEYS = ("gpu_operator_version", "network_operator_version")
+_SLURM_SCRIPTS = (
+    "controller_epilog",
+    "controller_prolog",
+    "extra_slurm_conf",
+    "login_init_script",
+    "nodeset_init_script",
+    "worker_epilog",
+    "worker_prolog",
+)
 REMEDIATIONS = "/v1/compute/clusters/{cluster_id}/instances/{instance_id}/remediations"
 DEGRADED = "Degraded"
 CLUSTER_TYPES = ("KUBERNETES", "SLURM")
@@ -403,6 +418,77 @@ def _end_time(body: dict[str, Any]) -> datetime | None:
     return parsed
 
 
+def _toggle(value: Any, name: str) -> dict[str, Any]:
+    """``{"enabled": bool}`` (an empty object keeps the current setting)."""
+    if not isinstance(value, dict) or set(value) - {"enabled"}:
+        raise UpdateRejected(f'{name} must be an object {{"enabled": true|false}}')
+    if "enabled" in value and not isinstance(value["enabled"], bool):
+        raise UpdateRejected(f"{name}.enabled must be a boolean")
+    return value
+
+
+def _add_ons(cluster: dict[str, Any], value: Any) -> list[dict[str, Any]]:
+    """The cluster's add-ons with each entry's config merged in; an entry must name an
+    add-on the cluster has."""
+    if not isinstance(value, list):
+        raise UpdateRejected("add_ons must be an array")
+    add_ons = copy.deepcopy(cluster["add_ons"])
+    by_name = {add_on["name"]: add_on for add_on in add_ons}
+    for entry in value:
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise UpdateRejected("each add_ons entry needs a name")
+        unknown = sorted(set(entry) - {"name", "config"})
+        if unknown:
+            raise UpdateRejected(f"unknown field(s) in add_ons entry: {', '.join(unknown)}")
+        add_on = by_name.get(entry["name"])
+        if add_on is None:
+            names = ", ".join(sorted(by_name)) or "none"
+            raise UpdateRejected(
+                f"add-on {entry['name']!r} does not exist on this cluster (its add-ons: {names})"
+            )
+        config = entry.get("config") or {}
+        if not isinstance(config, dict) or set(config) - set(_ADD_ON_KEYS):
+            raise UpdateRejected(f"add_ons config keys must be among {', '.join(_ADD_ON_KEYS)}")
+        for key, toggle in config.items():
+            add_on["config"][key] = {**add_on["config"].get(key, {}), **_toggle(toggle, key)}
+    return add_ons
+
+
+def _cluster_config(cluster: dict[str, Any], value: Any) -> dict[str, Any]:
+    """The cluster's config with ``value`` merged in (``load_balancer`` is required)."""
+    if not isinstance(value, dict):
+        raise UpdateRejected("cluster_config must be an object")
+    known = (
+        "load_balancer",
+        "slurm_startup_scripts",
+        *_TOGGLE_CONFIG_KEYS,
+        *_FLAG_CONFIG_KEYS,
+        *_TEXT_CONFIG_KEYS,
+    )
+    unknown = sorted(set(value) - set(known))
+    if unknown:
+        raise UpdateRejected(f"unknown field(s) in cluster_config: {', '.join(unknown)}")
+    if value.get("load_balancer") not in _LOAD_BALANCERS:
+        raise UpdateRejected(
+            f"cluster_config.load_balancer is required: one of {', '.join(_LOAD_BALANCERS)}"
+        )
+    for key in _TOGGLE_CONFIG_KEYS:
+        if key in value:
+            _toggle(value[key], f"cluster_config.{key}")
+    for key in _FLAG_CONFIG_KEYS:
+        if key in value and not isinstance(value[key], bool):
+            raise UpdateRejected(f"cluster_config.{key} must be a boolean")
+    for key in _TEXT_CONFIG_KEYS:
+        if key in value and not isinstance(value[key], str):
+            raise UpdateRejected(f"cluster_config.{key} must be a string")
+    scripts = value.get("slurm_startup_scripts", {})
+    if not isinstance(scripts, dict) or set(scripts) - set(_SLURM_SCRIPTS):
+        raise UpdateRejected(
+            f"cluster_config.slurm_startup_scripts keys must be among {', '.join(_SLURM_SCRIPTS)}"
+        )
+    return {**copy.deepcopy(cluster["cluster_config"]), **copy.deepcopy(value)}
+
+
 def validate_update(cluster: dict[str, Any], body: Any, now: datetime) -> dict[str, Any]:
     """Check an update body as Together does; the normalised changes, or UpdateRejected."""
     if not isinstance(body, dict):
@@ -410,14 +496,20 @@ def validate_update(cluster: dict[str, Any], body: Any, now: datetime) -> dict[s
     unknown = sorted(set(body) - set(UPDATE_FIELDS) - set(_SDK_UPDATE_FIELDS))
     if unknown:
         raise UpdateRejected(f"unknown field(s) in update: {', '.join(unknown)}")
-    changes = {k: v for k, v in body.items() if v is not None and k in UPDATE_FIELDS}
-    if not changes:
-        raise UpdateRejected("update must set at least one field")
+    changes = {k: v for k, v in body.items() if v is not None}
     if "cluster_type" in changes and changes["cluster_type"] not in CLUSTER_TYPES:
         raise UpdateRejected(f"cluster_type must be one of {', '.join(CLUSTER_TYPES)}")
+    if changes.get("add_ons") == []:  # names no add-on: changes nothing
+        del changes["add_ons"]
+    if not changes:
+        raise UpdateRejected("update must set at least one field")
+    if "add_ons" in changes:
+        changes["add_ons"] = _add_ons(cluster, changes["add_ons"])
+    if "cluster_config" in changes:
+        changes["cluster_config"] = _cluster_config(cluster, changes["cluster_config"])
     counts = {name: _int_field(body, name) for name in _COUNT_FIELDS}
     end = _end_time(body)
-    for name in ("num_preemptible_gpus", "num_capacity_pool_gpus"):
+    for name in ("num_gpus", "num_preemptible_gpus", "num_capacity_pool_gpus"):
         value = counts[name]
         if value is not None and value % GPUS_PER_NODE:
             raise UpdateRejected(f"{name} must be a multiple of 8")
