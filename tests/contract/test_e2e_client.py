@@ -20,6 +20,7 @@ from bot.providers.e2e import (
     ScaleClusterAction,
     UpdateImageAction,
     UpdateSshKeysAction,
+    to_summary,
 )
 from bot.providers.errors import ProviderNotFound
 from tests.support.e2e_kit import (
@@ -96,7 +97,27 @@ async def test_adapter_state_and_summary(sim: E2ESimulator) -> None:
         ("SKU", "GDC.8xH10080-208.2000GB_SXM_v1"),
         ("Region", "Delhi"),
         ("Billing", "hourly · 1995.2 INR/h"),
+        ("Public IP", "none attached"),
+        ("Security groups", "default (601)"),
     ]
+
+
+async def test_an_attached_ip_and_added_security_group_show_in_the_summary(
+    sim: E2ESimulator,
+) -> None:
+    """The detail after attach_ip / add_security_group says how the cluster is reached and
+    guarded (ssh_public_ip, has_floating_ip, reserve_ip, security groups, clone_data)."""
+    client = make_client(sim.base_url)
+    await client.run_action(101, AttachIpAction(reserved_ip_id=501))
+    await client.run_action(101, AddSecurityGroupAction(security_groups_ids=[602]))
+    cluster = await client.get_cluster(101)
+    await client.aclose()
+    assert (cluster.ssh_public_ip, cluster.has_floating_ip) == ("10.8.220.7", True)
+    assert cluster.reserve_ip is not None and cluster.reserve_ip.id == 501
+    assert isinstance(cluster.clone_data, dict) and cluster.clone_data["security_group_id"] == 601
+    facts = {f.label: f.value for f in to_summary(cluster, "e2e-delhi").facts}
+    assert facts["Public IP"] == "10.8.220.7 (reserved IP 501)"
+    assert facts["Security groups"] == "default (601), ssh-only (602)"
 
 
 async def test_unknown_cluster_is_not_found(sim: E2ESimulator) -> None:

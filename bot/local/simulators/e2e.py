@@ -546,6 +546,32 @@ class E2ESimulator(SimulatorServer):
                 {"pk": key, "label": SSH_KEYS[key], "ssh_key": f"ssh-ed25519 AAAA{key} sim"}
                 for key in cluster.ssh_key_ids
             ],
+            **self._access(cluster),
+        }
+
+    def _access(self, cluster: SimCluster) -> dict[str, Any]:
+        """How the cluster is reached and guarded — the detail's fields after ``ssh_keys``
+        (where E2E's documented example is cut off): the attached reserved IP (the login
+        node's public address), the security groups, and the body that would clone it."""
+        reserved = cluster.reserved_ip_ids[0] if cluster.reserved_ip_ids else None
+        return {
+            "ssh_public_ip": RESERVED_IPS[reserved] if reserved is not None else None,
+            "has_floating_ip": reserved is not None,
+            "reserve_ip": self.reserved_ip(cluster, reserved) if reserved is not None else None,
+            "security_groups": [
+                {"id": group, "name": SECURITY_GROUPS[group]}
+                for group in cluster.security_group_ids
+            ],
+            "clone_data": {
+                "name": cluster.name,
+                "image_version_id": cluster.image_version_id,
+                "ssh_key_ids": list(cluster.ssh_key_ids),
+                "security_group_id": (
+                    cluster.security_group_ids[0] if cluster.security_group_ids else None
+                ),
+                "sku_id": cluster.sku.sku_id,
+                "no_of_nodes": cluster.nodes,
+            },
         }
 
     def reserved_ip(self, cluster: SimCluster, ip_id: int) -> dict[str, Any]:

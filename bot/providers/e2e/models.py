@@ -168,6 +168,32 @@ class E2ESshKey(_Open):
 
 
 CreatedByField = Annotated[E2ECreatedBy | None, BeforeValidator(_object_or_none)]
+
+
+class E2EReservedIp(_Open):
+    """``data`` of an ``attach_ip`` reply."""
+
+    id: Count = None
+    ip_address: str | None = None
+    service_name: str | None = None
+    created_at: str | None = None
+    status: str | None = None
+    reserved_by: CreatedByField = None
+    service_type: str | None = None
+    service_id: Count = None
+    location: str | None = None
+    egress_ip: str | None = None
+    myaccount_project_id: Count = None
+    vpc_details: Any = None
+    connection_status: str | None = None
+
+
+class E2ESecurityGroup(_Open):
+    id: Count = None
+    name: str | None = None
+
+
+ReservedIpField = Annotated[E2EReservedIp | None, BeforeValidator(_object_or_none)]
 SkuDetailsField = Annotated[E2ESkuDetails | None, BeforeValidator(_object_or_none)]
 ImageVersionField = Annotated[E2EImageVersion | None, BeforeValidator(_object_or_none)]
 
@@ -220,27 +246,17 @@ class E2EClusterDetail(_ClusterCommon):
         default_factory=list
     )
 
+    ssh_public_ip: str | None = None
+    has_floating_ip: bool | None = None
+    reserve_ip: ReservedIpField = None
+    security_groups: Annotated[list[E2ESecurityGroup], BeforeValidator(_objects_only)] = Field(
+        default_factory=list
+    )
+    clone_data: Any = None
+
     @property
     def ssh_key_ids(self) -> list[int]:
         return [key.pk for key in self.ssh_keys if key.pk is not None]
-
-
-class E2EReservedIp(_Open):
-    """``data`` of an ``attach_ip`` reply."""
-
-    id: Count = None
-    ip_address: str | None = None
-    service_name: str | None = None
-    created_at: str | None = None
-    status: str | None = None
-    reserved_by: CreatedByField = None
-    service_type: str | None = None
-    service_id: Count = None
-    location: str | None = None
-    egress_ip: str | None = None
-    myaccount_project_id: Count = None
-    vpc_details: Any = None
-    connection_status: str | None = None
 
 
 E2ECluster = E2EClusterListItem | E2EClusterDetail

@@ -90,6 +90,7 @@ def to_summary(cluster: E2ECluster, project: str, *, location: str | None = None
         Fact(label="SKU", value=sku or "—"),
         Fact(label="Region", value=region or "—"),
         Fact(label="Billing", value=billing or "—"),
+        *(_access_facts(cluster) if isinstance(cluster, E2EClusterDetail) else ()),
     )
     return ClusterSummary(
         provider=PROVIDER,
@@ -113,6 +114,29 @@ def to_summary(cluster: E2ECluster, project: str, *, location: str | None = None
             "sku": sku,
         },
     )
+
+
+def _access_facts(cluster: E2EClusterDetail) -> tuple[Fact, ...]:
+    """The public IP (a reserved one when attached) and the security groups, as the detail
+    tells them; nothing for what it does not tell."""
+    facts: list[Fact] = []
+    reserved = cluster.reserve_ip
+    address = cluster.ssh_public_ip or (reserved.ip_address if reserved else None)
+    if address:
+        held = f" (reserved IP {reserved.id})" if reserved and reserved.id is not None else ""
+        facts.append(Fact(label="Public IP", value=f"{address}{held}"))
+    elif cluster.has_floating_ip is False:
+        facts.append(Fact(label="Public IP", value="none attached"))
+    groups = [_group_text(g.name, g.id) for g in cluster.security_groups]
+    if groups:
+        facts.append(Fact(label="Security groups", value=", ".join(groups)))
+    return tuple(facts)
+
+
+def _group_text(name: str | None, group_id: int | None) -> str:
+    if name and group_id is not None:
+        return f"{name} ({group_id})"
+    return name or str(group_id)
 
 
 def nodes_text(nodes: int | None) -> str:
