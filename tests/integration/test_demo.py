@@ -114,3 +114,99 @@ def test_the_home_script_approves_from_the_home_tab() -> None:
     assert "💰 ≈ +₹3,990.40/h: 2 more nodes at ₹1,995.20/h each, hourly plan" in out
     assert "[Home tab of erin]" in out and "No projects here" in out
     assert out.rstrip().endswith("script: 9 steps, all passed")
+
+
+def run_interactive(keys: str) -> subprocess.CompletedProcess[str]:
+    """``gpuops demo`` at a keyboard (stdin not a terminal: plain lines, EOF is quit)."""
+    return subprocess.run(
+        [sys.executable, "-m", "bot.cli", "demo", "--no-tour"],
+        cwd=ROOT,
+        input=keys,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_a_form_asks_again_on_a_choice_not_offered_or_a_required_input_left_empty() -> None:
+    """Issue #17 item 1: `foo` at the action prompt, an empty required field (and the
+    Reject comment) are asked again; the chosen action is not asked twice (item 16)."""
+    keys = [
+        "/gpu action e2e-delhi 101",
+        "foo",  # not a choice: asked again
+        "scale_cluster",
+        "",  # additional_nodes is required: asked again
+        "2",
+        "",  # reason (optional)
+        "y",
+        "remediate tc-h100-reserved",
+        "as bob",
+        "in gpu-audit",
+        "press 5",  # Reject… on the remediation (the request took 1-3, its mirror none)
+        "",  # the comment is required
+        "not this node",
+        "",
+        "quit",
+    ]
+    done = run_interactive("\n".join(keys) + "\n")
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert "Traceback" not in out + done.stderr
+    assert "✗ action: 'foo' is not an option (options: update_ssh_keys," in out
+    assert "✗ additional_nodes is required — type it again, or cancel" in out
+    assert "• `scale_cluster: 2 → 4 nodes`" in out
+    assert out.count("  action [") == 2  # the typo and the choice; not again after it
+    assert "action [scale_cluster]:" not in out
+    assert "✗ comment is required — type it again, or cancel" in out
+    assert "🚫 Rejected by @bob: “not this node”" in out
+
+
+def test_a_typo_at_the_keyboard_is_shown_and_quit_still_exits_0() -> None:
+    done = run_interactive("press 99\nfrobnicate\nquit\n")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "✗ there is no button '99'" in done.stdout
+    assert "✗ unknown console command 'frobnicate'" in done.stdout
+
+
+def test_home_buttons_keep_their_numbers_and_a_stale_one_says_so() -> None:
+    """Item 16: a redrawn tab keeps its numbers; a button gone from the tab, or on someone
+    else's, says what to do; a DM is drawn as the person's DM, not as #D…."""
+    keys = [
+        "/gpu action e2e-delhi 101 restart_workers",
+        "as bob",
+        "home",
+        "home",
+        "press 4",  # Approve on bob's Home
+        "home",
+        "press 4",  # gone from the tab now
+        "press 6",  # Show: the summary comes by DM
+        "as dave",
+        "press 6",
+        "quit",
+    ]
+    done = run_interactive("\n".join(keys) + "\n")
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert out.count("[4 Approve]  [5 Deny]") == 2 and "[6 Show]" in out
+    assert "✗ button 4 (Approve) is no longer on your Home tab: type home" in out
+    assert "[DM with bob · msg" in out and "#D02BOB" not in out
+    assert "✗ button 6 is on bob's Home tab, not dave's: type home to draw yours" in out
+
+
+def test_the_demo_names_its_policy_and_watches_both_providers(tmp_path: Path) -> None:
+    """Items 6 and 7: the policy in force is named at start; an E2E cluster that fails
+    gets a health alert in #gpu-audit like a Together one."""
+    script = tmp_path / "watch.script"
+    script.write_text(
+        "degrade 106\n"
+        "expect 🚨 train-a100-big (`106`) in e2e-delhi is Failed\n"
+        "restore 106\n"
+        "expect Healthy again: Running\n"
+    )
+    done = run_demo(script)
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert "Policy in force: " in out and "demo-policy.yml" in out
+    assert "e2e-delhi (e2e, watched)" in out and "together-prod (together, watched)" in out
+    assert "break glass on" in out

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
+
 from bot.core.policy import E2EProject, Role, load_policy
+from bot.local.demo.stack import DEMO_POLICY, DEMO_POLICY_FILE, WATCHED_DEMO_POLICY
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -16,3 +19,18 @@ def test_example_policy_loads_with_both_providers_and_every_role_kind() -> None:
     assert {g.role for g in policy.grants} == {Role.admin, Role.approver, Role.operator}
     assert policy.requires_approval("together-prod", ["scale_down"])
     assert not policy.requires_approval("together-prod", ["scale_up"])
+
+
+def test_the_demo_policy_ships_as_a_file_the_demo_reads() -> None:
+    """examples/demo-policy.yml is the policy `gpuops demo` runs with: the stack's default
+    policy (what the tests use) with both projects watched."""
+    shipped = ROOT / "examples" / "demo-policy.yml"
+    assert shipped.resolve() == DEMO_POLICY_FILE.resolve()
+    assert shipped.read_text(encoding="utf-8") == WATCHED_DEMO_POLICY
+    watched = yaml.safe_load(WATCHED_DEMO_POLICY)
+    for project in watched["projects"].values():
+        assert project.pop("watch")["every_seconds"] >= 15
+    assert watched == yaml.safe_load(DEMO_POLICY)
+    policy = load_policy(shipped)
+    assert policy.approvals.break_glass
+    assert all(project.watch is not None for project in policy.projects.values())

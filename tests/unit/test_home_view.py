@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from slack_sdk.models.views import View
 
 from bot.core.home import HomeCluster, HomeData, HomeProject, HomeRequest
+from bot.local.slack.models import view_problems
 from bot.slack.home import MAX_BLOCKS, NO_PROJECTS, SHOW_ACTION_ID, home_view
 
 NOW = datetime(2026, 11, 30, 18, 0, tzinfo=UTC)
@@ -63,6 +64,7 @@ def data(**changes: Any) -> HomeData:
 def validated(view: dict[str, Any]) -> dict[str, Any]:
     View(**view).validate_json()  # raises on a block, text or length Slack would refuse
     assert view["type"] == "home" and len(view["blocks"]) <= MAX_BLOCKS
+    assert view_problems(view, kind="home") == []  # and views.publish on the stand-in takes it
     return view
 
 
@@ -201,9 +203,9 @@ def test_any_amount_of_content_fits_and_every_project_is_shown_or_named(
     approvals: int, opened: int, recent: int, projects: list[int]
 ) -> None:
     home = data(
-        approvals=[request(f"CR-A{i:05d}") for i in range(min(approvals, 10))],
+        approvals=[request(f"CR-A{i:05d}") for i in range(approvals)],  # more than it shows
         approvals_total=approvals,
-        open_requests=[request(f"CR-O{i:05d}") for i in range(min(opened, 10))],
+        open_requests=[request(f"CR-O{i:05d}") for i in range(opened)],
         open_total=opened,
         recent=[request(f"CR-R{i:05d}", state="failed") for i in range(min(recent, 5))],
         recent_total=recent,
@@ -219,6 +221,10 @@ def test_any_amount_of_content_fits_and_every_project_is_shown_or_named(
     )
     view = validated(home_view(home))
     text = text_of(view)
+    approve = [value for action, value in buttons(view) if action == "approve_request"]
+    assert approve == [f"CR-A{i:05d}" for i in range(len(approve))] and approvals >= len(approve)
+    if len(approve) < approvals:
+        assert f"{approvals - len(approve)} more not shown here" in text
     for p, count in enumerate(projects):
         assert f"*proj-{p}* (together)" in text or f"`proj-{p}`" in text
         shown = sum(1 for action, value in buttons(view) if value.startswith(f"proj-{p}:"))

@@ -107,6 +107,36 @@ def test_block_limits_match_slacks() -> None:
     ]
 
 
+def _approve_buttons(block_id: str, *action_ids: str) -> dict[str, Any]:
+    return {
+        "type": "actions",
+        "block_id": block_id,
+        "elements": [
+            {
+                "type": "button",
+                "text": {"type": "plain_text", "text": "Approve"},
+                "action_id": action_id,
+                "value": block_id,
+            }
+            for action_id in action_ids
+        ],
+    }
+
+
+def test_an_action_id_is_unique_within_its_block_not_across_blocks() -> None:
+    """SPEC §4.6, as Slack: two requests' approve_request buttons sit in two blocks."""
+    two_blocks = [
+        _approve_buttons("CR-1", "approve_request"),
+        _approve_buttons("CR-2", "approve_request"),
+    ]
+    assert block_problems(two_blocks) == []
+    assert view_problems({"type": "home", "blocks": two_blocks}, kind="home") == []
+    one_block = [_approve_buttons("CR-1", "approve_request", "approve_request")]
+    assert block_problems(one_block) == [
+        "duplicate action_id 'approve_request' [json-pointer:/blocks/0]"
+    ]
+
+
 def test_modals_need_a_submit_button_for_inputs() -> None:
     view = {
         "type": "modal",

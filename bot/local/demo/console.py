@@ -69,6 +69,7 @@ You are dave (operator) in #incident. A short tour:
   6. degrade tc-h100-reserved, then remediate tc-h100-reserved
                                                      gpuops speaks first in #gpu-audit: a health
                                                      alert, then a node remediation bob can approve
+                                                     (degrade 106: an E2E cluster, watched too)
   7. /gpu timeline 1h                                the channel's record as a Markdown file
 Also try: /gpu update together-prod tc-h100-reserved (a form), /gpu list, /gpu help,
 as erin (a viewer), as alice then /gpu audit.  Type `help` for the console's commands.
