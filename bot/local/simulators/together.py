@@ -432,7 +432,7 @@ def _add_ons(cluster: dict[str, Any], value: Any) -> list[dict[str, Any]]:
     add-on the cluster has."""
     if not isinstance(value, list):
         raise UpdateRejected("add_ons must be an array")
-    add_ons = copy.deepcopy(cluster["add_ons"])
+    add_ons: list[dict[str, Any]] = copy.deepcopy(cluster["add_ons"])
     by_name = {add_on["name"]: add_on for add_on in add_ons}
     for entry in value:
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
