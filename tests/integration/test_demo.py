@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 from pathlib import Path
+
+from rich.console import Console
+
+from bot.local.demo.console import DemoConsole
+from bot.local.demo.stack import LocalStack
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples" / "demo.script"
@@ -210,3 +216,12 @@ def test_the_demo_names_its_policy_and_watches_both_providers(tmp_path: Path) ->
     assert "Policy in force: " in out and "demo-policy.yml" in out
     assert "e2e-delhi (e2e, watched)" in out and "together-prod (together, watched)" in out
     assert "break glass on" in out
+
+
+async def test_a_home_tab_slack_refuses_says_why_at_once(sqlite_stack: LocalStack) -> None:
+    stack = sqlite_stack
+    out = io.StringIO()
+    demo = DemoConsole(stack, Console(file=out, color_system=None, width=200), interactive=False)
+    stack.slack.fail("views.publish", error="invalid_arguments", times=-1)
+    assert await demo.run_line("home")  # the refusal, not the wait for a tab that never comes
+    assert demo.failures == ["the Home tab was not published: Slack refused it (invalid_arguments)"]

@@ -46,6 +46,7 @@ from bot.local.slack.models import (
     FunctionCompleted,
     MessageEdited,
     MessagePosted,
+    SlackCall,
     View,
     ViewClosed,
     ViewOpened,
@@ -348,17 +349,24 @@ class DemoConsole:
         """Open the current user's App Home tab and draw it as published for them."""
         before = self.stack.slack.home_of(self.user)
         seen = len(before.history) + 1 if before else 0
+        calls = len(self.stack.slack.calls_to("views.publish"))
         result = await self.stack.sender.app_home_opened(self.user)
         self._check(result, "opening the Home tab")
 
-        def published() -> View | None:
+        def published() -> View | SlackCall | None:
             home = self.stack.slack.home_of(self.user)
-            return home if home is not None and len(home.history) + 1 > seen else None
+            if home is not None and len(home.history) + 1 > seen:
+                return home
+            refused = self.stack.slack.calls_to("views.publish")[calls:]
+            return next((c for c in refused if not c.ok and c.error != "ratelimited"), None)
 
         try:
             home = await self.stack.slack.wait_for(published, within=_SETTLE_LIMIT)
         except TimeoutError:
-            self.fail("the Home tab was not published")
+            self.fail("the Home tab was not published (the bot sent nothing)")
+            return
+        if isinstance(home, SlackCall):
+            self.fail(f"the Home tab was not published: Slack refused it ({home.error})")
             return
         self.emit(f"[Home tab of {USERS[self.user]}]", "bold")
         where = _HOME_PREFIX + self.user
