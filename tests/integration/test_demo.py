@@ -225,3 +225,16 @@ async def test_a_home_tab_slack_refuses_says_why_at_once(sqlite_stack: LocalStac
     stack.slack.fail("views.publish", error="invalid_arguments", times=-1)
     assert await demo.run_line("home")  # the refusal, not the wait for a tab that never comes
     assert demo.failures == ["the Home tab was not published: Slack refused it (invalid_arguments)"]
+
+
+def test_an_attached_ip_and_a_security_group_show_in_the_thread_summary(tmp_path: Path) -> None:
+    """Item 22: the E2E cluster after attach_ip / add_security_group says so in Slack."""
+    script = tmp_path / "access.script"
+    script.write_text(
+        "/gpu action e2e-delhi 104 attach_ip reserved_ip_id=501\n"
+        "expect Public IP: 10.8.220.7 (reserved IP 501)\n"
+        "/gpu action e2e-delhi 104 add_security_group security_groups_ids=602\n"
+        "expect Security groups: default (601), ssh-only (602)\n"
+    )
+    done = run_demo(script)
+    assert done.returncode == 0, done.stdout + done.stderr
