@@ -55,6 +55,7 @@ from bot.local.slack.models import (
     entry_from_input,
 )
 from bot.local.slack.sender import SenderInputError, SenderResult
+from bot.metrics import WATCH_POLLS
 
 TOUR = """\
 gpuops demo — a local Slack workspace with the gpuops bot, over simulated Together AI and
@@ -100,6 +101,7 @@ _QUIET_SECONDS = 0.35
 _HOME_PREFIX = "home:"  # the "channel" of a button drawn from a Home tab
 _HOME_TS = "home"  # … and its "message"
 _SETTLE_LIMIT = 10.0
+_WATCH_LIMIT = 30.0  # the longest a provider event waits for the watcher to have looked
 
 
 class DemoConsole:
@@ -299,9 +301,10 @@ class DemoConsole:
         elif word == "wait":
             await self._wait(rest)
         elif word in ("degrade", "restore", "remediate"):
-            if self.provider_event(word, rest):
-                # Two watch intervals: the watcher has polled since, and said what it saw.
-                await asyncio.sleep(2 * DEMO_WATCH_EVERY_SECONDS)
+            polls = _watch_polls()
+            provider = self.provider_event(word, rest)
+            if provider is not None:
+                await self._watched_since(provider, polls)
         elif word == "step":
             await self.run_step(rest)
         elif word == "help":
@@ -467,29 +470,45 @@ class DemoConsole:
             marker = "→" if user_id == self.user else " "
             self.emit(f" {marker} {name:<8} {user_id:<11} {ROLES[user_id]}")
 
-    def provider_event(self, word: str, rest: str) -> bool:
+    def provider_event(self, word: str, rest: str) -> str | None:
         """Something happens at a provider (its simulator's /_sim/ controls): a cluster
-        degrades or recovers, or Together proposes a node remediation. False if it could
-        not."""
+        degrades or recovers, or Together proposes a node remediation. The provider, or
+        None if it could not."""
         cluster_id, _, status = rest.partition(" ")
-        simulators = (self.stack.together, self.stack.e2e)
+        simulators = {"together": self.stack.together, "e2e": self.stack.e2e}
         if word == "remediate":
             if cluster_id not in self.stack.together.clusters:
                 self.fail(f"no Together cluster {cluster_id!r}")
-                return False
+                return None
             created = self.stack.together.create_remediation(cluster_id, NewRemediation())
             self.emit(f"(Together proposes remediation {created['id']} on {cluster_id})", "dim")
-        elif word == "degrade":
-            if not any(sim.degrade(cluster_id, status.strip() or None) for sim in simulators):
-                self.fail(f"no cluster {cluster_id!r}")
-                return False
-            self.emit(f"({cluster_id} degrades at its provider)", "dim")
-        elif not any(sim.restore(cluster_id) for sim in simulators):
-            self.fail(f"no cluster {cluster_id!r}")
-            return False
+            return "together"
+        if word == "degrade":
+            changed = (
+                p for p, sim in simulators.items() if sim.degrade(cluster_id, status or None)
+            )
         else:
-            self.emit(f"({cluster_id} recovers at its provider)", "dim")
-        return True
+            changed = (p for p, sim in simulators.items() if sim.restore(cluster_id))
+        provider = next(changed, None)
+        if provider is None:
+            self.fail(f"no cluster {cluster_id!r}")
+            return None
+        self.emit(
+            f"({cluster_id} {'degrades' if word == 'degrade' else 'recovers'} at its provider)",
+            "dim",
+        )
+        return provider
+
+    async def _watched_since(self, provider: str, polls: dict[str, float]) -> None:
+        """Wait until the watcher has finished two polls of ``provider`` after the change
+        (the second began after it, and said what it saw), or _WATCH_LIMIT seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _WATCH_LIMIT
+        while _watch_polls().get(provider, 0) < polls.get(provider, 0) + 2:
+            if loop.time() >= deadline:
+                self.fail(f"the watcher did not poll {provider} within {_WATCH_LIMIT:.0f} s")
+                return
+            await asyncio.sleep(DEMO_WATCH_EVERY_SECONDS / 10)
 
     async def _wait(self, rest: str) -> None:
         try:
@@ -609,6 +628,17 @@ def _field_problem(block: Mapping[str, Any], answer: str, current: str) -> str |
     except BlockInputError as exc:
         return f"{block_id}: {exc}"
     return None
+
+
+def _watch_polls() -> dict[str, float]:
+    """Polls the watcher finished, per provider, whatever their outcome."""
+    done: dict[str, float] = {}
+    for metric in WATCH_POLLS.collect():
+        for sample in metric.samples:
+            if sample.name.endswith("_total"):
+                provider = sample.labels["provider"]
+                done[provider] = done.get(provider, 0) + sample.value
+    return done
 
 
 def _channel_label(channel: str) -> str:
