@@ -128,7 +128,9 @@ async def request_once(
 
 
 async def show(messenger: Messenger, view_id: str, view: dict[str, Any]) -> bool:
-    """Replace a submitted form's view; False when it is gone (closed by the person)."""
+    """Replace a submitted form's view; False when it is gone (closed by the person). It
+    replaces the "checking…" view of a ``response_action: update``, whose hash Slack never
+    tells the app: this is the one ``views.update`` sent without one."""
     try:
         await messenger.update_view(view_id, view)
     except SlackDeliveryError as exc:
