@@ -239,3 +239,20 @@ def test_an_attached_ip_and_a_security_group_show_in_the_thread_summary(tmp_path
     assert done.returncode == 0, out + done.stderr
     assert "Public IP: 10.8.220.7 (reserved IP 501)" in out
     assert "Security groups: default (601), ssh-only (602)" in out
+
+
+def test_break_glass_as_the_readme_tells_it(tmp_path: Path) -> None:
+    """README "Break glass": in the demo, alice approves her own request with a reason."""
+    script = tmp_path / "break-glass.script"
+    script.write_text(
+        "as alice\n"
+        "/gpu action e2e-delhi 101 restart_workers\n"
+        "press 1\n"
+        'submit reason="NCCL hang, nobody else online"\n'
+    )
+    done = run_demo(script)
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert "form: Break glass" in out
+    assert "Break glass: @alice approved their own request. Reason: NCCL hang" in out
+    assert "🚨 break glass" in out
