@@ -37,6 +37,7 @@ from bot.local.demo.stack import (
     WATCHED_DEMO_POLICY,
     LocalStack,
     StackOptions,
+    handlers_finished,
 )
 from bot.local.simulators.together_remediations import NewRemediation
 from bot.local.slack.models import (
@@ -234,9 +235,11 @@ class DemoConsole:
 
     # -- steps --------------------------------------------------------------------------
     async def settle(self) -> None:
-        """Wait until the bot has been quiet for a moment (it works after acking)."""
+        """Wait until the bot's listeners have finished (they work on after acking: a form
+        opens after the command's ack) and it has then been quiet for a moment."""
         loop = asyncio.get_running_loop()
         started = loop.time()
+        await handlers_finished(within=_SETTLE_LIMIT)
         self._last_event = max(self._last_event, started)
         while loop.time() - started < _SETTLE_LIMIT:
             await asyncio.sleep(0.05)
