@@ -367,7 +367,9 @@ class DemoConsole:
             return next((c for c in refused if not c.ok and c.error != "ratelimited"), None)
 
         try:
-            home = await self.stack.slack.wait_for(published, within=_SETTLE_LIMIT)
+            home: View | SlackCall = await self.stack.slack.wait_for(
+                published, within=_SETTLE_LIMIT
+            )
         except TimeoutError:
             self.fail("the Home tab was not published (the bot sent nothing)")
             return
