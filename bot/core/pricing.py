@@ -3,28 +3,9 @@ says (a price per node), never a guess."""
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Any
 
-from bot.providers.pricing import NodePrice
-
-CURRENCY_SYMBOLS = {"INR": "₹"}
-
-
-def _amount(value: Decimal) -> str:
-    """Exact, with thousands separators and at least two decimals (12.3 → 12.30)."""
-    exponent = value.normalize().as_tuple().exponent
-    places = max(2, -exponent) if isinstance(exponent, int) else 2
-    return f"{value:,.{places}f}"
-
-
-def money(value: Decimal, currency: str) -> str:
-    """``₹24.60`` for INR, ``24.60 USD`` for any other currency code."""
-    symbol = CURRENCY_SYMBOLS.get(currency.upper())
-    if symbol is not None:
-        return f"{symbol}{_amount(value)}"
-    return f"{_amount(value)} {currency}"
-
+from bot.providers.pricing import NodePrice, money
 
 def _nodes(count: int) -> str:
     return "1 more node" if count == 1 else f"{count} more nodes"

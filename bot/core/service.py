@@ -38,7 +38,7 @@ CommandOutcome = Reply | FormRequest | TimelineRequest
 # Answered from the policy and the providers alone: they work while the store is down.
 _READ_ONLY = frozenset({"help", "list", "show"})
 DEDUP_SECONDS = 2.0  # a command's de-dup write is given up after this (its answer waits)
-_PROVIDER_LABELS = {"together": "Together", "e2e": "E2E"}
+_PROVIDER_LABELS = {"together": "a Together", "e2e": "an E2E"}
 
 
 class CommandService:
@@ -189,7 +189,7 @@ class CommandService:
             verb = "update" if provider == "together" else "action"
             label = _PROVIDER_LABELS.get(provider, provider)
             raise Refusal(
-                f"{command.project} is an {label} project: use `/gpu {verb}`.", kind="usage"
+                f"{command.project} is {label} project: use `/gpu {verb}`.", kind="usage"
             )
         form = self.forms.request_for(channel, command)
         if form is not None:

@@ -11,6 +11,23 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict
 
 BillingKind = Literal["hourly", "committed", "other"]
+CURRENCY_SYMBOLS = {"INR": "₹"}
+
+
+def _amount(value: Decimal) -> str:
+    """Exact, with thousands separators and at least two decimals (12.3 → 12.30)."""
+    exponent = value.normalize().as_tuple().exponent
+    places = max(2, -exponent) if isinstance(exponent, int) else 2
+    return f"{value:,.{places}f}"
+
+
+def money(value: Decimal, currency: str) -> str:
+    """``₹1,995.20`` for INR, ``24.60 USD`` for any other currency code (``24.60`` for none):
+    the one way every amount is written."""
+    symbol = CURRENCY_SYMBOLS.get(currency.upper())
+    if symbol is not None:
+        return f"{symbol}{_amount(value)}"
+    return f"{_amount(value)} {currency}".rstrip()
 
 
 def _decimal_or_none(value: Any) -> Decimal | None:

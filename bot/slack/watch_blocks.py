@@ -92,7 +92,7 @@ def _since(remediation: Remediation) -> datetime | None:
 def _headline(record: RemediationRecord, remediation: Remediation) -> str:
     return (
         f"Node *{escape(record.node)}* of *{escape(record.cluster_name)}* "
-        f"(`{escape(record.cluster_id)}`, {escape(record.project)}): Together proposes "
+        f"(`{escape(record.cluster_id)}`, {escape(record.project)}): Together proposes to "
         f"*{escape(remediation.mode_text)}*"
     )
 
@@ -140,8 +140,16 @@ def remediation_closed(
     )
 
 
-def remediation_decided(record: RemediationRecord, outcome: DecisionOutcome) -> SlackMessage:
-    """The message after a click decided it (the buttons are gone; its thread has more)."""
+def remediation_decided(
+    record: RemediationRecord, outcome: DecisionOutcome, remediation: Remediation | None = None
+) -> SlackMessage:
+    """The message after a click decided it: the buttons are gone, why it was proposed
+    stays (when Together said), and its thread has more."""
+    if remediation is not None:
+        return SlackMessage(
+            text=_fallback(record, remediation, outcome),
+            blocks=[*_body(record, remediation), section(decided_status(record, outcome))],
+        )
     headline = (
         f":stethoscope: Node *{escape(record.node)}* of *{escape(record.cluster_name)}* "
         f"(`{escape(record.cluster_id)}`, {escape(record.project)}): remediation "
@@ -203,12 +211,31 @@ def reopened_note() -> SlackMessage:
     )
 
 
+_STATE_WORDS = {
+    "PENDING_APPROVAL": "is awaiting approval",
+    "PENDING": "is about to start",
+    "RUNNING": "is running",
+    "SUCCEEDED": "succeeded",
+    "FAILED": "failed",
+    "CANCELLED": "was cancelled",
+    "AUTO_RESOLVED": "resolved itself",
+    "QUARANTINING": "is quarantining the node",
+    "QUARANTINED": "quarantined the node",
+}
+
+
+def progress_words(state: str) -> str:
+    """``succeeded``, ``is running``: a remediation's state as the end of a sentence."""
+    return _STATE_WORDS.get(state, f"is now {state}")
+
+
 def progress_note(remediation: Remediation) -> SlackMessage:
     icon = _STATE_ICON.get(remediation.state, ":information_source:")
-    line = f"{icon} Remediation is *{escape(remediation.state)}*"
+    words = progress_words(remediation.state)
+    line = f"{icon} Remediation *{escape(words)}* ({escape(remediation.state)})"
     if remediation.error_message:
         line += f": {escape(remediation.error_message)}"
-    return SlackMessage(text=escape(f"Remediation is {remediation.state}"), blocks=[section(line)])
+    return SlackMessage(text=escape(f"Remediation {words}"), blocks=[section(line)])
 
 
 def reject_modal(record_id: str, channel: str, thread_ts: str | None) -> Block:

@@ -31,12 +31,16 @@ class SlackWatchNotifier:
             raise NotDelivered(exc.code, exc.user_message) from exc
 
     async def remediation_decided(
-        self, record: RemediationRecord, outcome: DecisionOutcome, detail: str
+        self,
+        record: RemediationRecord,
+        outcome: DecisionOutcome,
+        detail: str,
+        remediation: Remediation | None = None,
     ) -> None:
         if record.ts is None:
             return
         if record.decision is not RemediationDecision.AWAITING:
-            await self._edit(record, render.remediation_decided(record, outcome))
+            await self._edit(record, render.remediation_decided(record, outcome, remediation))
         await self._reply(record, render.decision_note(record, outcome, detail))
 
     async def remediation_left_elsewhere(

@@ -57,7 +57,7 @@ def test_the_example_script_passes_and_shows_every_path() -> None:
     assert "🚨 train-h100-reserved (`tc-h100-reserved`) in together-prod is Degraded" in out
     assert "[#gpu-audit ↳ thread of msg" in out and "✅ Healthy again: Ready" in out
     assert "NVIDIA Xid 79 (3 times)" in out and "[5 Approve]  [6 Reject…]" in out
-    assert "✅ Remediation is SUCCEEDED" in out
+    assert "✅ Remediation succeeded (SUCCEEDED)" in out
     # provisioning after gpuops's own update is not an incident
     assert "(`tc-h200-ondemand`) in together-prod is" not in out
     # the record leaves Slack: #incident's timeline, shared as a file and drawn here
@@ -75,7 +75,7 @@ def test_the_example_script_passes_over_socket_mode() -> None:
     assert done.returncode == 0, out + done.stderr
     assert "(the bot is connected over Socket Mode)" in out
     assert "🟢 Together accepted the update" in out and "✅ Approved by @bob." in out
-    assert "✅ Remediation is SUCCEEDED" in out  # the watcher's part, over Socket Mode too
+    assert "✅ Remediation succeeded (SUCCEEDED)" in out  # the watcher's part, over Socket Mode too
     assert "📎 gpuops-timeline-C0INCIDENT-" in out  # the file upload, over Socket Mode too
     assert "[workflow step request_gpu_change] ended: succeeded" in out
     assert out.rstrip().endswith("script: 23 steps, all passed")

@@ -123,7 +123,7 @@ async def test_a_together_command_on_an_e2e_project_is_refused(sqlite_stack: Loc
         "U04DAVE",
         "C0INCIDENT",
         "update e2e-delhi 101 num_gpus=16",
-        says=["e2e-delhi", "/gpu action"],
+        says=["e2e-delhi is an E2E project: use `/gpu action`"],
         kind="usage",
     )
     await assert_refused(
@@ -131,7 +131,7 @@ async def test_a_together_command_on_an_e2e_project_is_refused(sqlite_stack: Loc
         "U04DAVE",
         "C0INCIDENT",
         "action together-prod tc-h100-reserved restart_cluster",
-        says=["together-prod", "/gpu update"],
+        says=["together-prod is a Together project: use `/gpu update`"],
         kind="usage",
     )
 

@@ -110,6 +110,6 @@ async def test_a_restart_remembers_what_was_posted_and_follows_it(
     await stack.slack.wait_for(
         lambda: any("SUCCEEDED" in t for t in thread(stack, message)), within=10
     )
-    states = [t for t in thread(stack, message) if "Remediation is" in t]
+    states = [t for t in thread(stack, message) if "Remediation *" in t]
     assert len(states) == len(set(states)), states  # each state said once
     assert decisions_sent(stack, remediation_id) == ["approve"]

@@ -46,6 +46,10 @@ async def test_posted_once_with_why_and_approved_once_under_a_double_click(
         lambda: (m := stack.slack.message(NOTIFY, message.ts)) and not buttons(m) and m
     )
     assert "Approved" in readable_text(root) and "<@U02BOB>" in readable_text(root)
+    # the decided message still says what was proposed and why
+    assert "Together proposes to" in readable_text(root) and "Xid 79 (3 times)" in readable_text(
+        root
+    )
     assert decisions_sent(stack, remediation_id) == ["approve"]
     await stack.slack.wait_for(
         lambda: any("SUCCEEDED" in t for t in thread(stack, message)), within=10
@@ -89,6 +93,7 @@ async def test_reject_asks_for_a_comment_and_sends_it_once(make_stack: StackFact
         lambda: (m := stack.slack.message(NOTIFY, message.ts)) and not buttons(m) and m
     )
     assert "Rejected" in readable_text(root) and "GPU swap scheduled" in readable_text(root)
+    assert "NVIDIA Xid" in readable_text(root)  # why it was proposed stays
     assert decisions_sent(stack, remediation_id) == ["reject"]
     sent = stack.together.calls("remediation_decision")[-1]
     assert sent.body == {"comment": "GPU swap scheduled"}

@@ -253,6 +253,11 @@ def test_scale_preview_line_parts(adapter: E2EAdapter) -> None:
     assert (line.field, line.before, line.after, line.unit) == ("scale_cluster:", "3", "8", "nodes")
 
 
+def test_a_one_node_cluster_is_one_node_not_one_nodes(adapter: E2EAdapter) -> None:
+    plan = adapter.plan(_state(no_of_nodes=1), "restart_workers", {})
+    assert plan.preview_text() == "restart_workers: Running → restart the workers (1 node)"
+
+
 def test_actions_and_fields(adapter: E2EAdapter) -> None:
     assert adapter.provider == "e2e"
     assert adapter.actions() == list(ACTIONS)
@@ -358,7 +363,7 @@ def test_list_item_summary_multiplies_per_node_counts() -> None:
     details = summary.details
     assert (details["nodes"], details["gpus"], details["cpus"]) == (3, 24, 624)
     assert details["memory"] == "6000 GB"
-    assert summary.billing == "committed 30 days · 5000 INR"
+    assert summary.billing == "committed 30 days · ₹5,000.00"
     assert summary.region == "Chennai"
     assert details["image"] == "NeMo v4 (id 4)"
     assert [(f.label, f.value) for f in summary.facts] == [
@@ -367,7 +372,7 @@ def test_list_item_summary_multiplies_per_node_counts() -> None:
         ("Image", "NeMo v4 (id 4)"),
         ("SKU", "S"),
         ("Region", "Chennai"),
-        ("Billing", "committed 30 days · 5000 INR"),
+        ("Billing", "committed 30 days · ₹5,000.00"),
     ]
 
 

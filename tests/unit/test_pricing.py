@@ -9,8 +9,10 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bot.core.pricing import change_price_line, money, scale_price_line
-from bot.providers.pricing import NodePrice, e2e_node_price
+from bot.core.pricing import change_price_line, scale_price_line
+from bot.providers.e2e.models import E2EClusterDetail
+from bot.providers.e2e.summary import to_summary
+from bot.providers.pricing import NodePrice, e2e_node_price, money
 
 HOURLY_INR = {"sku_type": "hourly", "committed_days": 0, "unit_price": 12.3, "currency": "INR"}
 
@@ -25,6 +27,17 @@ def test_one_node_and_a_large_price_read_naturally() -> None:
     assert (
         scale_price_line(price, 1) == "≈ +₹1,995.20/h: 1 more node at ₹1,995.20/h each, hourly plan"
     )
+
+
+def test_the_summary_billing_line_writes_money_as_the_price_line_does() -> None:
+    plan = {**HOURLY_INR, "unit_price": 1995.2}
+    cluster = E2EClusterDetail.model_validate(
+        {"id": 101, "name": "a", "status": "Running", "no_of_nodes": 2, "sku_details": {"plan": plan}}
+    )
+    billing = to_summary(cluster, "e2e-delhi").billing
+    line = scale_price_line(e2e_node_price(plan), 1)
+    assert billing == "hourly · ₹1,995.20/h" and line is not None and "₹1,995.20/h each" in line
+    assert "1995.2" not in f"{billing} {line}" and "INR" not in f"{billing} {line}"
 
 
 def test_other_currencies_are_shown_by_code() -> None:

@@ -38,10 +38,15 @@ class WatchNotifier(Protocol):
         ...
 
     async def remediation_decided(
-        self, record: RemediationRecord, outcome: DecisionOutcome, detail: str
+        self,
+        record: RemediationRecord,
+        outcome: DecisionOutcome,
+        detail: str,
+        remediation: Remediation | None = None,
     ) -> None:
         """A click decided it (or tried to): edit the message (buttons gone unless it is
-        back to awaiting) and say the result in its thread."""
+        back to awaiting; with ``remediation``, still saying why) and say the result in its
+        thread."""
         ...
 
     async def remediation_left_elsewhere(

@@ -11,7 +11,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeVar
 
@@ -383,9 +383,20 @@ class RemediationDesk:
         else:
             decision, outcome, done = _DONE[verb]
             ending = _Ending(
-                decision, outcome, f"{done}; Together says {result.state}.", result.state
+                decision, outcome, f"{done}; Together says {result.state}.", result.state, result
             )
+        if ending.remediation is None and ending.decision is not RemediationDecision.AWAITING:
+            ending = replace(ending, remediation=await self._read_quietly(client, ref))
         return await self._finish(user, record, verb, ending)
+
+    @staticmethod
+    async def _read_quietly(client: RemediationClient, ref: RemediationRef) -> Remediation | None:
+        """The remediation as Together has it now, for its message to keep saying why; None
+        when Together does not answer (the message then shows the outcome alone)."""
+        try:
+            return await client.get(ref.cluster_id, ref.instance_id, ref.id)
+        except ProviderError:
+            return None
 
     async def _finish(
         self, user: str, record: RemediationRecord, verb: Verb, ending: _Ending
@@ -414,7 +425,9 @@ class RemediationDesk:
             text += " " + _KEPT
         REMEDIATION_DECISIONS.labels(ending.outcome).inc()
         await self._audit_click(user, final or record, verb, ending.outcome, detail=text)
-        await self.notifier.remediation_decided(final or record, ending.outcome, text)
+        await self.notifier.remediation_decided(
+            final or record, ending.outcome, text, ending.remediation
+        )
         if ending.outcome in ("failed", "unknown"):
             return error(text)
         return notice(text)
@@ -456,6 +469,7 @@ class _Ending:
     outcome: DecisionOutcome
     text: str
     provider_state: str | None = None
+    remediation: Remediation | None = None  # as Together last said: the message keeps "why"
 
 
 def _answer_lost(record: RemediationRecord) -> bool:

@@ -37,7 +37,7 @@ from bot.providers.e2e.rules import (
     parse_cluster_id,
     require_running,
 )
-from bot.providers.e2e.summary import to_summary
+from bot.providers.e2e.summary import nodes_text, to_summary
 from bot.providers.errors import (
     ProviderError,
 )
@@ -54,7 +54,7 @@ def _ids_text(ids: Sequence[Any]) -> str:
 def _preview(action: str, values: Mapping[str, Any], state: ClusterState) -> list[PreviewLine]:
     current = state.current
     nodes = current.get("no_of_nodes")
-    node_text = f"({nodes} nodes)" if nodes is not None else ""
+    node_text = f"({nodes_text(nodes)})" if nodes is not None else ""
     if action == "scale_cluster":
         added = values["additional_nodes"]
         after = str(nodes + added) if isinstance(nodes, int) else f"+{added}"

@@ -16,7 +16,7 @@ from bot.providers.e2e.models import (
     E2EImageVersion,
     E2ESkuPlan,
 )
-from bot.providers.pricing import e2e_node_price
+from bot.providers.pricing import e2e_node_price, money
 
 # -- summaries ------------------------------------------------------------------------------
 
@@ -61,8 +61,10 @@ def _billing_text(plan: E2ESkuPlan | None) -> str | None:
     if plan.unit_price is None:
         return kind
     per = "/h" if (plan.sku_type or "").lower() == "hourly" else ""
-    currency = f" {plan.currency}" if plan.currency else ""
-    return f"{kind} · {plan.unit_price:g}{currency}{per}"
+    price = e2e_node_price(plan.model_dump())
+    if price is None or price.unit_price is None:
+        return kind
+    return f"{kind} · {money(price.unit_price, plan.currency or '')}{per}"
 
 
 def to_summary(cluster: E2ECluster, project: str, *, location: str | None = None) -> ClusterSummary:
