@@ -7,6 +7,7 @@ from typing import Any
 
 from bot.providers.pricing import NodePrice, money
 
+
 def _nodes(count: int) -> str:
     return "1 more node" if count == 1 else f"{count} more nodes"
 

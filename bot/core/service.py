@@ -188,9 +188,7 @@ class CommandService:
         if provider != expected:
             verb = "update" if provider == "together" else "action"
             label = _PROVIDER_LABELS.get(provider, provider)
-            raise Refusal(
-                f"{command.project} is {label} project: use `/gpu {verb}`.", kind="usage"
-            )
+            raise Refusal(f"{command.project} is {label} project: use `/gpu {verb}`.", kind="usage")
         form = self.forms.request_for(channel, command)
         if form is not None:
             return form

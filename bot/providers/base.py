@@ -5,6 +5,7 @@ each provider implements. Nothing here knows HTTP or Slack."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -53,6 +54,14 @@ class ClusterSummary(BaseModel):
 def count_text(value: int | None) -> str:
     """A count for a fact line: the number, or a dash when the provider did not say."""
     return "—" if value is None else str(value)
+
+
+def example_time(now: datetime | None = None) -> str:
+    """A time to show in hints and errors: midnight UTC 30 days from ``now``, so an example
+    is always in the future (``2027-01-01T00:00:00Z``)."""
+    moment = (now or datetime.now(UTC)).astimezone(UTC) + timedelta(days=30)
+    midnight = moment.replace(hour=0, minute=0, second=0, microsecond=0)
+    return midnight.isoformat().replace("+00:00", "Z")
 
 
 FieldKind = Literal["int", "int_list", "choice", "datetime"]

@@ -22,7 +22,7 @@ from bot.core.forms import FormKind, FormMessage, FormView
 from bot.core.paging import Page
 from bot.core.policy import Role
 from bot.core.requests.view import STATE_WORDS, RequestView
-from bot.providers.base import ClusterSummary, FieldSpec, ProviderChanges
+from bot.providers.base import ClusterSummary, FieldSpec, ProviderChanges, example_time
 from bot.providers.catalog import PROVIDER_CHANGES
 from bot.slack.text import clip, fit_lines, pack_lines, shorten, shorten_plain
 from bot.slack.text import escape as escape  # surfaces escape through this module
@@ -647,7 +647,7 @@ def help_message(card: HelpCard) -> SlackMessage:
         lines.append("• `/gpu audit [project] [limit] [page=N]` — the audit trail, newest first")
     lines.append(
         "Values: integers as digits, lists comma-separated (`ssh_key_ids=11,12`), "
-        "times RFC 3339 (`reservation_end_time=2026-12-31T00:00:00Z`)."
+        f"times RFC 3339 (`reservation_end_time={example_time()}`)."
     )
     lines.append(
         "Your projects: "

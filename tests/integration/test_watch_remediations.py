@@ -70,7 +70,10 @@ async def test_an_operator_is_refused_and_nothing_is_sent(make_stack: StackFacto
         seen = len(stack.slack.ephemerals_for(DAVE))
         await press(stack, message, DAVE, action)
         refusal = await next_ephemeral(stack, DAVE, seen)
-        assert "needs approver" in refusal.text
+        doing = "approving" if action == "approve_remediation" else "rejecting"
+        assert f"you are operator on together-prod; {doing} a remediation needs approver" in (
+            refusal.text
+        )
     assert decisions_sent(stack, remediation_id) == []
     assert not stack.slack.open_views_for(DAVE)
     still = stack.slack.message(NOTIFY, message.ts)

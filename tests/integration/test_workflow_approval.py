@@ -121,7 +121,7 @@ async def test_refused_approvals_change_nothing_and_say_why(
 ) -> None:
     stack = await make_stack(database_url=database_url, policy_yaml=STRICT_POLICY)
     by_dave = await request(stack, DAVE, SCALE_101)
-    await _refused(stack, by_dave, DAVE, "you are operator on e2e-delhi; approve requests needs")
+    await _refused(stack, by_dave, DAVE, "you are operator on e2e-delhi; approving a request needs approver")
     await _refused(stack, by_dave, ERIN, "you are viewer on e2e-delhi")
     await _refused(stack, by_dave, MALLORY, "no such project or no access: e2e-delhi")
     by_bob = await request(stack, BOB, "action e2e-delhi 103 scale_cluster additional_nodes=1")

@@ -21,6 +21,11 @@ from bot.metrics import APPROVAL_DECISIONS
 from bot.providers.base import ChangePlan
 
 Decision = Literal["approve", "deny", "cancel"]
+_DOING: dict[Decision, str] = {
+    "approve": "approving a request",
+    "deny": "denying a request",
+    "cancel": "cancelling a request",
+}
 _PENDING = frozenset({RequestState.PENDING})
 _APPROVED_ONCE = frozenset(
     {
@@ -165,7 +170,7 @@ class Decisions:
     ) -> bool:
         """Check the decider in the request's channel; True for a break-glass self-approval."""
         role = await self.deps.access.require(
-            user, record.project, record.channel, Role.approver, doing=f"{decision} requests"
+            user, record.project, record.channel, Role.approver, doing=_DOING[decision]
         )
         if user != record.requester:
             return False

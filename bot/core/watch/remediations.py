@@ -51,6 +51,7 @@ _DONE: dict[Verb, tuple[RemediationDecision, DecisionOutcome, str]] = {
     "approve": (RemediationDecision.APPROVED, "approved", "Approved"),
     "reject": (RemediationDecision.REJECTED, "rejected", "Rejected"),
 }
+_DOING: dict[Verb, str] = {"approve": "approving", "reject": "rejecting"}
 GONE_STATE = "GONE"  # stored for a remediation Together no longer has (never followed again)
 _FINISHED = [*(state.value for state in FINAL_STATES), GONE_STATE]
 # Clusters whose remediations are listed at the same time: a project of 50 clusters at 1 s
@@ -340,7 +341,11 @@ class RemediationDesk:
         (``channel``, where the click came from, is audited)."""
         try:
             await self.access.require(
-                user, record.project, record.channel, Role.approver, doing=f"{verb} a remediation"
+                user,
+                record.project,
+                record.channel,
+                Role.approver,
+                doing=f"{_DOING[verb]} a remediation",
             )
         except Refusal as refusal:
             REMEDIATION_DECISIONS.labels("refused").inc()

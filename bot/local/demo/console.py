@@ -779,10 +779,15 @@ async def run_demo(*, script: str | None = None, tour: bool = True, socket: bool
                 await stack.runtime.workflow.drain()
         await stack.stop()
     if not interactive:
-        verdict = "all passed" if not demo.failures else f"{len(demo.failures)} failed"
-        console.print(f"script: {demo.steps} steps, {verdict}", markup=False)
+        console.print(script_verdict(demo.steps, len(demo.failures)), markup=False)
     # A typo in a session at the keyboard is shown and forgotten; a script's failures count.
     return 1 if demo.failures and not interactive else 0
+
+
+def script_verdict(steps: int, failures: int) -> str:
+    """``script: 1 step, all passed`` — the last line of a scripted demo."""
+    verdict = "all passed" if not failures else f"{failures} failed"
+    return f"script: {steps} step{'' if steps == 1 else 's'}, {verdict}"
 
 
 async def _interactive(demo: DemoConsole) -> None:

@@ -23,6 +23,7 @@ from bot.providers.base import (
     PreviewLine,
     ProviderChanges,
     ProviderName,
+    example_time,
 )
 from bot.providers.errors import (
     ProviderNotFound,
@@ -38,6 +39,7 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+_END_TIME_HINT = "RFC 3339, e.g. {example}; RESERVED or SCHEDULED_CAPACITY only"
 _FIELD_SPECS: tuple[FieldSpec, ...] = (
     FieldSpec(
         name="cluster_type",
@@ -74,7 +76,7 @@ _FIELD_SPECS: tuple[FieldSpec, ...] = (
         name="reservation_end_time",
         label="Decommission time",
         kind="datetime",
-        hint="RFC 3339, e.g. 2026-09-01T00:00:00Z; RESERVED or SCHEDULED_CAPACITY only",
+        hint=_END_TIME_HINT.format(example="a future time"),
     ),
 )
 
@@ -125,8 +127,13 @@ class TogetherAdapter:
         return list(CHANGES.actions)
 
     def fields_for(self, action: str) -> list[FieldSpec]:
+        """The update's fields; the end time's hint has an example computed from now."""
         self._require_update(action)
-        return list(CHANGES.fields[action])
+        hint = _END_TIME_HINT.format(example=example_time(self._now()))
+        return [
+            spec.model_copy(update={"hint": hint}) if spec.name == "reservation_end_time" else spec
+            for spec in CHANGES.fields[action]
+        ]
 
     def plan(self, state: ClusterState, action: str, raw: Mapping[str, Any]) -> ChangePlan:
         self._require_update(action)

@@ -11,6 +11,7 @@ from typing import Any
 from bot.providers.base import (
     ChangeInputError,
     ClusterState,
+    example_time,
     parse_whole_number,
 )
 from bot.providers.errors import (
@@ -214,7 +215,7 @@ def _time_from_text(text: str) -> datetime:
         return datetime.fromisoformat(text)
     except ValueError:
         raise ValueError(
-            f"must be an RFC 3339 time such as 2026-09-01T00:00:00Z (got {text!r})"
+            f"must be an RFC 3339 time such as {example_time()} (got {text!r})"
         ) from None
 
 
