@@ -62,7 +62,8 @@ class Notifier(Protocol):
         ...
 
     async def follow_up_note(self, record: ChangeRequestRecord, text: str, tone: Tone) -> None:
-        """A line about the cluster after the change (steady, or no longer followed)."""
+        """A line in the request's thread about its cluster: another request open on it,
+        or after the change (steady, or no longer followed)."""
         ...
 
     async def result(self, record: ChangeRequestRecord, summary: ClusterSummary) -> str | None:

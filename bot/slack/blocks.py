@@ -241,7 +241,10 @@ def _state_line(r: RequestView) -> str:
     icon = STATE_ICONS.get(r.state, "")
     words = STATE_WORDS.get(r.state, r.state)
     line = f"{icon} *{words}*"
-    if r.decided_by and r.state in ("approved", "executing", "succeeded", "failed", "unknown"):
+    if r.at_approval:  # it never ran: nobody's approval took effect
+        line += f" · {r.at_approval}"
+        line += f" · {user_ref(r.decided_by)} pressed Approve" if r.decided_by else ""
+    elif r.decided_by and r.state in ("approved", "executing", "succeeded", "failed", "unknown"):
         line += f" · approved by {user_ref(r.decided_by)}" if r.needs_approval else ""
     elif r.decided_by and r.state in ("denied", "cancelled"):
         line += f" by {user_ref(r.decided_by)}"

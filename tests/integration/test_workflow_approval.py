@@ -259,17 +259,29 @@ async def test_a_cluster_changed_since_the_preview_is_refused_as_stale(
     seen = len(stack.slack.ephemerals_for(BOB))
     await click(stack, e2e_request, BOB)
     whisper = await next_ephemeral(stack, BOB, seen)
-    assert f"{e2e_request.id} was not approved: stale" in whisper.text
-    note = await wait_reply(stack, e2e_request, "stale: the cluster changed since the preview")
+    stale = "stale at approval: the cluster changed since the preview"
+    assert f"{e2e_request.id} failed — {stale}" in whisper.text
+    note = await wait_reply(stack, e2e_request, stale)
     assert "no_of_nodes was 1, now 3" in note.text
-    await wait_root(stack, e2e_request, "failed")
+    root = await wait_root(stack, e2e_request, "failed")
+    # one word for one outcome: the thread says what bob was told, and never "approved by"
+    shown = readable_text(root)
+    assert "*failed* · stale at approval · <@U02BOB> pressed Approve" in shown
+    assert "approved by" not in shown
+    # the notify channel's copy does not stay "pending approval"
+    mirrored = await wait_mirror(stack, e2e_request, "Change failed — stale at approval")
+    assert "*failed* · stale at approval" in readable_text(mirrored)
+    seen = len(stack.slack.ephemerals_for(CAROL))
+    await click(stack, e2e_request, CAROL)
+    late = await next_ephemeral(stack, CAROL, seen)
+    assert f"{e2e_request.id} already failed, stale at approval" in late.text
 
     together_request = await request(
         stack, DAVE, "update together-prod tc-h100-reserved num_gpus=8"
     )  # a scale-down: needs approval
     stack.together.clusters["tc-h100-reserved"]["num_gpus"] = 24
     await click(stack, together_request, CAROL)
-    note = await wait_reply(stack, together_request, "stale:")
+    note = await wait_reply(stack, together_request, "stale at approval:")
     assert "num_gpus was 16, now 24" in note.text
     await wait_root(stack, together_request, "failed")
 
@@ -277,8 +289,20 @@ async def test_a_cluster_changed_since_the_preview_is_refused_as_stale(
         record = await wait_state(stack.runtime.store, opened.id, S.FAILED)
         assert record.decision_note == "stale"
         trail = await audit_trail(stack.runtime.store, opened.id)
-        assert trail[-1][1:] == ("refused", "stale")
+        assert ("refused", "stale") in [t[1:] for t in trail]
     assert stack.e2e.calls("action", "PUT") == [] and stack.together.calls("update", "PUT") == []
+
+
+async def test_a_second_request_on_a_cluster_is_told_of_the_first(stack: LocalStack) -> None:
+    first = await request(stack, DAVE, SCALE_101)
+    seen = len(stack.slack.ephemerals_for(BOB))
+    second = await request(stack, BOB, "action e2e-delhi 101 restart_workers")
+    told = stack.slack.ephemerals_for(BOB)[seen].text
+    beside = f"{first.id} (pending approval) is also open on train-h100-a (101)"
+    assert beside in told and "may fail as stale at approval" in told
+    note = await wait_reply(stack, second, beside)  # the approvers read it in the thread
+    assert note.thread_ts == second.root_ts
+    assert not any("also open" in t for t in thread_texts(stack, first))  # the first was alone
 
 
 async def test_break_glass_lets_an_admin_approve_their_own_with_a_reason(

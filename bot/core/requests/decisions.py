@@ -15,7 +15,12 @@ from bot.core.policy import Role
 from bot.core.requests.execution import Execution
 from bot.core.requests.settle import Change, RequestDeps, settle
 from bot.core.requests.sweeper import Sweeper
-from bot.core.requests.view import state_words
+from bot.core.requests.view import (
+    REFUSED_AT_APPROVAL,
+    STALE_AT_APPROVAL,
+    at_approval,
+    state_words,
+)
 from bot.core.store import ChangeRequestRecord, RequestState
 from bot.metrics import APPROVAL_DECISIONS
 from bot.providers.base import ChangePlan
@@ -53,7 +58,10 @@ def already_decided_refusal(record: ChangeRequestRecord) -> Refusal:
     """The refusal for a click on a request that is no longer pending."""
     words = state_words(str(record.state))
     who = record.decided_by or ""
-    if record.state in _APPROVED_ONCE and record.needs_approval and who:
+    ended = at_approval(str(record.state), record.decision_note, record.break_glass)
+    if ended and who:
+        text = f"{record.id} already {words}, {ended} (<@{who}> pressed Approve)."
+    elif record.state in _APPROVED_ONCE and record.needs_approval and who:
         text = f"{record.id} was already approved by <@{who}> ({words})."
     elif who and record.state in (RequestState.DENIED, RequestState.CANCELLED):
         text = f"{record.id} was already {words} by <@{who}>."
@@ -69,7 +77,7 @@ def stale_text(old: ChangePlan, fresh: ChangePlan) -> str:
         if old.fingerprint.get(key) != fresh.fingerprint.get(key)
     ]
     detail = "; ".join(changed) or "the change it would make differs"
-    return f"stale: the cluster changed since the preview ({detail}). Request it again."
+    return f"the cluster changed since the preview ({detail}). Request it again."
 
 
 class Decisions:
@@ -222,7 +230,11 @@ class Decisions:
             "approved",
             outcome="approved",
             text=note if break_glass else None,
-            fields={"decided_by": user, "decision_note": reason, "break_glass": break_glass},
+            fields={
+                "decided_by": user,
+                "decision_note": reason if break_glass else None,
+                "break_glass": break_glass,
+            },
             detail={"break_glass": break_glass, "reason": reason or ""},
             decision="approved",
             mirror=note if break_glass else None,
@@ -254,7 +266,7 @@ class Decisions:
         try:
             fresh = access.make_plan(record.project, state, record.action, record.plan["inputs"])
         except Refusal as refusal:
-            why = f"stale: the change no longer applies — {refusal.message}"
+            why = f"the change no longer applies — {refusal.message}"
             return await self._fail_pending(record, user, why, "stale")
         old = ChangePlan.model_validate(record.plan["plan"])
         if fresh.fingerprint != old.fingerprint or fresh.body != old.body:
@@ -262,8 +274,11 @@ class Decisions:
         return None
 
     async def _fail_pending(
-        self, record: ChangeRequestRecord, user: str, why: str, kind: str
+        self, record: ChangeRequestRecord, user: str, detail: str, kind: str
     ) -> Reply:
+        """The approval's re-check failed: the request fails unsent, and every surface
+        names it the same way (``stale at approval: …``)."""
+        why = f"{STALE_AT_APPROVAL if kind == 'stale' else REFUSED_AT_APPROVAL}: {detail}"
         failed = Change(
             "refused",
             user,
@@ -277,4 +292,4 @@ class Decisions:
             decision="refused",
         )
         already = await self._settle_decision(record, failed)
-        return already or Refusal(f"{record.id} was not approved: {why}").reply()
+        return already or Refusal(f"{record.id} failed — {why}").reply()

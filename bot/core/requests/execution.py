@@ -17,7 +17,7 @@ from bot.core.requests.fencing import LeaseKeeper
 from bot.core.requests.followup import FollowUp
 from bot.core.requests.outcomes import PendingOutcomes, Result, Unrecorded
 from bot.core.requests.settle import Change, RequestDeps, announce, mirror, settle
-from bot.core.requests.view import state_words
+from bot.core.requests.view import outcome_headline
 from bot.core.store import (
     KNOWN_OUTCOMES,
     TERMINAL_STATES,
@@ -324,11 +324,12 @@ class Execution:
             text=text,
             fields={"result_message": redact(result.message)},
             detail={"message": result.message, "kind": result.kind},
+            mirrored_by_caller=True,
         )
         await announce(self.deps, record, done, finished)
         await self._show_result(done, result.summary)
         # Mirrored last: whoever reads the notify channel finds the whole story in the thread.
-        await mirror(self.deps, done, f"Change {state_words(str(to))}")
+        await mirror(self.deps, done, outcome_headline(done))
 
     async def _show_result(self, done: ChangeRequestRecord, summary: ClusterSummary | None) -> None:
         deps = self.deps

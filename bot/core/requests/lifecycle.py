@@ -19,7 +19,7 @@ from bot.core.policy import Role
 from bot.core.requests.execution import Execution
 from bot.core.requests.outcomes import Result
 from bot.core.requests.settle import Change, RequestDeps, mirror, settle
-from bot.core.requests.view import state_words
+from bot.core.requests.view import STALE_AT_APPROVAL, state_words
 from bot.core.store import ChangeRequestRecord, RequestState, StoreUnavailable
 from bot.metrics import APPROVALS_PENDING, CHANGE_REQUESTS
 from bot.providers.base import ChangePlan
@@ -48,6 +48,9 @@ def ran_without_store(request_id: str, result: Result | None) -> Reply:
         f"Request {request_id} was sent — {outcome}: {said}. gpuops lost contact "
         "with its database afterwards; its thread shows the result once it is recorded."
     )
+
+
+_OPEN = frozenset({RequestState.PENDING, RequestState.APPROVED, RequestState.EXECUTING})
 
 
 class Lifecycle:
@@ -120,6 +123,7 @@ class Lifecycle:
             channel=channel,
             **({"workflow_step": step} if step else {}),
         )
+        beside = await self._open_beside(record)
         try:
             root_ts = await deps.notifier.request_opened(record)
             record = await self._note(record, root_ts=root_ts)
@@ -132,16 +136,17 @@ class Lifecycle:
             shown = "the approval prompt" if record.root_ts else "in the channel"
             await self._withdraw(record, f"could not post {shown} ({exc.reason})")
             return error(f"{exc.user_message} Nothing was changed (request {record.id} withdrawn).")
+        if beside:
+            await deps.notifier.follow_up_note(record, beside, "warning")
         if needs_approval:
             APPROVALS_PENDING.inc()
             await mirror(deps, record, "Change requested")
-            return notice(
-                f"Request {record.id} is waiting for approval in the thread: {plan.preview_text()}"
-            )
+            waiting = f"Request {record.id} is waiting for approval in the thread: "
+            return notice(waiting + plan.preview_text() + (f"\n{beside}" if beside else ""))
         await mirror(deps, record, "Change requested (no approval needed)")
-        return await self._run(record, user)
+        return await self._run(record, user, beside)
 
-    async def _run(self, record: ChangeRequestRecord, user: str) -> Reply:
+    async def _run(self, record: ChangeRequestRecord, user: str, beside: str | None) -> Reply:
         """Run it now and say how it went here too (the thread may be out of the bot's
         reach by now). Once the call may have been sent, the answer says only what is known
         of it: never "nothing was changed" because the store went away afterwards."""
@@ -155,7 +160,28 @@ class Lifecycle:
         outcome = state_words(str(final.state))
         if final.result_message:
             outcome += f": {final.result_message}"
-        return notice(f"Request {record.id} ran — see the thread for the result ({outcome}).")
+        ran = f"Request {record.id} ran — see the thread for the result ({outcome})."
+        return notice(ran + (f"\n{beside}" if beside else ""))
+
+    async def _open_beside(self, record: ChangeRequestRecord) -> str | None:
+        """What to tell about other requests open on the same cluster, None when none is."""
+        others = [
+            other
+            for other in await self.deps.store.list_requests(
+                states=_OPEN, project=record.project, cluster_id=record.cluster_id
+            )
+            if other.id != record.id
+        ]
+        if not others:
+            return None
+        listed = ", ".join(f"{o.id} ({state_words(str(o.state))})" for o in others[:5])
+        more = f" and {len(others) - 5} more" if len(others) > 5 else ""
+        verb = "is" if len(others) == 1 else "are"
+        return (
+            f"Note: {listed}{more} {verb} also open on {record.cluster_name} "
+            f"({record.cluster_id}). Each is re-checked against the cluster when approved: "
+            f"the one approved second may fail as {STALE_AT_APPROVAL}."
+        )
 
     async def _note(self, record: ChangeRequestRecord, **posted: Any) -> ChangeRequestRecord:
         """Store where a message of the request was posted; with the store unavailable,

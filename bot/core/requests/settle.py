@@ -15,6 +15,7 @@ from bot.core.access import Access
 from bot.core.notifier import EventKind, Notifier, RequestEvent
 from bot.core.policy import Policy
 from bot.core.requests.tasks import BackgroundTasks, InFlight
+from bot.core.requests.view import outcome_headline
 from bot.core.store import (
     TERMINAL_STATES,
     ChangeRequestRecord,
@@ -64,7 +65,10 @@ class Change:
     fields: Mapping[str, Any] = field(default_factory=dict)
     detail: Mapping[str, Any] = field(default_factory=dict)
     decision: str | None = None
+    # The notify channel's headline; a change into a final state is mirrored with
+    # outcome_headline when none is given, unless the caller mirrors it itself later.
     mirror: str | None = None
+    mirrored_by_caller: bool = False
 
     @classmethod
     def ended_by_gpuops(
@@ -137,8 +141,11 @@ async def announce(
         change.kind, change.actor, change.text, left_pending=change.decision is not None
     )
     await deps.notifier.request_changed(done, event)
-    if change.mirror is not None:
-        await mirror(deps, done, change.mirror)
+    headline = change.mirror
+    if headline is None and change.to in TERMINAL_STATES and not change.mirrored_by_caller:
+        headline = outcome_headline(done)  # whatever path ended it, the mirror hears
+    if headline is not None:
+        await mirror(deps, done, headline)
 
 
 async def mirror(deps: RequestDeps, record: ChangeRequestRecord, headline: str) -> None:

@@ -22,8 +22,30 @@ STATE_WORDS = {
 }
 
 
+# A request that failed when someone pressed Approve (it never ran): why, in the words
+# every surface uses for it. Its ``decision_note`` holds the kind (see Decisions).
+STALE_AT_APPROVAL = "stale at approval"
+REFUSED_AT_APPROVAL = "refused at approval"
+
+
 def state_words(state: str) -> str:
     return STATE_WORDS.get(state, state)
+
+
+def at_approval(state: str, decision_note: str | None, break_glass: bool) -> str | None:
+    """``stale at approval`` or ``refused at approval`` for a request that failed at its
+    approval's re-check (nothing was sent); None for any other."""
+    if state != "failed" or break_glass or not decision_note:
+        return None  # an approved request keeps a note only for break glass
+    return STALE_AT_APPROVAL if decision_note == "stale" else REFUSED_AT_APPROVAL
+
+
+def outcome_headline(record: ChangeRequestRecord) -> str:
+    """``Change done``, ``Change failed — stale at approval``: how the notify channel names
+    a request's final state."""
+    words = f"Change {state_words(str(record.state))}"
+    why = at_approval(str(record.state), record.decision_note, record.break_glass)
+    return f"{words} — {why}" if why else words
 
 
 @dataclass(frozen=True)
@@ -48,6 +70,11 @@ class RequestView:
     break_glass: bool = False
     expires_at: datetime | None = None
     price_line: str | None = None  # what the change does to the price, when it is known
+
+    @property
+    def at_approval(self) -> str | None:
+        """Why it failed when Approve was pressed (never sent), else None."""
+        return at_approval(self.state, self.decision_note, self.break_glass)
 
 
 def plan_lines(plan: ChangePlan) -> list[str]:

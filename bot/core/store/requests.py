@@ -232,12 +232,15 @@ class RequestsMixin(StoreBase):
         *,
         states: Collection[RequestState] | None = None,
         project: str | None = None,
+        cluster_id: str | None = None,
         expires_before: datetime | None = None,
         limit: int = 100,
     ) -> list[ChangeRequestRecord]:
         """Requests matching every given filter, oldest first."""
         require_aware("expires_before", expires_before)
         statement = select(change_requests)
+        if cluster_id is not None:
+            statement = statement.where(change_requests.c.cluster_id == cluster_id)
         if states is not None:
             statement = statement.where(
                 change_requests.c.state.in_([RequestState(state).value for state in states])
