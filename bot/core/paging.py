@@ -30,6 +30,10 @@ class Page:
     noun: str
     command: str
     asked: int | None = None
+    # How many there are in all when only the newest ``total`` were asked for, and the
+    # command that asks for more of them.
+    available: int | None = None
+    more_command: str | None = None
 
     @property
     def next_command(self) -> str | None:
@@ -41,8 +45,11 @@ class Page:
     @property
     def summary(self) -> str:
         """``clusters 1\u201340 of 62 · page 1 of 2 · next: /gpu list together-prod page=2``."""
+        of = f"{self.total}"
+        if self.available is not None and self.available > self.total:
+            of = f"the newest {self.total} ({self.available} in all)"
         shown = (
-            f"{self.noun} {self.first}{_RANGE}{self.last} of {self.total}"
+            f"{self.noun} {self.first}{_RANGE}{self.last} of {of}"
             if self.last
             else f"{self.total} {self.noun}"
         )
@@ -52,6 +59,8 @@ class Page:
         following = self.next_command
         if following:
             parts.append(f"next: {following}")
+        if self.more_command:
+            parts.append(f"more: {self.more_command}")
         return " · ".join(parts)
 
     @property

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from bot.core.access import Access, Refusal
 from bot.core.answers import AuditListing, ClusterCard, ClusterListing, HelpCard, Reply, notice
-from bot.core.grammar import DEFAULT_AUDIT_LIMIT
+from bot.core.grammar import DEFAULT_AUDIT_LIMIT, MAX_AUDIT_LIMIT
 from bot.core.paging import AUDIT_PAGE_SIZE, LIST_PAGE_SIZE, Page, counted_range, page_of
 from bot.core.policy import Role
 from bot.core.registry import MissingCredential
@@ -100,6 +100,7 @@ class Queries:
         if project is not None:
             await self.access.require(user, project, channel, Role.admin)
             entries = await store.list_audit(project=project, limit=limit)
+            projects = [project]
         else:
             projects = await self.authorizer.projects_for(user, channel, Role.admin)
             if not projects:
@@ -109,9 +110,11 @@ class Queries:
             batches = [await store.list_audit(project=p, limit=limit) for p in projects]
             merged = (e for b in batches for e in b)
             entries = sorted(merged, key=lambda e: (e.at, e.id), reverse=True)[:limit]
+        available = sum([await store.count_audit(project=p) for p in projects])
         shown, count, on_page = page_of(entries, page, AUDIT_PAGE_SIZE)
         first = (shown - 1) * AUDIT_PAGE_SIZE + 1 if on_page else 0
         command = "/gpu audit" + (f" {project}" if project else "")
+        wider = min(available, MAX_AUDIT_LIMIT)
         where = Page(
             number=shown,
             count=count,
@@ -121,6 +124,8 @@ class Queries:
             noun="entries",
             command=command + (f" {limit}" if limit != DEFAULT_AUDIT_LIMIT else ""),
             asked=page if page > count else None,
+            available=available,
+            more_command=f"{command} {wider}" if wider > len(entries) else None,
         )
         return Reply(AuditListing(on_page, where))
 

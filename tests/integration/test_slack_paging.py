@@ -146,9 +146,12 @@ async def test_audit_100_pages_through_every_entry(stack: LocalStack) -> None:
     assert [len(ids) for ids in shown] == [20] * 5
     assert [i for ids in shown for i in ids] == [f"CR-{i:06d}" for i in range(129, 29, -1)]
     assert _page_line(answers[0]) == (
-        "entries 1\u201320 of 100 · page 1 of 5 · next: /gpu audit 100 page=2"
+        "entries 1\u201320 of the newest 100 (130 in all) · page 1 of 5 · "
+        "next: /gpu audit 100 page=2"
     )
-    assert _page_line(answers[4]) == "entries 81\u2013100 of 100 · page 5 of 5"
+    assert (
+        _page_line(answers[4]) == "entries 81\u2013100 of the newest 100 (130 in all) · page 5 of 5"
+    )
     [newest] = await store.list_audit(limit=1)  # each entry shows its place in the chain
     assert f"`#{newest.short_hash}`" in blocks_json(answers[0].blocks)
     assert len(re.findall(r"`#[0-9a-f]{10}`", blocks_json(answers[4].blocks))) == 20
@@ -158,7 +161,29 @@ async def test_audit_100_pages_through_every_entry(stack: LocalStack) -> None:
         )
 
     scoped = await _page_through(stack, "U01ALICE", "audit together-prod 30 page=2")
-    assert _page_line(scoped[0]) == "entries 21\u201330 of 30 · page 2 of 2"
+    assert _page_line(scoped[0]) == (
+        "entries 21\u201330 of the newest 30 (130 in all) · page 2 of 2 · "
+        "more: /gpu audit together-prod 100"
+    )
+
+
+async def test_audit_says_the_real_total_when_only_the_newest_were_asked_for(
+    stack: LocalStack,
+) -> None:
+    for i in range(25):
+        await stack.runtime.store.append_audit(
+            actor="U04DAVE", event="requested", project="e2e-delhi", request_id=f"CR-{i:06d}"
+        )
+    [answer] = await _page_through(stack, "U01ALICE", "audit")
+    assert _page_line(answer) == (
+        "entries 1\u201320 of the newest 20 (25 in all) · more: /gpu audit 25"
+    )
+    first, second = await _page_through(stack, "U01ALICE", "audit 25")
+    assert _page_line(second) == "entries 21\u201325 of 25 · page 2 of 2"
+    assert (
+        _page_line(first)
+        == "entries 1\u201320 of 25 · page 1 of 2 · next: /gpu audit 25 page=2"
+    )
 
 
 async def test_a_4700_character_name_keeps_id_and_project_in_the_request(

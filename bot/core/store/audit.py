@@ -20,7 +20,7 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, RowMapping, select, update
+from sqlalchemy import ColumnElement, RowMapping, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from bot.core.store.chain import (
@@ -104,6 +104,14 @@ class AuditMixin(StoreBase):
         async with self._begin() as conn:
             rows = (await conn.execute(statement)).mappings().all()
         return [AuditEntry.model_validate(dict(row)) for row in rows]
+
+    async def count_audit(self, *, project: str | None = None) -> int:
+        """How many audit entries there are (of one project, if given)."""
+        statement = select(func.count()).select_from(audit)
+        if project is not None:
+            statement = statement.where(audit.c.project == project)
+        async with self._begin() as conn:
+            return int((await conn.execute(statement)).scalar_one())
 
     async def chain_head(self) -> ChainHead:
         async with self._begin() as conn:
