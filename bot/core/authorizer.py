@@ -30,6 +30,20 @@ def _channel_list(channels: Iterable[str]) -> str:
     return ", ".join(f"<#{c}>" for c in sorted(set(channels)))
 
 
+def _only_elsewhere(grants: list[Grant], project: str, needed: Role, action: str) -> str:
+    """Why a user whose grants on ``project`` all hold in other channels is refused: where
+    to go when the role they need holds there, else that they lack the role."""
+    able = [c for g in grants if g.role >= needed for c in g.channels or ()]
+    if able:
+        return f"your grant on {project} holds only in {_channel_list(able)} — ask there"
+    best = max(g.role for g in grants)
+    where = [c for g in grants if g.role == best for c in g.channels or ()]
+    return (
+        f"you are {best} on {project} (in {_channel_list(where)}); {action} needs {needed}, "
+        "which you hold in no channel — a gpuops admin can grant it in the policy"
+    )
+
+
 class Authorizer:
     """Answers "what may this user do on this project, here?" from the policy."""
 
@@ -57,9 +71,7 @@ class Authorizer:
         here = [g for g in grants if g.holds_in(channel)]
         role = max((g.role for g in here), default=None)
         if role is None:
-            channels = [c for g in grants for c in g.channels or ()]
-            reason = f"your grant on {project} holds only in {_channel_list(channels)} — ask there"
-            return AccessDecision(False, None, reason)
+            return AccessDecision(False, None, _only_elsewhere(grants, project, needed, action))
         if role < needed:
             reason = f"you are {role} on {project}; {action} needs {needed}"
             elsewhere = [
@@ -72,6 +84,11 @@ class Authorizer:
                 reason += f" (your {needed} grant holds in {_channel_list(elsewhere)} — ask there)"
             return AccessDecision(False, role, reason)
         return AccessDecision(True, role, f"you are {role} on {project}")
+
+    async def channels_granted(self, user: str) -> list[str]:
+        """The channels where the user's channel-scoped grants hold (to say where they
+        can act when they cannot here)."""
+        return sorted({c for g in await self._grants_of(user) for c in g.channels or ()})
 
     async def projects_for(
         self, user: str, channel: str | None, min_role: Role = Role.viewer

@@ -37,8 +37,19 @@ class Queries:
             if role is not None:
                 roles[project] = role
         if not roles:
-            return notice(NO_ACCESS)
+            return notice(await self._no_access_here(user))
         return Reply(HelpCard(roles))
+
+    async def _no_access_here(self, user: str) -> str:
+        """No access here: where the person's grants do hold, or how to get one."""
+        channels = await self.authorizer.channels_granted(user)
+        if not channels:
+            return NO_ACCESS
+        where = ", ".join(f"<#{c}>" for c in channels)
+        return (
+            f"gpuops: you have no access to any project in this channel; your grants hold "
+            f"in {where} — run `/gpu help` there to see what you can do."
+        )
 
     async def list_clusters(
         self, user: str, channel: str, project: str | None, page: int = 1
@@ -49,8 +60,12 @@ class Queries:
         else:
             projects = await self.authorizer.projects_for(user, channel)
             if not projects:
+                channels = await self.authorizer.channels_granted(user)
+                where = ", ".join(f"<#{c}>" for c in channels)
+                elsewhere = f" (your grants hold in {where})" if channels else ""
                 raise Refusal(
-                    "you have no projects you can view in this channel.", kind="not_authorized"
+                    f"you have no projects you can view in this channel{elsewhere}.",
+                    kind="not_authorized",
                 )
         async with waiting_elsewhere():  # the fetches wait in child tasks: free the turn
             results = await asyncio.gather(*(self._list_one(p) for p in projects))

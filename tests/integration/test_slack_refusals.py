@@ -77,6 +77,18 @@ async def test_a_grant_holds_only_in_its_channels(sqlite_stack: LocalStack) -> N
     assert sqlite_stack.together.calls("get") == []
 
 
+async def test_help_where_she_has_no_access_names_where_she_has(
+    sqlite_stack: LocalStack,
+) -> None:
+    answer = await whisper(sqlite_stack, "U05ERIN", "C0RANDOM", "help")
+    assert "no access to any project in this channel" in answer.text
+    assert "your grants hold in <#C0INCIDENT>" in answer.text
+    listed = await whisper(sqlite_stack, "U05ERIN", "C0RANDOM", "list")
+    assert "(your grants hold in <#C0INCIDENT>)" in listed.text
+    stranger = await whisper(sqlite_stack, "U06MALLORY", "C0RANDOM", "help")
+    assert "Ask a gpuops admin for a grant" in stranger.text and "<#" not in stranger.text
+
+
 async def test_a_cluster_outside_the_allowlist_is_refused(make_stack: StackFactory) -> None:
     policy = DEMO_POLICY.replace(
         "    notify_channel: C0GPUAUDIT\n  e2e-delhi:",

@@ -157,6 +157,22 @@ async def test_refused_approvals_change_nothing_and_say_why(
     assert len(stack.e2e.calls("action", "PUT")) == 1
 
 
+async def test_a_viewer_pressing_approve_is_told_she_lacks_the_role_not_sent_elsewhere(
+    stack: LocalStack,
+) -> None:
+    in_random = await request(
+        stack, DAVE, "action e2e-delhi 105 restart_workers", channel="C0RANDOM"
+    )
+    await _refused(
+        stack,
+        in_random,
+        ERIN,
+        "you are viewer on e2e-delhi (in <#C0INCIDENT>); approving a request needs approver, "
+        "which you hold in no channel",
+    )
+    assert "ask there" not in stack.slack.ephemerals_for(ERIN)[-1].text
+
+
 async def test_deny_closes_the_request_and_a_late_click_is_told_who_decided(
     stack: LocalStack,
 ) -> None:
