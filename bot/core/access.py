@@ -43,6 +43,12 @@ class Refusal(Exception):
         return error(self.message, mentions=self.mentions)
 
 
+def invalid_change(errors: Mapping[str, str]) -> Refusal:
+    """The one refusal for fields that cannot be used: ``invalid change — name: why; …``."""
+    lines = "; ".join(f"{k}: {v}" for k, v in errors.items())
+    return Refusal(f"invalid change — {lines}", kind="invalid", field=next(iter(errors), None))
+
+
 class Access:
     """Authorization, the cluster allowlist, the audit trail and the provider lookups that
     the command service and the change workflow share."""
@@ -144,8 +150,6 @@ class Access:
         try:
             return self.adapter_for(project).plan(state, action, inputs)
         except ChangeInputError as exc:
-            lines = "; ".join(f"{k}: {v}" for k, v in exc.errors.items())
-            first = next(iter(exc.errors), None)
-            raise Refusal(f"invalid change — {lines}", kind="invalid", field=first) from None
+            raise invalid_change(exc.errors) from None
         except RuleViolation as exc:
             raise Refusal(exc.message, kind="rule", field=exc.field) from None

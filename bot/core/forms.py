@@ -14,7 +14,7 @@ from bot.core.access import Access, Refusal
 from bot.core.grammar import ActionCommand, UpdateCommand, UsageError, parse_command
 from bot.core.policy import Role
 from bot.core.registry import MissingCredential
-from bot.providers.base import ClusterState, ClusterSummary, FieldSpec
+from bot.providers.base import ClusterState, ClusterSummary, FieldSpec, unknown_field
 
 FormKind = Literal["update", "action"]
 SUBMIT_TIMEOUT = 2.0  # seconds to re-fetch a cluster while the surface waits to acknowledge
@@ -164,6 +164,27 @@ class Forms:
         except (KeyError, MissingCredential):
             return []
 
+    def unknown_fields(
+        self, project: str, action: str | None, given: Mapping[str, object]
+    ) -> dict[str, str]:
+        """Per given field that ``action`` does not take (or no action, when none is
+        chosen yet), what is wrong with it — refused, never silently dropped."""
+        try:
+            adapter = self.access.adapter_for(project)
+            actions = adapter.actions()
+        except (KeyError, MissingCredential):
+            return {}
+        if action is not None and action not in actions:
+            return {}  # the plan names the unknown action itself
+        chosen = [action] if action is not None else actions
+        known = list(dict.fromkeys(s.name for a in chosen for s in adapter.fields_for(a)))
+        owner = action or f"any {adapter.provider} action"
+        return {
+            name: unknown_field(name, known, owner)
+            for name, value in given.items()
+            if name not in known and value not in (None, "")
+        }
+
     def request_for(
         self, channel: str, command: UpdateCommand | ActionCommand
     ) -> FormRequest | None:
@@ -172,6 +193,8 @@ class Forms:
         kind: FormKind = "update" if isinstance(command, UpdateCommand) else "action"
         action = "update" if isinstance(command, UpdateCommand) else command.action
         fields = command.fields
+        if self.unknown_fields(command.project, action, fields):
+            return None  # refused with the command, not dropped on the way to a form
         missing = action is not None and any(
             s.required and not fields.get(s.name) for s in self.fields_of(command.project, action)
         )

@@ -9,7 +9,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping
 
-from bot.core.access import Access, Refusal
+from bot.core.access import Access, Refusal, invalid_change
 from bot.core.answers import Reply, error, notice, store_unavailable
 from bot.core.forms import FormKind, FormRequest, Forms, ReadySubmission, SubmissionErrors
 from bot.core.grammar import (
@@ -189,6 +189,10 @@ class CommandService:
             verb = "update" if provider == "together" else "action"
             label = _PROVIDER_LABELS.get(provider, provider)
             raise Refusal(f"{command.project} is {label} project: use `/gpu {verb}`.", kind="usage")
+        chosen = "update" if isinstance(command, UpdateCommand) else command.action
+        unknown = self.forms.unknown_fields(command.project, chosen, command.fields)
+        if unknown:  # refused for every action alike, never dropped on the way to a form
+            raise invalid_change(unknown)
         form = self.forms.request_for(channel, command)
         if form is not None:
             return form

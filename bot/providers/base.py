@@ -4,7 +4,8 @@ each provider implements. Nothing here knows HTTP or Slack."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
 
@@ -164,6 +165,26 @@ def parse_whole_number(value: Any) -> int:
         return int(value.strip())
     except ValueError:
         raise ValueError(f"must be a whole number (got {value.strip()!r})") from None
+
+
+def nearest_field(name: str, known: Sequence[str]) -> str | None:
+    """The known field ``name`` was probably meant as: a near spelling (``num_gpu`` →
+    ``num_gpus``) or a part of its name (``nodes`` → ``additional_nodes``); None if none."""
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+    if close:
+        return close[0]
+    parts = set(name.split("_"))
+    holding = [k for k in known if parts <= set(k.split("_"))]
+    return holding[0] if len(holding) == 1 else None
+
+
+def unknown_field(name: str, known: Sequence[str], owner: str) -> str:
+    """What to say after ``name:`` of a field ``owner`` does not take, in one style for
+    every provider: ``not a field of scale_cluster — did you mean additional_nodes?
+    (fields: additional_nodes)``."""
+    guess = nearest_field(name, known)
+    meant = f" — did you mean {guess}?" if guess else ""
+    return f"not a field of {owner}{meant} (fields: {', '.join(known) or 'none'})"
 
 
 class ChangeInputError(ValueError):

@@ -208,8 +208,28 @@ VALIDATION = [
     ),
     pytest.param(
         "update together-prod tc-h100-reserved colour=blue",
-        ["colour", "not a Together update field", "num_gpus"],
+        ["invalid change — colour: not a field of update (fields: cluster_type, num_gpus"],
         id="unknown-field",
+    ),
+    pytest.param(
+        "update together-prod tc-h100-reserved num_gpu=16",
+        ["invalid change — num_gpu: not a field of update — did you mean num_gpus?"],
+        id="near-miss-field",
+    ),
+    pytest.param(
+        "action e2e-delhi 101 scale_cluster nodes=3",
+        ["invalid change — nodes: not a field of scale_cluster — did you mean additional_nodes?"],
+        id="e2e-unknown-field-where-a-form-would-open",
+    ),
+    pytest.param(
+        "action e2e-delhi 101 restart_workers nodes=3",
+        ["invalid change — nodes: not a field of restart_workers (fields: none)"],
+        id="e2e-unknown-field-of-an-action-without-fields",
+    ),
+    pytest.param(
+        "action e2e-delhi 101 nodes=3",
+        ["invalid change — nodes: not a field of any e2e action — did you mean additional_nodes?"],
+        id="e2e-unknown-field-without-an-action",
     ),
     pytest.param(
         "update together-prod tc-h100-reserved num_gpus=16",

@@ -10,7 +10,13 @@ import pytest
 from pydantic import ValidationError
 
 from bot.local.simulators.e2e import E2ESimulator
-from bot.providers.base import ChangeInputError, ClusterState, ClusterSummary
+from bot.providers.base import (
+    ChangeInputError,
+    ClusterState,
+    ClusterSummary,
+    nearest_field,
+    unknown_field,
+)
 from bot.providers.e2e import (
     ACTION_ADAPTER,
     ACTIONS,
@@ -134,8 +140,26 @@ def test_input_errors_name_every_bad_field_at_once(adapter: E2EAdapter) -> None:
         adapter.plan(_state(), "scale_cluster", raw)
     errors = caught.value.errors
     assert set(errors) == {"additional_nodes", "ssh_key_ids", "colour"}
-    assert "whole number" in errors["additional_nodes"]
-    assert "does not take ssh_key_ids" in errors["ssh_key_ids"]
+    assert errors["additional_nodes"] == "must be a whole number (got 'two')"
+    assert errors["ssh_key_ids"] == "not a field of scale_cluster (fields: additional_nodes)"
+
+
+@pytest.mark.parametrize(
+    ("name", "known", "meant"),
+    [
+        ("num_gpu", ("cluster_type", "num_gpus", "num_reserved_gpus"), "num_gpus"),
+        ("nodes", ("additional_nodes",), "additional_nodes"),
+        ("image", ("image_version_id", "ssh_key_ids"), "image_version_id"),
+        ("colour", ("additional_nodes",), None),
+        ("gpus", ("num_gpus", "num_reserved_gpus"), None),  # two could be meant: say neither
+    ],
+)
+def test_a_near_miss_names_the_field_meant(
+    name: str, known: tuple[str, ...], meant: str | None
+) -> None:
+    assert nearest_field(name, known) == meant
+    said = unknown_field(name, known, "x")
+    assert (f"did you mean {meant}?" in said) is (meant is not None)
 
 
 @pytest.mark.parametrize(

@@ -263,7 +263,7 @@ def test_every_bad_field_is_reported_at_once() -> None:
     assert errors["num_reserved_gpus"] == "must be 0 or more (got -8)"
     assert errors["cluster_type"] == "must be KUBERNETES or SLURM (got 'nomad')"
     assert "RFC 3339" in errors["reservation_end_time"]
-    assert errors["colour"].startswith("is not a Together update field")
+    assert errors["colour"].startswith("not a field of update (fields: cluster_type, num_gpus")
 
 
 def test_blank_values_are_not_set_and_text_is_trimmed() -> None:

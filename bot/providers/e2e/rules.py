@@ -10,6 +10,7 @@ from bot.providers.base import (
     ChangeInputError,
     FieldSpec,
     parse_whole_number,
+    unknown_field,
 )
 from bot.providers.e2e.models import (
     ACTIONS,
@@ -102,13 +103,6 @@ def _blank(value: Any) -> bool:
     return value is None or (isinstance(value, str) and not value.strip())
 
 
-def _parse_int(name: str, value: Any) -> int:
-    try:
-        return parse_whole_number(value)
-    except ValueError as exc:
-        raise ValueError(f"{name} {exc}") from None
-
-
 def _parse_int_list(name: str, value: Any) -> list[int]:
     if isinstance(value, str):
         parts: Sequence[Any] = [part.strip() for part in value.split(",") if part.strip()]
@@ -119,10 +113,10 @@ def _parse_int_list(name: str, value: Any) -> list[int]:
     numbers = []
     for part in parts:
         try:
-            numbers.append(_parse_int(name, part))
+            numbers.append(parse_whole_number(part))
         except ValueError:
             raise ValueError(
-                f"{name} takes comma-separated whole numbers such as 11,12; {part!r} is not one"
+                f"takes comma-separated whole numbers such as 11,12; {part!r} is not one"
             ) from None
     return numbers
 
@@ -139,19 +133,18 @@ def parse_action_fields(action: str, raw: Mapping[str, Any]) -> dict[str, Any]:
     for name in wanted:
         value = raw.get(name)
         if _blank(value):
-            errors[name] = f"{action} needs {name}: {FIELD_SPECS[name].hint}"
+            errors[name] = f"required for {action} ({FIELD_SPECS[name].hint})"
             continue
         try:
             if FIELD_SPECS[name].kind == "int_list":
                 values[name] = _parse_int_list(name, value)
             else:
-                values[name] = _parse_int(name, value)
+                values[name] = parse_whole_number(value)
         except ValueError as exc:
             errors[name] = str(exc)
-    takes = ", ".join(wanted) or "no fields"
     for name, value in raw.items():
         if name != "action" and name not in wanted and not _blank(value):
-            errors[name] = f"{action} does not take {name} (it takes {takes})"
+            errors[name] = unknown_field(name, wanted, action)
     if errors:
         raise ChangeInputError(errors)
     return values

@@ -13,6 +13,7 @@ from bot.providers.base import (
     ClusterState,
     example_time,
     parse_whole_number,
+    unknown_field,
 )
 from bot.providers.errors import (
     RuleViolation,
@@ -252,7 +253,7 @@ def parse_update(raw: Mapping[str, Any]) -> ClusterUpdate:
     errors: dict[str, str] = {}
     for name, value in raw.items():
         if name not in _PARSERS:
-            errors[name] = "is not a Together update field (use " + ", ".join(UPDATE_FIELDS) + ")"
+            errors[name] = unknown_field(name, UPDATE_FIELDS, "update")
             continue
         if value is None or (isinstance(value, str) and not value.strip()):
             continue
