@@ -495,15 +495,23 @@ def _with_typed(block: Mapping[str, Any], typed: Mapping[str, Any]) -> Block:
     return again
 
 
+FORM_SUBMIT = "Request change"
+# What the submit button does, said where it is pressed: there is no separate preview step.
+FORM_SUBMIT_SAYS = (
+    f"*{FORM_SUBMIT}* posts the change with its preview in the channel: a change that needs "
+    "approval waits there for an approver, any other runs at once."
+)
+
+
 def _form(callback_id: str, title: str, blocks: list[Block], metadata: Mapping[str, Any]) -> Block:
     return {
         "type": "modal",
         "callback_id": callback_id,
         "title": {"type": "plain_text", "text": title},
-        "submit": {"type": "plain_text", "text": "Preview & request"},
+        "submit": {"type": "plain_text", "text": FORM_SUBMIT},
         "close": {"type": "plain_text", "text": "Cancel"},
         "private_metadata": json.dumps(dict(metadata)),
-        "blocks": blocks,
+        "blocks": [*blocks, context(FORM_SUBMIT_SAYS)],
     }
 
 

@@ -58,6 +58,10 @@ async def test_update_without_fields_opens_a_prefilled_gpu_update_modal(
     end = input_block(view, "reservation_end_time")["element"]["initial_value"]
     assert end == cluster["reservation_end_time"]
     assert "train-h100-reserved" in blocks_json(view.blocks)
+    # the button says what it does: there is no preview step before the request
+    assert view.view["submit"]["text"] == "Request change"
+    assert "Preview" not in json.dumps(view.view)
+    assert "any other runs at once" in blocks_json(view.blocks)
     assert provider_writes(stack) == [] and stack.slack.ephemerals == []
 
 

@@ -14,7 +14,7 @@ FORM: dict[str, Any] = {
     "type": "modal",
     "callback_id": "gpu_action",
     "title": {"type": "plain_text", "text": "Cluster action"},
-    "submit": {"type": "plain_text", "text": "Preview & request"},
+    "submit": {"type": "plain_text", "text": "Request change"},
     "close": {"type": "plain_text", "text": "Cancel"},
     "private_metadata": '{"project": "e2e-delhi"}',
     "blocks": [
