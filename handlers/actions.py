@@ -35,6 +35,9 @@ async def handle_decision(ack: Any, body: dict[str, Any], context: Any, respond:
         await _whisper_via(respond, render.error("I could not read that click; try again."))
         return
     click = action.actions[0]
+    if click.action_id == "deny_request":
+        await _ask_why_deny(ops, messenger, respond, action, str(click.value))
+        return
     result = await ops.decide(
         user=action.user.id,
         channel=action.channel_id,
@@ -69,6 +72,30 @@ async def _whisper_via(respond: Any, message: render.SlackMessage) -> None:
         await respond(response_type="ephemeral", replace_original=False, **message.as_kwargs())
     except Exception as exc:
         log.error("could not deliver an ephemeral reply: %s", type(exc).__name__)
+
+
+async def _ask_why_deny(
+    ops: CommandService, messenger: Messenger, respond: Any, action: BlockAction, request_id: str
+) -> None:
+    """Deny asks for an optional reason first (a refusal is told at once, no form)."""
+    assert action.channel_id is not None
+    refused = await ops.may_deny(
+        user=action.user.id, channel=action.channel_id, request_id=request_id
+    )
+    if refused is not None:
+        await whisper(
+            messenger, respond, action.channel_id, action.user.id, refused, action.thread_ts
+        )
+        return
+    view = render.deny_modal(request_id, action.channel_id, action.thread_ts)
+    try:
+        if not action.trigger_id:
+            raise SlackDeliveryError("views.open", "no_trigger", None)
+        await messenger.open_view(action.trigger_id, view)
+    except SlackDeliveryError as exc:
+        await _whisper_via(
+            respond, render.error(f"I could not open the deny form ({exc.code}); try again.")
+        )
 
 
 async def _ask_break_glass(

@@ -1,4 +1,4 @@
-"""Modal submissions: gpu_update, gpu_action, gpu_break_glass."""
+"""Modal submissions: gpu_update, gpu_action, gpu_break_glass, gpu_deny."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ def register(app: AsyncApp) -> None:
     for callback_id in render.FORM_CALLBACKS.values():
         app.view(callback_id)(handle_change_submission)
     app.view(render.BREAK_GLASS_CALLBACK)(handle_break_glass)
+    app.view(render.DENY_CALLBACK)(handle_deny)
 
 
 async def handle_change_submission(ack: Any, body: dict[str, Any], context: Any) -> None:
@@ -200,6 +201,30 @@ async def handle_break_glass(ack: Any, body: dict[str, Any], context: Any) -> No
             submission.user.id,
             error("Break glass needs a reason."),
         )
+
+
+async def handle_deny(ack: Any, body: dict[str, Any], context: Any) -> None:
+    """The deny form: deny with the reason given (or none)."""
+    ops: CommandService = context["gpuops"]
+    messenger: Messenger = context["messenger"]
+    await ack()
+    submission = parse(ViewSubmission, body)
+    if submission is None:
+        return
+    meta = _metadata(submission.view.private_metadata)
+    where = meta.get("channel") or submission.user.id
+    if context.get(STORE_UNAVAILABLE):  # the submission could not be checked for repeats
+        await whisper_or_dm(messenger, where, submission.user.id, store_unavailable())
+        return
+    result = await ops.decide(
+        user=submission.user.id,
+        channel=meta.get("channel", ""),
+        request_id=meta.get("request_id", ""),
+        decision="deny",
+        reason=state_values(submission.view).get("reason") or None,
+    )
+    if isinstance(result, Reply):
+        await whisper_or_dm(messenger, where, submission.user.id, result)
 
 
 def _metadata(raw: str) -> dict[str, str]:

@@ -90,6 +90,7 @@ class CommandService:
         request_id: str,
         decision: Decision,
         break_glass_reason: str | None = None,
+        reason: str | None = None,
     ) -> Reply | NeedsBreakGlass | None:
         """Approve, deny or cancel a request (ChangeWorkflow.decide)."""
         try:
@@ -99,6 +100,16 @@ class CommandService:
                 request_id=request_id,
                 decision=decision,
                 break_glass_reason=break_glass_reason,
+                reason=reason,
+            )
+        except StoreUnavailable as exc:
+            return _store_down("a decision", exc)
+
+    async def may_deny(self, *, user: str, channel: str, request_id: str) -> Reply | None:
+        """None when the person may deny the request here (ask them why next), else why not."""
+        try:
+            return await self.workflow.decisions.may_deny(
+                user=user, channel=channel, request_id=request_id
             )
         except StoreUnavailable as exc:
             return _store_down("a decision", exc)

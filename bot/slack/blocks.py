@@ -535,6 +535,33 @@ def change_form(form: FormView | FormMessage) -> Block:
     )
 
 
+DENY_CALLBACK = "gpu_deny"
+
+
+def deny_modal(request_id: str, channel: str, thread_ts: str | None) -> Block:
+    """Ask a denier why (optional): the reason is audited and shown in the thread."""
+    return {
+        "type": "modal",
+        "callback_id": DENY_CALLBACK,
+        "title": {"type": "plain_text", "text": "Deny request"},
+        "submit": {"type": "plain_text", "text": "Deny"},
+        "close": {"type": "plain_text", "text": "Cancel"},
+        "private_metadata": json.dumps(
+            {"request_id": request_id, "channel": channel, "thread_ts": thread_ts}
+        ),
+        "blocks": [
+            section(f":no_entry_sign: You are denying `{escape(request_id)}`: nothing is changed."),
+            {
+                "type": "input",
+                "block_id": "reason",
+                "optional": True,
+                "label": {"type": "plain_text", "text": "Why? (recorded in the thread and audit)"},
+                "element": {"type": "plain_text_input", "action_id": "reason", "max_length": 500},
+            },
+        ],
+    }
+
+
 def break_glass_modal(request_id: str, channel: str | None) -> Block:
     """Ask an admin approving their own request why it cannot wait for a second person."""
     return {

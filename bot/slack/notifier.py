@@ -66,7 +66,8 @@ class SlackNotifier:
     def _thread_note(record: ChangeRequestRecord, event: RequestEvent) -> SlackMessage | None:
         if event.kind in _DECISION_WORDS:
             icon, what = _DECISION_WORDS[event.kind]
-            return blocks.decision_note(icon, what, event.actor)
+            detail = f"Reason: {event.text}" if event.text else None
+            return blocks.decision_note(icon, what, event.actor, detail)
         if event.text is None:
             return None
         if event.kind == "finished":

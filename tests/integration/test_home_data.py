@@ -16,7 +16,7 @@ from bot.core.store import RequestState, Store
 from bot.local.demo.stack import DEMO_POLICY, LocalStack
 from bot.local.simulators.base import Fault, FaultKind
 from bot.slack.home import home_view
-from tests.support.workflow_kit import click, request, wait_state
+from tests.support.workflow_kit import deny, request, wait_state
 
 BOB, CAROL, DAVE, ERIN, MALLORY = "U02BOB", "U03CAROL", "U04DAVE", "U05ERIN", "U06MALLORY"
 
@@ -104,7 +104,7 @@ async def test_finished_requests_are_recent_results_and_lists_are_cut_with_count
         )
         for cluster_id in ("101", "103", "105", "104")
     ]
-    await click(stack, opened[3], BOB, "deny_request")
+    await deny(stack, opened[3], BOB)
     await wait_state(stack.runtime.store, opened[3].id, RequestState.DENIED)
     limits = HomeLimits(approvals=2, open_requests=1, clusters_per_project=2)
     home = await builder(stack, limits=limits).build(BOB)

@@ -180,10 +180,7 @@ async def test_audit_says_the_real_total_when_only_the_newest_were_asked_for(
     )
     first, second = await _page_through(stack, "U01ALICE", "audit 25")
     assert _page_line(second) == "entries 21\u201325 of 25 · page 2 of 2"
-    assert (
-        _page_line(first)
-        == "entries 1\u201320 of 25 · page 1 of 2 · next: /gpu audit 25 page=2"
-    )
+    assert _page_line(first) == "entries 1\u201320 of 25 · page 1 of 2 · next: /gpu audit 25 page=2"
 
 
 async def test_a_4700_character_name_keeps_id_and_project_in_the_request(

@@ -22,6 +22,7 @@ from tests.support.workflow_kit import (
     audit_trail,
     buttons,
     click,
+    deny,
     events,
     next_ephemeral,
     readable_text,
@@ -105,10 +106,16 @@ async def test_approved_scale_cluster_runs_once_with_the_whole_story_in_the_thre
 
 
 async def _refused(
-    stack: LocalStack, opened: Opened, user: str, why: str, *, channel: str | None = None
+    stack: LocalStack,
+    opened: Opened,
+    user: str,
+    why: str,
+    *,
+    channel: str | None = None,
+    action_id: str = "approve_request",
 ) -> None:
     seen = len(stack.slack.ephemerals_for(user))
-    await click(stack, opened, user, channel=channel)
+    await click(stack, opened, user, action_id, channel=channel)
     whisper = await next_ephemeral(stack, user, seen)
     assert whisper.source == "chat.postEphemeral" and whisper.user == user
     assert why in whisper.text, whisper.text
@@ -121,7 +128,9 @@ async def test_refused_approvals_change_nothing_and_say_why(
 ) -> None:
     stack = await make_stack(database_url=database_url, policy_yaml=STRICT_POLICY)
     by_dave = await request(stack, DAVE, SCALE_101)
-    await _refused(stack, by_dave, DAVE, "you are operator on e2e-delhi; approving a request needs approver")
+    await _refused(
+        stack, by_dave, DAVE, "you are operator on e2e-delhi; approving a request needs approver"
+    )
     await _refused(stack, by_dave, ERIN, "you are viewer on e2e-delhi")
     await _refused(stack, by_dave, MALLORY, "no such project or no access: e2e-delhi")
     by_bob = await request(stack, BOB, "action e2e-delhi 103 scale_cluster additional_nodes=1")
@@ -177,12 +186,20 @@ async def test_deny_closes_the_request_and_a_late_click_is_told_who_decided(
     stack: LocalStack,
 ) -> None:
     opened = await request(stack, DAVE, SCALE_101)
-    await click(stack, opened, BOB, "deny_request")
+    await deny(stack, opened, BOB, "not during the <@U0EVIL> freeze")
     await wait_root(stack, opened, "denied")
     record = await wait_state(stack.runtime.store, opened.id, S.DENIED)
-    assert record.decided_by == BOB
+    assert record.decided_by == BOB and record.decision_note == "not during the <@U0EVIL> freeze"
     assert "by <@U02BOB>" in readable_text(stack.slack.message(CHANNEL, opened.root_ts))  # type: ignore[arg-type]
-    await wait_reply(stack, opened, "Denied by <@U02BOB>.")
+    # the reason is in the thread (escaped), the audit and the notify channel
+    note = await wait_reply(stack, opened, "Denied by <@U02BOB>.")
+    assert "Reason: not during the &lt;@U0EVIL&gt; freeze" in note.text
+    mirrored = await wait_mirror(stack, opened, "Change denied: not during the")
+    assert "<@U0EVIL>" not in mirrored.text
+    [denied] = [
+        e for e in await stack.runtime.store.list_audit(request_id=opened.id) if e.event == "denied"
+    ]
+    assert denied.detail["reason"] == "not during the <@U0EVIL> freeze"
     seen = len(stack.slack.ephemerals_for(CAROL))
     await click(stack, opened, CAROL)
     late = await next_ephemeral(stack, CAROL, seen)
@@ -193,6 +210,19 @@ async def test_deny_closes_the_request_and_a_late_click_is_told_who_decided(
         "denied",
         "refused",
     ]
+
+
+async def test_a_deny_without_a_reason_and_one_refused_before_its_form(
+    stack: LocalStack,
+) -> None:
+    opened = await request(stack, DAVE, SCALE_101)
+    await _refused(stack, opened, ERIN, "you are viewer on e2e-delhi", action_id="deny_request")
+    assert stack.slack.open_views_for(ERIN) == []  # refused at the click: no form for nothing
+    await deny(stack, opened, BOB)
+    await wait_reply(stack, opened, "Denied by <@U02BOB>.")
+    record = await wait_state(stack.runtime.store, opened.id, S.DENIED)
+    assert record.decision_note is None
+    assert not any("Reason:" in t for t in thread_texts(stack, opened))
 
 
 async def test_cancel_by_the_requester_or_an_admin_but_not_another_operator(
@@ -355,7 +385,7 @@ async def test_break_glass_lets_an_admin_approve_their_own_with_a_reason(
 
 async def test_audit_trail_is_shown_to_admins_only(stack: LocalStack) -> None:
     opened = await request(stack, DAVE, SCALE_101)
-    await click(stack, opened, BOB, "deny_request")
+    await deny(stack, opened, BOB)
     await wait_state(stack.runtime.store, opened.id, S.DENIED)
 
     seen = len(stack.slack.ephemerals_for(ALICE))

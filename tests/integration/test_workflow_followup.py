@@ -18,6 +18,7 @@ from tests.support.workflow_kit import (
     CHANNEL,
     DAVE,
     click,
+    deny,
     poll_until,
     readable_text,
     request,
@@ -89,7 +90,7 @@ async def test_metrics_count_approval_decisions_expiries_and_outcomes(stack: Loc
         expired = await request(stack, DAVE, "action e2e-delhi 104 restart_cluster")
         failed = await request(stack, DAVE, "action e2e-delhi 105 restart_workers")
         await click(stack, approved, BOB)
-        await click(stack, denied, BOB, "deny_request")
+        await deny(stack, denied, BOB)
         await wait_state(stack.runtime.store, approved.id, S.SUCCEEDED)
         stack.e2e.faults.add(Fault(route="action", kind=FaultKind.SERVER_ERROR, status=400))
         await click(stack, failed, BOB)

@@ -15,6 +15,7 @@ from tests.support.workflow_kit import (
     DAVE,
     NOTIFY_CHANNEL,
     click,
+    deny,
     open_direct,
     wait_root,
     wait_state,
@@ -108,7 +109,7 @@ async def test_a_denial_is_one_event_that_leaves_pending(sqlite_stack: LocalStac
     opened = await open_direct(
         stack, DAVE, "e2e-delhi", "101", "scale_cluster", {"additional_nodes": "1"}
     )
-    await click(stack, opened, BOB, "deny_request")
+    await deny(stack, opened, BOB)
     await wait_state(stack.runtime.store, opened.id, RequestState.DENIED)
     await wait_root(stack, opened, "denied")
 

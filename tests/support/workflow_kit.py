@@ -22,7 +22,7 @@ import httpx
 from bot.core.answers import Notice
 from bot.core.store import ChangeRequestRecord, RequestState, Store
 from bot.local.demo.stack import LocalStack
-from bot.local.slack.models import Ephemeral, Message
+from bot.local.slack.models import Ephemeral, Message, View
 from bot.local.slack.sender import SenderResult, SlackSender
 from tests.support.slack_support import roots
 
@@ -162,6 +162,22 @@ async def click(
     )
     assert result.status == 200 and result.acked_in_time, result
     return result
+
+
+async def deny(
+    stack: LocalStack, opened: Opened, user: str, reason: str | None = None
+) -> SenderResult:
+    """``user`` presses Deny and submits its form, with ``reason`` or leaving it empty."""
+    await click(stack, opened, user, "deny_request")
+
+    def form() -> View | None:
+        view = stack.slack.last_view_for(user, open_only=True)
+        return view if view is not None and view.callback_id == "gpu_deny" else None
+
+    view = await stack.slack.wait_for(form)
+    submitted = await stack.sender.view_submission(user, view.id, {"reason": reason})
+    assert submitted.status == 200 and not submitted.problems, submitted
+    return submitted
 
 
 async def wait_state(

@@ -32,7 +32,13 @@ def test_one_node_and_a_large_price_read_naturally() -> None:
 def test_the_summary_billing_line_writes_money_as_the_price_line_does() -> None:
     plan = {**HOURLY_INR, "unit_price": 1995.2}
     cluster = E2EClusterDetail.model_validate(
-        {"id": 101, "name": "a", "status": "Running", "no_of_nodes": 2, "sku_details": {"plan": plan}}
+        {
+            "id": 101,
+            "name": "a",
+            "status": "Running",
+            "no_of_nodes": 2,
+            "sku_details": {"plan": plan},
+        }
     )
     billing = to_summary(cluster, "e2e-delhi").billing
     line = scale_price_line(e2e_node_price(plan), 1)

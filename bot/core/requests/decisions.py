@@ -96,8 +96,11 @@ class Decisions:
         request_id: str,
         decision: Decision,
         break_glass_reason: str | None = None,
+        reason: str | None = None,
     ) -> Reply | NeedsBreakGlass | None:
         """Act on a decision button; a reply for the decider, or None when all is shown.
+
+        ``reason`` is a denier's why (audited and shown in the thread).
 
         ``channel`` is where the click came from (audited); the decision is checked in the
         request's own channel, never the one a payload names."""
@@ -144,8 +147,33 @@ class Decisions:
         except _AskBreakGlass:
             return NeedsBreakGlass(record.id)
         if decision == "deny":
-            return await self._close(record, user, RequestState.DENIED)
+            return await self._close(record, user, RequestState.DENIED, (reason or "").strip())
         return await self._approve(record, user, break_glass, break_glass_reason)
+
+    async def may_deny(self, *, user: str, channel: str, request_id: str) -> Reply | None:
+        """None when ``user`` may deny it here now (a surface then asks why); else the
+        refusal (audited) — before a form is opened for nothing."""
+        deps = self.deps
+        record = await deps.store.get_request(request_id)
+        if record is None:
+            unknown = Refusal(f"there is no change request {request_id}.", kind="unknown_request")
+            return await deps.access.refuse(user, channel, unknown)
+        try:
+            await self._may_see(user, record)
+            if record.state is not RequestState.PENDING:
+                raise already_decided_refusal(record)
+            await self._may_decide(user, record, "deny", None)
+        except Refusal as refusal:
+            APPROVAL_DECISIONS.labels("refused").inc()
+            return await deps.access.refuse(
+                user,
+                channel,
+                refusal,
+                project=record.project,
+                cluster_id=record.cluster_id,
+                request_id=record.id,
+            )
+        return None
 
     async def _may_see(self, user: str, record: ChangeRequestRecord) -> None:
         """Whoever has no role on the project where the request lives learns nothing of it
@@ -199,7 +227,7 @@ class Decisions:
         return already_decided_refusal(current).reply()
 
     async def _close(
-        self, record: ChangeRequestRecord, user: str, to: RequestState
+        self, record: ChangeRequestRecord, user: str, to: RequestState, why: str = ""
     ) -> Reply | None:
         event: EventKind = "denied" if to is RequestState.DENIED else "cancelled"
         closed = Change(
@@ -209,9 +237,11 @@ class Decisions:
             to,
             event,
             outcome=event,
-            fields={"decided_by": user, "decision_note": None},
+            text=why or None,
+            fields={"decided_by": user, "decision_note": why or None},
+            detail={"reason": why} if why else {},
             decision=event,
-            mirror=f"Change {event}",
+            mirror=f"Change {event}" + (f": {why}" if why else ""),
         )
         return await self._settle_decision(record, closed)
 
