@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -494,3 +495,13 @@ def test_watch_is_read_with_its_defaults(tmp_path: Path) -> None:
 )
 def test_watch_mistakes_name_the_key(tmp_path: Path, watch: str, expected: str) -> None:
     assert expected in _error(tmp_path, TOGETHER + watch)
+
+
+def test_the_readmes_approval_table_is_the_default() -> None:
+    """README "Which changes wait for approval" says what DEFAULT_APPROVAL does."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| Together \| `(\w+)` \|[^|]*\| (yes|no) \|$", readme, re.MULTILINE)
+    assert {kind for kind, needs in rows if needs == "yes"} == DEFAULT_APPROVAL["together"]
+    assert {kind for kind, _ in rows} == TOGETHER_KINDS
+    [e2e] = re.findall(r"^\| E2E \|.*\| yes, except `(\w+)` and `(\w+)` \|$", readme, re.MULTILINE)
+    assert E2E_KINDS - DEFAULT_APPROVAL["e2e"] == set(e2e)
