@@ -83,6 +83,13 @@ class RefusingTransport(httpx.AsyncBaseTransport):
         await self.inner.aclose()
 
 
+def counting_transport() -> RefusingTransport:
+    """A real HTTP transport that records every request as gpuops sends it (``seen``): on a
+    busy machine a call may time out before the simulator has read it, so what was tried
+    is counted here."""
+    return RefusingTransport(lambda _: False)
+
+
 def provider_transport(stack: LocalStack, project: str) -> ProviderTransport:
     adapter = stack.runtime.registry.get(project)
     assert isinstance(adapter, TogetherAdapter | E2EAdapter)

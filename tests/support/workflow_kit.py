@@ -410,7 +410,7 @@ async def serve_process(stack: LocalStack, instance_id: str) -> AsyncIterator[Se
         await served.sender.aclose()
 
 
-async def _wait_healthy(served: ServeProcess, within: float = 20.0) -> None:
+async def _wait_healthy(served: ServeProcess, within: float = 60.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within
     async with httpx.AsyncClient(timeout=1.0) as http:

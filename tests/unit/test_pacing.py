@@ -38,13 +38,11 @@ async def test_two_slots_let_two_work_at_once() -> None:
 async def test_work_that_takes_longer_than_max_hold_lets_the_next_one_start() -> None:
     pacer = Pacer(slots=1, max_hold=0.05)
     log: list[str] = []
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    slow = asyncio.create_task(_work(pacer, "slow", log, 1.0))
+    slow = asyncio.create_task(_work(pacer, "slow", log, 3600))
     await asyncio.sleep(0)
     await _work(pacer, "next", log, 0)
+    # next ran while slow still held its turn (it would take an hour): not held up by it
     assert log == ["slow start", "next start", "next end"]
-    assert loop.time() - started < 0.5  # not held up by the slow one's whole second
     slow.cancel()
     with pytest.raises(asyncio.CancelledError):
         await slow
@@ -143,16 +141,16 @@ async def test_waiting_elsewhere_outside_a_turn_or_in_a_spawned_task_changes_not
 async def test_a_slow_provider_does_not_hold_up_other_commands(make_stack: StackFactory) -> None:
     stack = await make_stack()
     stack.runtime.ops.pacer = Pacer(slots=1, max_hold=30)  # only waiting_elsewhere frees it
-    stack.together.faults.add(Fault(route="get", kind=FaultKind.LATENCY, seconds=1.0))
-    loop = asyncio.get_running_loop()
-    sent = loop.time()
+    # Slow enough that E2E's answer comes first even on a busy machine; the order of the
+    # two answers is what is checked, not a wall-clock margin.
+    stack.together.faults.add(Fault(route="get", kind=FaultKind.LATENCY, seconds=4.0))
     await stack.sender.command("U04DAVE", "C0INCIDENT", "show together-prod tc-h100-reserved")
     await stack.sender.command("U04DAVE", "C0INCIDENT", "show e2e-delhi 101")
 
     def answered(name: str) -> bool:
         return any(name in m.text for m in stack.slack.messages.get("C0INCIDENT", []))
 
-    await stack.slack.wait_for(lambda: answered("(101)"), within=3)
-    assert loop.time() - sent < 0.8  # not after the slow Together call
+    await stack.slack.wait_for(lambda: answered("(101)"), within=10)
+    assert stack.together.calls("get")  # Together was asked first and is still answering
     assert not answered("tc-h100-reserved")
-    await stack.slack.wait_for(lambda: answered("tc-h100-reserved"), within=3)
+    await stack.slack.wait_for(lambda: answered("tc-h100-reserved"), within=10)
