@@ -334,12 +334,14 @@ async def test_case_3_results_answered_during_an_outage_are_recorded_after_it(
         await _approve_on(stack, proxied, each)
     await poll_until(lambda: len(stack.e2e.calls("action", "PUT")) == len(E2E_CLUSTERS))
     await hanging(proxy)
-    await asyncio.sleep(LEASE * 2)  # every answer arrives meanwhile, and every lease lapses
+    kept = proxied.runtime.workflow.execution.pending
+    await poll_until(lambda: len(kept) == len(E2E_CLUSTERS), within=30)  # every answer is in
+    await asyncio.sleep(LEASE * 2)  # and every lease lapses (at least this long)
     for each in opened:
         await wait_reply(stack, each, "it will record the result and confirm here")
     await proxy.heal_async()
-    for each in opened:
-        record = await wait_state(store, each.id, S.SUCCEEDED, S.UNKNOWN, within=10)
+    for each in opened:  # the replay waits up to its backoff's 5 s, then records each
+        record = await wait_state(store, each.id, S.SUCCEEDED, S.UNKNOWN, within=30)
         assert record.state is S.SUCCEEDED, record.result_message
         await wait_reply(stack, each, "lost contact with its database while sending")
     assert len(stack.e2e.calls("action", "PUT")) == len(E2E_CLUSTERS)
@@ -385,9 +387,11 @@ async def test_an_outage_when_recording_the_start_sends_nothing(
 
     proxied_store.lock_cluster = lock_then_lose_the_store  # type: ignore[method-assign]
     await _approve_on(stack, proxied, opened)
-    await asyncio.sleep(STORE_TIMEOUT * 2)
+    # the replica has met the outage and keeps "not sent" for when the store is back
+    kept = proxied.runtime.workflow.execution.pending
+    await poll_until(lambda: len(kept) == 1, within=30)
     await proxy.heal_async()
-    record = await wait_state(stack.runtime.store, opened.id, S.FAILED, within=10)
+    record = await wait_state(stack.runtime.store, opened.id, S.FAILED, within=30)
     assert record.result_message and "nothing was sent" in record.result_message
     assert provider_writes(stack) == 0
     await wait_reply(stack, opened, "nothing was sent")
