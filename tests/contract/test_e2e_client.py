@@ -237,8 +237,11 @@ async def test_scaled_cluster_settles_back_to_running() -> None:
         assert outcome.summary is not None
         assert (outcome.summary.status, outcome.summary.steady) == ("Scaling", False)
         assert outcome.summary.details["nodes"] == 4
-        await asyncio.sleep(0.25)
         later = await adapter.get_cluster("101")
+        async with asyncio.timeout(30):
+            while not later.summary.steady:  # read until it settles, at the machine's pace
+                await asyncio.sleep(0.05)
+                later = await adapter.get_cluster("101")
         await adapter.aclose()
     assert (later.summary.status, later.summary.steady) == ("Running", True)
     assert later.summary.details["nodes"] == 4

@@ -127,11 +127,12 @@ async def test_update_moves_through_statuses_and_converges(
     assert not cluster.steady
     seen = [cluster.status]
     settled = cluster
-    while not settled.steady:  # read until it settles, whatever the machine's pace
-        await asyncio.sleep(sim.transition_seconds / 10)
-        settled = await client.get_cluster("tc-h200-ondemand")
-        if settled.status != seen[-1]:
-            seen.append(settled.status)
+    async with asyncio.timeout(30):
+        while not settled.steady:  # read until it settles, whatever the machine's pace
+            await asyncio.sleep(sim.transition_seconds / 10)
+            settled = await client.get_cluster("tc-h200-ondemand")
+            if settled.status != seen[-1]:
+                seen.append(settled.status)
     order = ["WaitingForDataPlaneNodes", "InstallingDrivers", "Ready"]
     assert seen[-1] == "Ready" and seen == [s for s in order if s in seen], seen
     assert settled.allocated_preemptible_gpus == 8
