@@ -61,8 +61,8 @@ class Queries:
             projects = await self.authorizer.projects_for(user, channel)
             if not projects:
                 channels = await self.authorizer.channels_granted(user)
-                where = ", ".join(f"<#{c}>" for c in channels)
-                elsewhere = f" (your grants hold in {where})" if channels else ""
+                listed = ", ".join(f"<#{c}>" for c in channels)
+                elsewhere = f" (your grants hold in {listed})" if channels else ""
                 raise Refusal(
                     f"you have no projects you can view in this channel{elsewhere}.",
                     kind="not_authorized",

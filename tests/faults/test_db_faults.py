@@ -332,7 +332,7 @@ async def test_case_3_results_answered_during_an_outage_are_recorded_after_it(
     ]
     for each in opened:
         await _approve_on(stack, proxied, each)
-    await poll_until(lambda: len(stack.e2e.calls("action", "PUT")) == len(E2E_CLUSTERS))
+    await poll_until(lambda: len(stack.e2e.calls("action", "PUT")) == len(E2E_CLUSTERS), within=30)
     await hanging(proxy)
     kept = proxied.runtime.workflow.execution.pending
     await poll_until(lambda: len(kept) == len(E2E_CLUSTERS), within=30)  # every answer is in

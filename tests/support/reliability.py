@@ -153,7 +153,7 @@ async def newest_request(stack: LocalStack) -> ChangeRequestRecord | None:
     return requests[-1] if requests else None
 
 
-async def wait_request(stack: LocalStack, within: float = 10.0) -> ChangeRequestRecord:
+async def wait_request(stack: LocalStack, within: float = 20.0) -> ChangeRequestRecord:
     """The newest request, once there is one (a form's submission creates it after the ack)."""
     async with asyncio.timeout(within):
         while (record := await newest_request(stack)) is None:
@@ -162,7 +162,7 @@ async def wait_request(stack: LocalStack, within: float = 10.0) -> ChangeRequest
 
 
 async def wait_state(
-    stack: LocalStack, request_id: str, states: set[RequestState], within: float = 10.0
+    stack: LocalStack, request_id: str, states: set[RequestState], within: float = 20.0
 ) -> ChangeRequestRecord:
     async with asyncio.timeout(within):
         while True:

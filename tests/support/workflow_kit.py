@@ -181,7 +181,7 @@ async def deny(
 
 
 async def wait_state(
-    store: Store, request_id: str, *states: RequestState, within: float = 5.0
+    store: Store, request_id: str, *states: RequestState, within: float = 20.0
 ) -> ChangeRequestRecord:
     """Wait until the request is in one of ``states`` (the store is the truth)."""
     loop = asyncio.get_running_loop()
@@ -196,7 +196,7 @@ async def wait_state(
         await asyncio.sleep(0.005)
 
 
-async def poll_until(predicate: Callable[[], object], *, within: float = 5.0) -> None:
+async def poll_until(predicate: Callable[[], object], *, within: float = 20.0) -> None:
     """Wait for a condition FakeSlack does not hear about (a simulator's request log, the
     store); ``predicate`` may be a coroutine function."""
     loop = asyncio.get_running_loop()
@@ -261,7 +261,7 @@ def thread_texts(stack: LocalStack, opened: Opened) -> list[str]:
 
 
 async def next_ephemeral(
-    stack: LocalStack, user: str, seen: int, *, within: float = 5.0
+    stack: LocalStack, user: str, seen: int, *, within: float = 20.0
 ) -> Ephemeral:
     """The first ephemeral ``user`` gets after the ``seen`` they had."""
     return await stack.slack.wait_for(

@@ -457,7 +457,7 @@ class FakeSlack:
         return unsubscribe
 
     async def wait_for(
-        self, predicate: Callable[[], _T | Literal[False] | None], *, within: float = 5.0
+        self, predicate: Callable[[], _T | Literal[False] | None], *, within: float = 20.0
     ) -> _T:
         """Wait until ``predicate()`` is truthy (re-checked on every call and event) and
         return its value; TimeoutError after ``within`` seconds."""
