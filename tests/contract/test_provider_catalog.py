@@ -33,7 +33,10 @@ def test_the_catalogue_says_what_each_adapter_does() -> None:
         assert changes.provider == adapter.provider == provider
         assert list(changes.actions) == adapter.actions()
         for action in changes.actions:
-            assert list(changes.fields[action]) == adapter.fields_for(action)
+            # the same fields; a hint may carry an example computed from now (a time)
+            said = [s.model_copy(update={"hint": ""}) for s in changes.fields[action]]
+            done = [s.model_copy(update={"hint": ""}) for s in adapter.fields_for(action)]
+            assert said == done
 
 
 def test_command_words_titles_and_field_names() -> None:

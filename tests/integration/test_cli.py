@@ -200,7 +200,7 @@ async def test_serve_answers_signed_requests_and_stops_on_sigterm(
     )
     try:
         base = f"http://127.0.0.1:{port}"
-        await wait_healthy(f"{base}/healthz", process, within=8.0)
+        await wait_healthy(f"{base}/healthz", process, within=60.0)
         async with SlackSender(f"{base}/slack/events", DEMO_SIGNING_SECRET, world.slack) as sender:
             forged = await sender.command(
                 "U04DAVE", "C0INCIDENT", "show e2e-delhi 101", tamper=Tamper.WRONG_SIGNATURE
@@ -313,8 +313,8 @@ async def test_socket_connects_to_slack_and_answers_commands_over_it(
         stderr=asyncio.subprocess.PIPE,
     )
     try:
-        await wait_healthy(f"http://127.0.0.1:{port}/healthz", process, within=8.0)
-        await world.slack.socket_mode.wait_connected(within=8.0)
+        await wait_healthy(f"http://127.0.0.1:{port}/healthz", process, within=60.0)
+        await world.slack.socket_mode.wait_connected(within=60.0)
         async with SlackSender.over_socket_mode(world.slack) as sender:
             result = await sender.command(
                 "U04DAVE", "C0INCIDENT", "show together-prod tc-h100-reserved"

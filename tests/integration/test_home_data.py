@@ -140,11 +140,12 @@ async def test_a_provider_that_fails_is_said_on_its_project_and_the_rest_still_s
 
 async def test_a_slow_provider_does_not_hold_up_the_tab(sqlite_stack: LocalStack) -> None:
     stack = sqlite_stack
-    stack.e2e.faults.add(Fault(route="list", kind=FaultKind.LATENCY, seconds=5.0, times=-1))
-    limits = HomeLimits(list_seconds=0.5)
+    # A bound Together's answer meets even on a busy machine; E2E's never arrives in time.
+    stack.e2e.faults.add(Fault(route="list", kind=FaultKind.LATENCY, seconds=60.0, times=-1))
+    limits = HomeLimits(list_seconds=5.0)
     home = await builder(stack, limits=limits).build(BOB)
     e2e = next(p for p in home.projects if p.name == "e2e-delhi")
-    assert e2e.error == "its clusters did not arrive within 0.5 s"
+    assert e2e.error == "its clusters did not arrive within 5 s"
     assert next(p for p in home.projects if p.name == "together-prod").clusters
 
 

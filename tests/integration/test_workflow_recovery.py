@@ -83,11 +83,12 @@ async def test_after_a_restart_with_a_new_policy_the_requesters_grant_is_checked
     seen = len(stack.slack.ephemerals_for(BOB))
     await click(stack, opened, BOB)
     told = await next_ephemeral(stack, BOB, seen)
-    assert "the requester no longer may request this change" in told.text
+    assert f"{opened.id} failed — refused at approval: the requester no longer may" in told.text
     record = await wait_state(stack.runtime.store, opened.id, S.FAILED)
     assert record.decision_note == "requester_revoked"
-    await wait_reply(stack, opened, "the requester no longer may request this change")
+    await wait_reply(stack, opened, "refused at approval: the requester no longer may request")
     await wait_root(stack, opened, "failed")
+    await wait_mirror(stack, opened, "Change failed — refused at approval")
     assert e2e_puts(stack) == []
 
 
@@ -116,6 +117,7 @@ async def test_a_bot_killed_while_sending_leaves_the_change_unknown_never_rerun(
     note = await wait_reply(stack, opened, RESTART_NOTE)
     assert "it will not be re-run" in note.text
     await wait_root(stack, opened, "outcome unknown")
+    await wait_mirror(stack, opened, "Change outcome unknown")  # the audit channel hears too
     # the cluster stays taken until the dead replica's call can no longer reach E2E
     max_call = stack.runtime.settings.client_settings().max_call_seconds
 

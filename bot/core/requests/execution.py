@@ -324,7 +324,7 @@ class Execution:
             text=text,
             fields={"result_message": redact(result.message)},
             detail={"message": result.message, "kind": result.kind},
-            mirrored_by_caller=True,
+            unmirrored=True,
         )
         await announce(self.deps, record, done, finished)
         await self._show_result(done, result.summary)

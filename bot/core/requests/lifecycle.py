@@ -9,6 +9,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -218,4 +219,4 @@ class Lifecycle:
             decided_by="gpuops",
             decision_note=why,
         )
-        await settle(self.deps, record, withdrawn)
+        await settle(self.deps, record, replace(withdrawn, unmirrored=True))

@@ -66,9 +66,10 @@ class Change:
     detail: Mapping[str, Any] = field(default_factory=dict)
     decision: str | None = None
     # The notify channel's headline; a change into a final state is mirrored with
-    # outcome_headline when none is given, unless the caller mirrors it itself later.
+    # outcome_headline when none is given, unless ``unmirrored``: the caller mirrors it
+    # itself later (a result), or it was never shown anywhere (withdrawn).
     mirror: str | None = None
-    mirrored_by_caller: bool = False
+    unmirrored: bool = False
 
     @classmethod
     def ended_by_gpuops(
@@ -142,7 +143,7 @@ async def announce(
     )
     await deps.notifier.request_changed(done, event)
     headline = change.mirror
-    if headline is None and change.to in TERMINAL_STATES and not change.mirrored_by_caller:
+    if headline is None and change.to in TERMINAL_STATES and not change.unmirrored:
         headline = outcome_headline(done)  # whatever path ended it, the mirror hears
     if headline is not None:
         await mirror(deps, done, headline)
