@@ -213,9 +213,6 @@ async def handle_deny(ack: Any, body: dict[str, Any], context: Any) -> None:
         return
     meta = _metadata(submission.view.private_metadata)
     where = meta.get("channel") or submission.user.id
-    if context.get(STORE_UNAVAILABLE):  # the submission could not be checked for repeats
-        await whisper_or_dm(messenger, where, submission.user.id, store_unavailable())
-        return
     result = await ops.decide(
         user=submission.user.id,
         channel=meta.get("channel", ""),
