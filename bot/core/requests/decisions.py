@@ -110,7 +110,7 @@ class Decisions:
             unknown = Refusal(f"there is no change request {request_id}.", kind="unknown_request")
             return await deps.access.refuse(user, channel, unknown)
         try:
-            await self._may_see(user, record)
+            await self._may_see(user, record, decision)
         except Refusal as hidden:
             APPROVAL_DECISIONS.labels("refused").inc()
             return await deps.access.refuse(
@@ -175,13 +175,22 @@ class Decisions:
             )
         return None
 
-    async def _may_see(self, user: str, record: ChangeRequestRecord) -> None:
+    async def _may_see(
+        self, user: str, record: ChangeRequestRecord, decision: Decision = "approve"
+    ) -> None:
         """Whoever has no role on the project where the request lives learns nothing of it
-        (not even whether, or by whom, it was decided)."""
-        if user != record.requester:
-            await self.deps.access.require(
-                user, record.project, record.channel, Role.viewer, doing="deciding requests"
+        (not even whether, or by whom, it was decided); the refusal says what the click
+        needed, so nobody is sent to a channel where they could not act either."""
+        if user == record.requester:
+            return
+        authorizer = self.deps.access.authorizer
+        seen = await authorizer.check(user, record.project, record.channel, Role.viewer)
+        if not seen.allowed:
+            needed = Role.admin if decision == "cancel" else Role.approver
+            why = await authorizer.check(
+                user, record.project, record.channel, needed, action=_DOING[decision]
             )
+            raise Refusal(why.reason, kind="not_authorized")
 
     async def _may_cancel(self, user: str, record: ChangeRequestRecord) -> None:
         if user == record.requester:
