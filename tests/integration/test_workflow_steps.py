@@ -29,6 +29,7 @@ from tests.support.workflow_kit import (
     Opened,
     audit_trail,
     click,
+    deny,
     events,
     find_prompt,
     readable_text,
@@ -280,7 +281,7 @@ async def test_an_expired_approval_ends_the_step_as_expired(any_stack: LocalStac
 async def test_a_denied_request_ends_the_step_as_denied(sqlite_stack: LocalStack) -> None:
     run = await run_step(sqlite_stack, inputs(*SCALE_101))
     opened = await opened_by_step(sqlite_stack)
-    await click(sqlite_stack, opened, BOB, "deny_request")
+    await deny(sqlite_stack, opened, BOB)
     await ended(sqlite_stack, run)
     assert run.outputs is not None and run.outputs["state"] == "denied"
 
