@@ -10,7 +10,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from bot.redact import install_log_redaction
@@ -49,6 +49,20 @@ def _stop_signal() -> asyncio.Event:
     return stop
 
 
+def _reload_on_hangup(reload: Callable[[], Awaitable[object]]) -> None:
+    """SIGHUP reads the policy file again (SPEC §8); it never stops the process."""
+    loop = asyncio.get_running_loop()
+    pending: set[asyncio.Task[object]] = set()
+
+    def hangup() -> None:
+        task = asyncio.ensure_future(reload())
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+
+    with contextlib.suppress(NotImplementedError):  # no signal handlers on Windows
+        loop.add_signal_handler(signal.SIGHUP, hangup)
+
+
 def _shutdown_grace(settings: object) -> float:
     """How long a stopping bot lets a change being sent finish: one provider call's budget."""
     return float(getattr(settings, "gpuops_total_timeout", 30.0)) + 5.0
@@ -72,6 +86,7 @@ async def _serve(host: str, port: int) -> None:
     settings.require_for("serve")
     runtime = await Runtime.create(settings)
     await runtime.start_background()
+    _reload_on_hangup(runtime.reload_policy)
     _freeze_startup_heap()
     limits = HttpLimits()
     runner = limited_runner(runtime.web_app(limits), limits)
@@ -99,6 +114,7 @@ async def _socket(host: str, port: int) -> None:
     assert settings.slack_app_token is not None
     runtime = await Runtime.create(settings)
     await runtime.start_background()
+    _reload_on_hangup(runtime.reload_policy)
     _freeze_startup_heap()
     ops_app = web.Application()
     add_ops_routes(ops_app, runtime._healthy)

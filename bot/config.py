@@ -85,6 +85,8 @@ class Settings(BaseSettings):
     gpuops_db_connect_timeout: float = 5
     gpuops_db_operation_timeout: float = 10
     gpuops_exec_lease_seconds: float = 30
+    # How often the policy file is looked at for a change (SPEC §8: at least every 30 s).
+    gpuops_policy_check_seconds: float = Field(default=10, gt=0, le=30)
 
     # Tests and the demo only: poll watched projects this often instead of their policy's
     # watch.every_seconds (which is never below 15).

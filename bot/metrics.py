@@ -88,6 +88,12 @@ REMEDIATION_DECISIONS = Counter(
     ["outcome"],
     registry=REGISTRY,
 )
+POLICY_RELOADS = Counter(
+    "gpuops_policy_reloads_total",
+    "Policy file reloads (SIGHUP or a changed file) by result: reloaded, unchanged, invalid.",
+    ["result"],
+    registry=REGISTRY,
+)
 
 
 def render_metrics() -> bytes:

@@ -23,6 +23,7 @@ from bot.core.authorizer import Authorizer
 from bot.core.home import HomeActions, HomeBuilder
 from bot.core.home_refresh import FanOutNotifier, HomeRefresher
 from bot.core.policy import Policy, load_policy
+from bot.core.policy_reload import PolicyRejected, PolicyReloader, ReloadResult
 from bot.core.registry import AdapterRegistry
 from bot.core.requests.workflow import ChangeWorkflow
 from bot.core.service import CommandService
@@ -66,6 +67,7 @@ class Runtime:
     home_refresher: HomeRefresher
     watcher: Watcher
     steps: WorkflowSteps
+    reloader: PolicyReloader
     _background: list[asyncio.Task[Any]] = field(default_factory=list)
 
     @classmethod
@@ -150,6 +152,9 @@ class Runtime:
             deliveries=store,
             register_listeners=handlers.register_all,
         )
+        reloader = PolicyReloader(
+            settings.gpuops_policy, _policy_applier(registry, authorizer, environment)
+        )
         return cls(
             settings,
             policy,
@@ -163,7 +168,18 @@ class Runtime:
             home_refresher,
             watcher,
             steps,
+            reloader,
         )
+
+    async def reload_policy(self) -> ReloadResult:
+        """Read the policy file again now (SIGHUP); the old policy stays if it is invalid."""
+        result = await self.reloader.reload()
+        self.policy = self.authorizer.policy
+        return result
+
+    @property
+    def authorizer(self) -> Authorizer:
+        return self.ops.access.authorizer
 
     async def start_background(self) -> None:
         recovered = await self.workflow.recover_interrupted()
@@ -177,6 +193,11 @@ class Runtime:
         self._background.append(
             asyncio.create_task(
                 self.steps.completer.reconcile_forever(self.settings.gpuops_sweep_seconds)
+            )
+        )
+        self._background.append(
+            asyncio.create_task(
+                self.reloader.watch_forever(self.settings.gpuops_policy_check_seconds)
             )
         )
 
@@ -214,6 +235,26 @@ class Runtime:
         await self.store.close()
         if self.web_client.session is not None:
             await self.web_client.session.close()
+
+
+def _policy_applier(
+    registry: AdapterRegistry, authorizer: Authorizer, environment: Mapping[str, str]
+) -> Callable[[Policy], None]:
+    """Put a reloaded policy in force: its credentials must be set; then the provider
+    registry and the authorizer (which every check reads) serve it. The watcher keeps the
+    watch settings it started with until a restart."""
+
+    def apply(policy: Policy) -> None:
+        missing = registry.missing_for(policy)
+        if missing:
+            raise PolicyRejected("; ".join(str(m) for m in missing))
+        for project in policy.projects.values():
+            register_secret(environment.get(project.api_key_env))
+            register_secret(environment.get(getattr(project, "auth_token_env", "")))
+        registry.replace_policy(policy)
+        authorizer.policy = policy
+
+    return apply
 
 
 def _signing_secret(settings: Settings) -> str | None:

@@ -56,10 +56,15 @@ class Access:
     def __init__(
         self, *, policy: Policy, authorizer: Authorizer, store: Store, adapter_for: AdapterLookup
     ) -> None:
-        self.policy = policy
+        authorizer.policy = policy
         self.authorizer = authorizer
         self.store = store
         self.adapter_for = adapter_for
+
+    @property
+    def policy(self) -> Policy:
+        """The policy in force (the authorizer's: a reload replaces it there)."""
+        return self.authorizer.policy
 
     def provider_of(self, project: str) -> str:
         cfg = self.policy.projects.get(project)

@@ -56,7 +56,14 @@ class HelpCard:
     roles: Mapping[str, Role]
 
 
-Content = Notice | ClusterCard | ClusterListing | AuditListing | HelpCard
+@dataclass(frozen=True)
+class PolicyCard:
+    """``/gpu policy``: per project the person may see, its guardrails in lines."""
+
+    projects: Mapping[str, Sequence[str]]
+
+
+Content = Notice | ClusterCard | ClusterListing | AuditListing | HelpCard | PolicyCard
 
 
 @dataclass(frozen=True)

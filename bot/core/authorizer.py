@@ -134,6 +134,13 @@ class Authorizer:
             if user in g.users or any(user in members.get(gid, ()) for gid in g.usergroups)
         ]
 
+    async def in_any_group(self, user: str, usergroups: Iterable[str]) -> bool:
+        """Whether the user is a member of one of these user groups (a group that cannot be
+        read counts as empty: deny)."""
+        groups = sorted(set(usergroups))
+        member_sets = await asyncio.gather(*(self._members(gid) for gid in groups))
+        return any(user in members for members in member_sets)
+
     async def _members(self, usergroup_id: str) -> frozenset[str]:
         try:
             return await self.groups.members(usergroup_id)

@@ -7,9 +7,11 @@
     /gpu action <project> <cluster_id> [<action>] [field=value …]
     /gpu audit [project] [limit] [page=N]
     /gpu timeline [since]
+    /gpu policy [project]
 
 ``reason="…"`` (at most 500 characters) may be added to update and action: it is recorded
-and shown. ``page=N`` asks for a further page of a long answer.
+and shown; so may an admin's ``override="…"`` of a change freeze (SPEC §8).
+``page=N`` asks for a further page of a long answer.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ USAGE = {
     "action": '/gpu action <project> <cluster_id> [<action>] [field=value …] [reason="…"]',
     "audit": "/gpu audit [project] [limit] [page=N]",
     "timeline": "/gpu timeline [since]",
+    "policy": "/gpu policy [project]",
 }
 
 
@@ -67,6 +70,7 @@ class UpdateCommand(BaseModel):
     cluster_id: str
     fields: dict[str, str] = Field(default_factory=dict)
     reason: str | None = None
+    override: str | None = None  # an admin's reason to go ahead during a freeze
 
 
 class ActionCommand(BaseModel):
@@ -76,6 +80,7 @@ class ActionCommand(BaseModel):
     action: str | None = None
     fields: dict[str, str] = Field(default_factory=dict)
     reason: str | None = None
+    override: str | None = None
 
 
 class AuditCommand(BaseModel):
@@ -90,6 +95,11 @@ class TimelineCommand(BaseModel):
     since: str | None = None  # read against the clock by bot.core.since
 
 
+class PolicyCommand(BaseModel):
+    name: Literal["policy"] = "policy"
+    project: str | None = None
+
+
 Command = (
     HelpCommand
     | ListCommand
@@ -98,6 +108,7 @@ Command = (
     | ActionCommand
     | AuditCommand
     | TimelineCommand
+    | PolicyCommand
 )
 
 
@@ -114,27 +125,32 @@ def _token(value: str, what: str, usage: str) -> str:
     return value
 
 
-def _assignments(words: list[str], usage: str) -> tuple[dict[str, str], str | None]:
+_TEXTS = ("reason", "override")  # free text, not a provider field
+
+
+def _assignments(words: list[str], usage: str) -> tuple[dict[str, str], dict[str, str | None]]:
+    """The provider fields, and the texts (reason, override) given."""
     fields: dict[str, str] = {}
-    reason: str | None = None
+    texts: dict[str, str | None] = dict.fromkeys(_TEXTS)
     for word in words:
         name, sep, value = word.partition("=")
         if not sep or not _FIELD.match(name):
             raise UsageError(f"`{word[:40]}` is not a `field=value` pair. Usage: `{usage}`")
-        if name == "reason":
-            reason = _reason(value)
+        if name in _TEXTS:
+            texts[name] = _reason(value, name)
             continue
         if name in fields:
             raise UsageError(f"`{name}` is given twice; give each field once.")
         fields[name] = value.strip()
-    return fields, reason
+    return fields, texts
 
 
-def _reason(value: str) -> str | None:
+def _reason(value: str, name: str = "reason") -> str | None:
     reason = value.strip()
     if len(reason) > MAX_REASON:
         raise UsageError(
-            f"a reason may be at most {MAX_REASON} characters; yours has {len(reason)}. "
+            f"{'a reason' if name == 'reason' else 'an override'} may be at most "
+            f"{MAX_REASON} characters; yours has {len(reason)}. "
             "Shorten it and send the command again (the full story belongs in the thread)."
         )
     return reason or None
@@ -187,6 +203,11 @@ def parse_command(text: str) -> Command:
                 f"`timeline` takes at most one time, such as `2h`. Usage: `{USAGE['timeline']}`"
             )
         return TimelineCommand(since=args[0] if args else None)
+    if verb == "policy":
+        if len(args) > 1:
+            raise UsageError(f"`policy` takes at most a project. Usage: `{USAGE['policy']}`")
+        project = _token(args[0], "project", USAGE["policy"]) if args else None
+        return PolicyCommand(project=project)
     raise UsageError(
         f"unknown command `{verb[:40]}`. Try one of: " + ", ".join(f"`{u}`" for u in USAGE.values())
     )
@@ -211,15 +232,15 @@ def _parse_change(verb: str, args: list[str]) -> UpdateCommand | ActionCommand:
     cluster_id = _token(args[1], "cluster id", usage)
     rest = args[2:]
     if verb == "update":
-        fields, reason = _assignments(rest, usage)
-        return UpdateCommand(project=project, cluster_id=cluster_id, fields=fields, reason=reason)
+        fields, texts = _assignments(rest, usage)
+        return UpdateCommand(project=project, cluster_id=cluster_id, fields=fields, **texts)
     action = None
     if rest and "=" not in rest[0]:
         action = _token(rest[0], "action", usage)
         rest = rest[1:]
-    fields, reason = _assignments(rest, usage)
+    fields, texts = _assignments(rest, usage)
     return ActionCommand(
-        project=project, cluster_id=cluster_id, action=action, fields=fields, reason=reason
+        project=project, cluster_id=cluster_id, action=action, fields=fields, **texts
     )
 
 

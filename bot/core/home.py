@@ -14,9 +14,9 @@ from bot.core.access import Access, Refusal
 from bot.core.answers import ClusterCard, Reply, store_unavailable
 from bot.core.authorizer import Authorizer
 from bot.core.policy import Role
-from bot.core.pricing import change_price_line
 from bot.core.registry import MissingCredential
 from bot.core.requests.decisions import Decision, NeedsBreakGlass
+from bot.core.requests.view import request_price_line
 from bot.core.store import ChangeRequestRecord, Store, StoreUnavailable
 from bot.core.store.home_queries import (
     FINISHED_STATES,
@@ -127,7 +127,7 @@ def home_request(record: ChangeRequestRecord) -> HomeRequest:
     """The Home entry of a request, with the price line of its plan (as it was previewed)."""
     plan = _plan(record)
     preview = [line.text() for line in plan.lines] if plan is not None else []
-    price = change_price_line(plan.node_price, plan.action, plan.body) if plan else None
+    price = request_price_line(record, plan) if plan else None
     return HomeRequest(
         id=record.id,
         state=str(record.state),
@@ -215,7 +215,7 @@ class HomeBuilder:
     async def may_approve(self, user: str, record: ChangeRequestRecord) -> bool:
         """Whether the person may decide this request, checked in the request's own channel
         as a click in its thread would be (never their own request)."""
-        if record.requester == user:
+        if record.requester == user or user in record.approvers:
             return False
         decision = await self.authorizer.check(user, record.project, record.channel, Role.approver)
         return decision.allowed

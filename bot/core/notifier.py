@@ -15,6 +15,7 @@ from bot.providers.base import ClusterSummary
 EventKind = Literal[
     "withdrawn",  # gpuops withdrew it before anyone could act (it could not be shown)
     "approved",
+    "approval_added",  # one more approval of several needed; still pending
     "break_glass",  # an admin approved their own request, with a reason
     "denied",
     "cancelled",

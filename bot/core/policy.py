@@ -30,6 +30,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from bot.config import check_http_url
+from bot.core.guardrails.config import ApprovalRule, Freeze, Limits, Prices, WeeklyWindow
 from bot.core.watch.config import WatchConfig
 
 logger = logging.getLogger(__name__)
@@ -143,6 +144,7 @@ class _ProjectCommon(_Strict):
     clusters: list[str] = Field(default_factory=lambda: ["*"])
     notify_channel: SlackId | None = None
     watch: WatchConfig | None = None  # SPEC §7; omitted = not watched
+    limits: Limits | None = None  # SPEC §8
 
     @model_validator(mode="after")
     def _watch_needs_notify_channel(self) -> Self:
@@ -160,6 +162,15 @@ class TogetherProject(_ProjectCommon):
     api_key_env: EnvName = "TOGETHER_API_KEY"
     project_id: str | None = None
     require_approval: list[TogetherKind] | None = None
+    prices: Prices | None = None  # SPEC §8: Together has no price API
+
+    @model_validator(mode="after")
+    def _together_limits(self) -> Self:
+        if self.limits is not None and self.limits.max_nodes is not None:
+            raise PydanticCustomError(
+                "limit_provider", "limits.max_nodes applies to E2E projects; use max_gpus"
+            )
+        return self
 
 
 class E2EProject(_ProjectCommon):
@@ -170,6 +181,14 @@ class E2EProject(_ProjectCommon):
     auth_token_env: EnvName = "E2E_AUTH_TOKEN"  # noqa: S105 - a variable name, not a token
     active_iam: int | None = None
     require_approval: list[E2EKind] | None = None
+
+    @model_validator(mode="after")
+    def _e2e_limits(self) -> Self:
+        if self.limits is not None and self.limits.max_gpus is not None:
+            raise PydanticCustomError(
+                "limit_provider", "limits.max_gpus applies to Together projects; use max_nodes"
+            )
+        return self
 
 
 ProjectConfig = Annotated[TogetherProject | E2EProject, Field(discriminator="provider")]
@@ -201,22 +220,42 @@ class Grant(_Strict):
 class Approvals(_Strict):
     expire_after_minutes: int = Field(default=30, ge=1)
     break_glass: bool = False
+    rules: list[ApprovalRule] = Field(default_factory=list)  # SPEC §8
+
+
+_ALL_KINDS = TOGETHER_KINDS | E2E_KINDS
+
+
+def _unknown_kinds(where: str, kinds: Iterable[str]) -> list[str]:
+    return [
+        f"{where}.kinds: unknown change kind '{kind}' (kinds: {', '.join(sorted(_ALL_KINDS))})"
+        for kind in kinds
+        if kind != "*" and kind not in _ALL_KINDS
+    ]
 
 
 class Policy(_Strict):
     projects: dict[ProjectKey, ProjectConfig] = Field(min_length=1)
     grants: list[Grant] = Field(default_factory=list)
     approvals: Approvals = Field(default_factory=Approvals)
+    freezes: list[Freeze] = Field(default_factory=list)  # SPEC §8
 
     @model_validator(mode="after")
     def _grants_name_known_projects(self) -> Policy:
         known = ", ".join(sorted(self.projects))
+        named = [(f"grants[{i}]", g.projects) for i, g in enumerate(self.grants)]
+        named += [(f"approvals.rules[{i}]", r.projects) for i, r in enumerate(self.approvals.rules)]
+        named += [(f"freezes[{i}]", f.projects) for i, f in enumerate(self.freezes)]
         problems = [
-            f"grants[{i}].projects: unknown project '{name}' (known: {known})"
-            for i, grant in enumerate(self.grants)
-            for name in grant.projects
+            f"{where}.projects: unknown project '{name}' (known: {known})"
+            for where, projects in named
+            for name in projects
             if name != "*" and name not in self.projects
         ]
+        for i, rule in enumerate(self.approvals.rules):
+            problems += _unknown_kinds(f"approvals.rules[{i}]", rule.kinds)
+        for i, freeze in enumerate(self.freezes):
+            problems += _unknown_kinds(f"freezes[{i}]", freeze.kinds)
         if problems:
             # A model-level error has no location of its own: the paths are in the text.
             raise PydanticCustomError(
@@ -351,7 +390,16 @@ def _allowed_keys(container: Sequence[int | str], tag: str | None) -> list[str]:
         model = Grant
     elif container[0] == "approvals" and len(container) == 1:
         model = Approvals
-    return list(model.model_fields) if model else []
+    elif container[:2] == ["approvals", "rules"] and len(container) == 3:
+        model = ApprovalRule
+    elif container[0] == "freezes" and len(container) == 2:
+        model = Freeze
+    elif container[0] == "freezes" and len(container) == 3 and container[2] == "weekly":
+        model = WeeklyWindow
+    elif container[0] == "projects" and len(container) == 3:
+        sub: dict[str, type[BaseModel]] = {"limits": Limits, "prices": Prices}
+        model = sub.get(str(container[2]))
+    return [field.alias or name for name, field in model.model_fields.items()] if model else []
 
 
 def _dotted(loc: Sequence[int | str]) -> str:

@@ -6,10 +6,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from datetime import datetime
 
 from bot.core.access import Access, Refusal
-from bot.core.answers import AuditListing, ClusterCard, ClusterListing, HelpCard, Reply, notice
+from bot.core.answers import (
+    AuditListing,
+    ClusterCard,
+    ClusterListing,
+    HelpCard,
+    PolicyCard,
+    Reply,
+    notice,
+)
 from bot.core.grammar import DEFAULT_AUDIT_LIMIT, MAX_AUDIT_LIMIT
+from bot.core.guardrails.describe import describe_project
 from bot.core.paging import AUDIT_PAGE_SIZE, LIST_PAGE_SIZE, Page, counted_range, page_of
 from bot.core.policy import Role
 from bot.core.registry import MissingCredential
@@ -50,6 +60,22 @@ class Queries:
             f"gpuops: you have no access to any project in this channel; your grants hold "
             f"in {where} — run `/gpu help` there to see what you can do."
         )
+
+    async def policy(self, user: str, channel: str, project: str | None, now: datetime) -> Reply:
+        """The guardrails of each project the person may see here (or of one)."""
+        if project is not None:
+            await self.access.require(user, project, channel, Role.viewer)
+            projects = [project]
+        else:
+            projects = await self.authorizer.projects_for(user, channel)
+        described: dict[str, list[str]] = {}
+        for name in projects:
+            role = await self.authorizer.role_for(user, name, channel)
+            if role is not None:
+                described[name] = describe_project(self.access.policy, name, role, now)
+        if not described:
+            return notice(await self._no_access_here(user))
+        return Reply(PolicyCard(described))
 
     async def list_clusters(
         self, user: str, channel: str, project: str | None, page: int = 1

@@ -50,6 +50,26 @@ class AdapterRegistry:
             missing += [MissingCredential(name, v) for v in needed if not self.env.get(v)]
         return missing
 
+    def missing_for(self, policy: Policy) -> list[MissingCredential]:
+        """The credentials ``policy`` names that the environment lacks."""
+        current, self.policy = self.policy, policy
+        try:
+            return self.missing_credentials()
+        finally:
+            self.policy = current
+
+    def replace_policy(self, policy: Policy) -> None:
+        """Serve ``policy`` from now on: adapters of projects whose settings changed (or that
+        are gone) are built again on next use; their HTTP clients stay shared by key."""
+        changed = [
+            name
+            for name in self._adapters
+            if policy.projects.get(name) != self.policy.projects.get(name)
+        ]
+        for name in changed:
+            del self._adapters[name]
+        self.policy = policy
+
     def _secret(self, project: str, variable: str) -> str:
         value = self.env.get(variable)
         if not value:

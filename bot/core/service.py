@@ -17,6 +17,7 @@ from bot.core.grammar import (
     AuditCommand,
     Command,
     ListCommand,
+    PolicyCommand,
     ShowCommand,
     TimelineCommand,
     UpdateCommand,
@@ -36,7 +37,7 @@ log = logging.getLogger(__name__)
 
 CommandOutcome = Reply | FormRequest | TimelineRequest
 # Answered from the policy and the providers alone: they work while the store is down.
-_READ_ONLY = frozenset({"help", "list", "show"})
+_READ_ONLY = frozenset({"help", "list", "show", "policy"})
 DEDUP_SECONDS = 2.0  # a command's de-dup write is given up after this (its answer waits)
 _PROVIDER_LABELS = {"together": "a Together", "e2e": "an E2E"}
 
@@ -179,6 +180,9 @@ class CommandService:
             return await self._change(user, channel, command, step)
         if isinstance(command, TimelineCommand):
             return await self.timeline.prepare(user, channel, command.since)
+        if isinstance(command, PolicyCommand):
+            now = self.workflow.clock()
+            return await self.queries.policy(user, channel, command.project, now)
         if isinstance(command, AuditCommand):
             return await self.queries.audit(
                 user, channel, command.project, command.limit, command.page
@@ -218,6 +222,7 @@ class CommandService:
             reason=command.reason,
             command=f"{command.name} {command.project} {command.cluster_id}",
             step=step,
+            override=command.override,
         )
 
     # -- forms ----------------------------------------------------------

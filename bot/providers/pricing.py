@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict
 
 BillingKind = Literal["hourly", "committed", "other"]
-CURRENCY_SYMBOLS = {"INR": "₹"}
+CURRENCY_SYMBOLS = {"INR": "₹", "USD": "$"}
 
 
 def _amount(value: Decimal) -> str:
@@ -22,7 +22,7 @@ def _amount(value: Decimal) -> str:
 
 
 def money(value: Decimal, currency: str) -> str:
-    """``₹1,995.20`` for INR, ``24.60 USD`` for any other currency code (``24.60`` for none):
+    """``₹1,995.20`` for INR, ``$24.60`` for USD, ``24.60 EUR`` for any other currency code (``24.60`` for none):
     the one way every amount is written."""
     symbol = CURRENCY_SYMBOLS.get(currency.upper())
     if symbol is not None:

@@ -16,6 +16,7 @@ from bot.core.answers import (
     ClusterListing,
     HelpCard,
     Notice,
+    PolicyCard,
     Reply,
 )
 from bot.core.forms import FormKind, FormMessage, FormView
@@ -245,7 +246,9 @@ def _state_line(r: RequestView) -> str:
         line += f" · {r.at_approval}"
         line += f" · {user_ref(r.decided_by)} pressed Approve" if r.decided_by else ""
     elif r.decided_by and r.state in ("approved", "executing", "succeeded", "failed", "unknown"):
-        line += f" · approved by {user_ref(r.decided_by)}" if r.needs_approval else ""
+        approvers = list(r.approvers) if r.decided_by in r.approvers else [r.decided_by]
+        who = " and ".join(user_ref(u) for u in approvers)
+        line += f" · approved by {who}" if r.needs_approval else ""
     elif r.decided_by and r.state in ("denied", "cancelled"):
         line += f" by {user_ref(r.decided_by)}"
     if r.break_glass:
@@ -265,6 +268,8 @@ def request_root(r: RequestView) -> SlackMessage:
         blocks.append(context(price_text(r.price_line)))
     if r.reason:
         blocks.append(section(f"_Reason:_ {escape(r.reason)}"))
+    if r.override:
+        blocks.append(context(override_text(r.override)))
     blocks.append(context(f"{_state_line(r)} · request `{escape(r.id)}`"))
     if r.result_message and r.state in ("failed", "unknown", "succeeded"):
         blocks.append(context(escape(r.result_message)))
@@ -282,6 +287,32 @@ def price_text(line: str) -> str:
     return f":moneybag: {escape(line)}"
 
 
+def override_text(override: tuple[str, str, str]) -> str:
+    freeze, by, reason = override
+    return f":snowflake: freeze *{escape(freeze)}* overridden by {user_ref(by)}: {escape(reason)}"
+
+
+def usergroup_ref(usergroup_id: str) -> str:
+    """A Slack user-group mention for an id from the policy; anything else escaped."""
+    if usergroup_id.isalnum() and usergroup_id.startswith("S"):
+        return f"<!subteam^{usergroup_id}>"
+    return escape(usergroup_id)
+
+
+def approval_why(r: RequestView) -> str:
+    """``decommission needs 2 approvers from @oncall (approval rule) · 1 of 2: @bob``."""
+    kinds = ", ".join(escape(k) for k in r.approval_kinds) or "this change"
+    who = "approver" if r.approvals_needed == 1 else "approvers"
+    line = f"{kinds} needs {r.approvals_needed} {who}"
+    if r.approval_groups:
+        line += " from " + " or ".join(usergroup_ref(g) for g in r.approval_groups)
+    line += f" ({'approval rule' if r.approval_by_rule else 'default'} of {escape(r.project)})"
+    if r.approvers or r.approvals_needed > 1:
+        done = ", ".join(user_ref(u) for u in r.approvers) or "none yet"
+        line += f" · {len(r.approvers)} of {r.approvals_needed}: {done}"
+    return line
+
+
 def approval_prompt(r: RequestView, *, expire_minutes: int) -> SlackMessage:
     text = (
         f"Approval needed for {r.id}: an approver of {r.project} other than the requester "
@@ -293,6 +324,7 @@ def approval_prompt(r: RequestView, *, expire_minutes: int) -> SlackMessage:
             f"*{escape(r.project)}* other than {user_ref(r.requester)} may approve or deny. "
             f"Expires in {expire_minutes} min."
         ),
+        context(approval_why(r)),
         *([context(price_text(r.price_line))] if r.price_line else []),
         {
             "type": "actions",
@@ -304,7 +336,7 @@ def approval_prompt(r: RequestView, *, expire_minutes: int) -> SlackMessage:
             ],
         },
     ]
-    return SlackMessage(text=escape(text), blocks=blocks)
+    return SlackMessage(text=f"{escape(text)} {approval_why(r)}", blocks=blocks)
 
 
 def approval_closed(r: RequestView) -> SlackMessage:
@@ -712,4 +744,33 @@ def reply_message(reply: Reply) -> SlackMessage:
         return cluster_list(content.groups, content.page)
     if isinstance(content, AuditListing):
         return audit_list(content.entries, content.page)
+    if isinstance(content, PolicyCard):
+        return policy_message(content)
     return help_message(content)
+
+
+_POLICY_PROJECTS_MAX = 45  # a section each, within a message's 50 blocks
+
+
+def policy_message(card: PolicyCard) -> SlackMessage:
+    """``/gpu policy``: a section per project; past the block budget, where to ask."""
+    names = sorted(card.projects)
+    shown, rest = names[:_POLICY_PROJECTS_MAX], names[_POLICY_PROJECTS_MAX:]
+    sections = [
+        f"*{escape(name)}*\n" + "\n".join(f"• {escape(line)}" for line in card.projects[name])
+        for name in shown
+    ]
+    blocks: list[Block] = [
+        section(fit_lines(text.split("\n"), _SECTION_TEXT_MAX)) for text in sections
+    ]
+    if rest:
+        blocks.append(
+            context(
+                f"{len(rest)} more projects: ask for one with `/gpu policy <project>` "
+                f"({escape(', '.join(rest[:20]))}{'…' if len(rest) > 20 else ''})"
+            )
+        )
+    text = "gpuops policy: " + "; ".join(
+        f"{escape(name)}: {escape(' · '.join(card.projects[name]))}" for name in shown
+    )
+    return SlackMessage(text=text, blocks=blocks)

@@ -37,6 +37,13 @@ _RESULT_ICONS = {
 _TONE_ICONS: dict[Tone, str] = {"good": ":large_green_circle:", "warning": ":warning:"}
 
 
+def _prompt_minutes(record: ChangeRequestRecord) -> int:
+    """The expiry the prompt stated when it was posted."""
+    if record.expires_at is None:
+        return 0
+    return max(1, round((record.expires_at - record.created_at).total_seconds() / 60))
+
+
 class SlackNotifier:
     """Implements bot.core.notifier.Notifier with Block Kit messages through a Messenger."""
 
@@ -51,6 +58,9 @@ class SlackNotifier:
         return await self._post_or_raise(record.channel, prompt, thread_ts=record.root_ts)
 
     async def request_changed(self, record: ChangeRequestRecord, event: RequestEvent) -> None:
+        if event.kind == "approval_added":
+            await self._approval_added(record, event)
+            return
         if event.left_pending and record.prompt_ts:
             # Replace the prompt's buttons with the outcome so nobody clicks a decided request.
             await self._edit(
@@ -61,6 +71,18 @@ class SlackNotifier:
         note = self._thread_note(record, event)
         if note is not None:
             await self._post_or_log(record.channel, note, thread_ts=record.root_ts)
+
+    async def _approval_added(self, record: ChangeRequestRecord, event: RequestEvent) -> None:
+        """One more of several approvals: the prompt shows the progress, keeping its
+        buttons, and the thread says who approved."""
+        if record.prompt_ts:
+            minutes = _prompt_minutes(record)
+            prompt = blocks.approval_prompt(view_of(record), expire_minutes=minutes)
+            await self._edit(record.channel, record.prompt_ts, prompt)
+        note = blocks.decision_note(
+            ":white_check_mark:", "Approved", event.actor, f"({event.text})"
+        )
+        await self._post_or_log(record.channel, note, thread_ts=record.root_ts)
 
     @staticmethod
     def _thread_note(record: ChangeRequestRecord, event: RequestEvent) -> SlackMessage | None:

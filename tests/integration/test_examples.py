@@ -34,3 +34,18 @@ def test_the_demo_policy_ships_as_a_file_the_demo_reads() -> None:
     policy = load_policy(shipped)
     assert policy.approvals.break_glass
     assert all(project.watch is not None for project in policy.projects.values())
+
+
+def test_example_policy_shows_every_guardrail_key() -> None:
+    policy = load_policy(ROOT / "examples" / "policy.yml")
+    together = policy.projects["together-prod"]
+    assert together.limits is not None and together.limits.max_gpus == 256
+    assert together.limits.max_hourly_increase is not None
+    assert getattr(together, "prices", None) is not None
+    e2e = policy.projects["e2e-delhi"]
+    assert e2e.limits is not None and e2e.limits.max_nodes == 16
+    rule = policy.approvals.rules[0]
+    assert rule.approvers == 2 and rule.usergroups and rule.kinds
+    assert {f.name for f in policy.freezes} == {"year-end", "weekend"}
+    weekly = policy.freezes[1].weekly
+    assert weekly is not None and weekly.timezone == "Europe/Berlin"

@@ -47,9 +47,9 @@ def test_the_summary_billing_line_writes_money_as_the_price_line_does() -> None:
 
 
 def test_other_currencies_are_shown_by_code() -> None:
-    price = e2e_node_price({**HOURLY_INR, "currency": "USD", "unit_price": "2.5"})
+    price = e2e_node_price({**HOURLY_INR, "currency": "SGD", "unit_price": "2.5"})
     assert (
-        scale_price_line(price, 3) == "≈ +7.50 USD/h: 3 more nodes at 2.50 USD/h each, hourly plan"
+        scale_price_line(price, 3) == "≈ +7.50 SGD/h: 3 more nodes at 2.50 SGD/h each, hourly plan"
     )
 
 

@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from bot.core.access import Refusal
-from bot.core.answers import Reply
-from bot.core.notifier import EventKind
+from bot.core.answers import Reply, notice
+from bot.core.guardrails.approvals import Requirement, requirement_for
+from bot.core.guardrails.guard import Guard, stored_override
+from bot.core.notifier import EventKind, RequestEvent
 from bot.core.policy import Role
 from bot.core.requests.execution import Execution
 from bot.core.requests.settle import Change, RequestDeps, settle
@@ -87,6 +89,7 @@ class Decisions:
         self.deps = deps
         self.execution = execution
         self.sweeper = sweeper
+        self.guard = Guard(deps.access)
 
     async def decide(
         self,
@@ -218,6 +221,7 @@ class Decisions:
             user, record.project, record.channel, Role.approver, doing=_DOING[decision]
         )
         if user != record.requester:
+            await self._in_rule_groups(user, record, decision)
             return False
         if decision == "approve" and self.deps.policy.approvals.break_glass and role >= Role.admin:
             if break_glass_reason and break_glass_reason.strip():
@@ -226,6 +230,24 @@ class Decisions:
         raise Refusal(
             f"you requested {record.id}; another approver of {record.project} must {decision} it.",
             kind="self_approval",
+        )
+
+    def requirement(self, record: ChangeRequestRecord) -> Requirement:
+        """What approving this request takes under the policy in force now."""
+        found = requirement_for(self.deps.policy, record.project, record.kinds)
+        return found or Requirement(1, (), tuple(record.kinds), by_rule=False)
+
+    async def _in_rule_groups(
+        self, user: str, record: ChangeRequestRecord, decision: Decision
+    ) -> None:
+        groups = self.requirement(record).usergroups
+        if not groups or await self.deps.access.authorizer.in_any_group(user, groups):
+            return
+        named = ", ".join(f"<!subteam^{g}>" for g in groups)
+        raise Refusal(
+            f"to {decision} {record.id} you must be in {named} (the approval rule of "
+            f"{record.project}); nothing was recorded.",
+            kind="not_in_approver_group",
         )
 
     async def _settle_decision(self, record: ChangeRequestRecord, change: Change) -> Reply | None:
@@ -260,6 +282,10 @@ class Decisions:
         refused = await self._recheck(record, user)
         if refused is not None:
             return refused
+        if not break_glass:
+            counted = await self._count_approval(record, user)
+            if counted is not None:
+                return counted
         note = f"Break glass: <@{user}> approved their own request. Reason: {reason}"
         approved = Change(
             "break_glass" if break_glass else "approved",
@@ -284,6 +310,31 @@ class Decisions:
             return already_decided_refusal(current).reply()
         await self.execution.execute(record.id, actor=user)
         return None
+
+    async def _count_approval(self, record: ChangeRequestRecord, user: str) -> Reply | None:
+        """Record this approval; None when it is the last one needed (approve now), else
+        what the approver is told (counted, or already counted)."""
+        requirement = self.requirement(record)
+        updated, added = await self.deps.store.add_approver(record.id, user, requirement.as_json())
+        if updated is None or updated.state is not RequestState.PENDING:
+            return already_decided_refusal(updated or record).reply()
+        count = len(updated.approvers)
+        progress = f"{count} of {requirement.needed}"
+        if not added:
+            return notice(f"You already approved {record.id} ({progress}); it counts once.")
+        if count >= requirement.needed:
+            return None  # the last one: approved now, audited as such
+        await self.deps.access.audit(
+            user,
+            "approval_added",
+            project=record.project,
+            cluster_id=record.cluster_id,
+            request_id=record.id,
+            outcome=progress,
+        )
+        event = RequestEvent("approval_added", user, progress)
+        await self.deps.notifier.request_changed(updated, event)
+        return notice(f"Your approval of {record.id} is recorded: {progress}.")
 
     async def _recheck(self, record: ChangeRequestRecord, user: str) -> Reply | None:
         """Before approving: the requester may still request it and the preview still
@@ -310,6 +361,13 @@ class Decisions:
         old = ChangePlan.model_validate(record.plan["plan"])
         if fresh.fingerprint != old.fingerprint or fresh.body != old.body:
             return await self._fail_pending(record, user, stale_text(old, fresh), "stale")
+        now = self.deps.clock()
+        size = self.guard.size(state, fresh, now)
+        overridden = stored_override(record.plan) is not None
+        try:
+            self.guard.check(record.project, record.kinds, size, now, overridden=overridden)
+        except Refusal as refusal:
+            return await self._fail_pending(record, user, refusal.message, refusal.kind)
         return None
 
     async def _fail_pending(

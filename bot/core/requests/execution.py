@@ -13,6 +13,8 @@ import functools
 import logging
 from dataclasses import dataclass
 
+from bot.core.access import Refusal
+from bot.core.guardrails.guard import Guard, stored_override, stored_size
 from bot.core.requests.fencing import LeaseKeeper
 from bot.core.requests.followup import FollowUp
 from bot.core.requests.outcomes import PendingOutcomes, Result, Unrecorded
@@ -69,6 +71,7 @@ class Execution:
         self.deps = deps
         self.follow_up = follow_up
         self.pending = PendingOutcomes(self._record_late, deps.tasks.spawn)
+        self.guard = Guard(deps.access)
 
     async def execute(self, request_id: str, *, actor: str) -> Result | None:
         """Run an approved change; the result this executor knows (recorded or kept for
@@ -115,6 +118,8 @@ class Execution:
         actor: str,
     ) -> _Ran:
         """Lock, start, send and record; kept when the result waits for the store."""
+        if not await self._still_allowed(record):
+            return _Ran()
         if not await self._lock_cluster(record):
             return _Ran()
         running = await settle(self.deps, record, _start(actor), fence=keeper.lease)
@@ -187,6 +192,31 @@ class Execution:
             await self._refuse_busy(record, holder_id)
             return False
         return False
+
+    async def _still_allowed(self, record: ChangeRequestRecord) -> bool:
+        """The guardrails once more, just before sending (a freeze may have begun since the
+        approval, or the policy changed); a refused change ends failed, nothing sent."""
+        size = stored_size(record.plan)
+        if size is None:  # made before guardrails were recorded with requests
+            return True
+        overridden = stored_override(record.plan) is not None
+        try:
+            self.guard.check(
+                record.project, record.kinds, size, self.deps.clock(), overridden=overridden
+            )
+        except Refusal as refusal:
+            why = f"not sent: {refusal.message}"
+            refused = Change.ended_by_gpuops(
+                "refused",
+                {RequestState.APPROVED},
+                RequestState.FAILED,
+                why,
+                audit_event="refused",
+                outcome=refusal.kind,
+            )
+            await settle(self.deps, record, refused)
+            return False
+        return True
 
     async def _refuse_busy(self, record: ChangeRequestRecord, holder_id: str) -> None:
         why = (

@@ -15,6 +15,8 @@ from typing import Any
 
 from bot.core.access import Refusal
 from bot.core.answers import Reply, error, notice
+from bot.core.guardrails.approvals import requirement_for
+from bot.core.guardrails.guard import Guard, Override, guard_json
 from bot.core.notifier import NotDelivered
 from bot.core.policy import Role
 from bot.core.requests.execution import Execution
@@ -60,6 +62,7 @@ class Lifecycle:
     def __init__(self, deps: RequestDeps, execution: Execution) -> None:
         self.deps = deps
         self.execution = execution
+        self.guard = Guard(deps.access)
 
     async def request_change(
         self,
@@ -73,27 +76,44 @@ class Lifecycle:
         reason: str | None,
         command: str = "",
         step: str | None = None,
+        override: str | None = None,
     ) -> Reply:
         """Check, store and show a change request; ``step`` is the workflow step (function
         execution id) asking for it, linked to the request as it is stored."""
         access = self.deps.access
+        now = self.deps.clock()
         try:
             await access.require(user, project, channel, Role.operator)
             access.require_cluster_allowed(project, cluster_id)
             state = await access.fetch(project, cluster_id)
             plan = access.make_plan(project, state, action, inputs)
+            size = self.guard.size(state, plan, now)
+            overridden = await self.guard.override(
+                user, channel, project, plan.kinds, now, override
+            )
+            self.guard.check(project, plan.kinds, size, now, overridden=overridden is not None)
         except Refusal as refusal:
             CHANGE_REQUESTS.labels(access.provider_of(project), "refused").inc()
             return await access.refuse(
                 user, channel, refusal, project=project, cluster_id=cluster_id, command=command
             )
-        return await self._open(user, channel, plan, reason, step)
+        stored = {"plan": plan.model_dump(mode="json"), "inputs": dict(plan.body)}
+        stored["guard"] = guard_json(size, overridden)
+        return await self._open(user, channel, plan, stored, reason, overridden, step)
 
     async def _open(
-        self, user: str, channel: str, plan: ChangePlan, reason: str | None, step: str | None
+        self,
+        user: str,
+        channel: str,
+        plan: ChangePlan,
+        stored: dict[str, Any],
+        reason: str | None,
+        overridden: Override | None,
+        step: str | None,
     ) -> Reply:
         deps = self.deps
-        needs_approval = deps.policy.requires_approval(plan.project, plan.kinds)
+        requirement = requirement_for(deps.policy, plan.project, plan.kinds)
+        needs_approval = requirement is not None
         expire_minutes = deps.policy.approvals.expire_after_minutes
         record = await deps.store.create_request(
             provider=plan.provider,
@@ -101,7 +121,7 @@ class Lifecycle:
             cluster_id=plan.cluster_id,
             cluster_name=plan.cluster_name,
             action=plan.action,
-            plan={"plan": plan.model_dump(mode="json"), "inputs": dict(plan.body)},
+            plan=stored,
             kinds=plan.kinds,
             needs_approval=needs_approval,
             requester=user,
@@ -110,6 +130,7 @@ class Lifecycle:
             expires_at=deps.clock() + timedelta(minutes=expire_minutes) if needs_approval else None,
             state=RequestState.PENDING if needs_approval else RequestState.APPROVED,
             step=step,
+            approvals=requirement.as_json() if requirement else None,
         )
         await deps.access.audit(
             user,
@@ -124,6 +145,8 @@ class Lifecycle:
             channel=channel,
             **({"workflow_step": step} if step else {}),
         )
+        if overridden is not None:
+            await self._overridden(record, overridden)
         beside = await self._open_beside(record)
         try:
             root_ts = await deps.notifier.request_opened(record)
@@ -207,6 +230,24 @@ class Lifecycle:
             log.info("request %s: where it was posted is stored now", request_id)
             return
         log.error("request %s: gave up storing where it was posted", request_id)
+
+    async def _overridden(self, record: ChangeRequestRecord, overridden: Override) -> None:
+        """Audit an admin's freeze override and announce it in the notify channel."""
+        await self.deps.access.audit(
+            overridden.by,
+            "freeze_override",
+            project=record.project,
+            cluster_id=record.cluster_id,
+            request_id=record.id,
+            outcome=overridden.freeze,
+            reason=overridden.reason,
+            until=overridden.until,
+        )
+        headline = (
+            f"Freeze override: <@{overridden.by}> overrode {overridden.freeze} "
+            f"(until {overridden.until}). Reason: {overridden.reason}"
+        )
+        await mirror(self.deps, record, headline)
 
     async def _withdraw(self, record: ChangeRequestRecord, why: str) -> None:
         withdrawn = Change.ended_by_gpuops(

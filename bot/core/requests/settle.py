@@ -33,7 +33,6 @@ log = logging.getLogger(__name__)
 class RequestDeps:
     """What every part of the change workflow shares. ``clock`` may be replaced (tests)."""
 
-    policy: Policy
     store: Store
     access: Access
     notifier: Notifier
@@ -46,6 +45,11 @@ class RequestDeps:
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     tasks: BackgroundTasks = field(default_factory=BackgroundTasks)
     in_flight: InFlight = field(default_factory=InFlight)
+
+    @property
+    def policy(self) -> Policy:
+        """The policy in force now (a reload replaces it; every check reads it here)."""
+        return self.access.policy
 
 
 @dataclass(frozen=True)

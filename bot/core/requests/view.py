@@ -70,6 +70,13 @@ class RequestView:
     break_glass: bool = False
     expires_at: datetime | None = None
     price_line: str | None = None  # what the change does to the price, when it is known
+    approvers: tuple[str, ...] = ()  # who approved so far (distinct people)
+    approvals_needed: int = 1
+    approval_groups: tuple[str, ...] = ()  # each approver must be in one of these
+    approval_kinds: tuple[str, ...] = ()  # why approval is needed: these kinds
+    approval_by_rule: bool = False  # an approval rule says so (else the default table)
+    # An admin's freeze override: (freeze name, admin's user id, reason).
+    override: tuple[str, str, str] | None = None
 
     @property
     def at_approval(self) -> str | None:
@@ -81,8 +88,26 @@ def plan_lines(plan: ChangePlan) -> list[str]:
     return [line.text() for line in plan.lines]
 
 
+def request_price_line(record: ChangeRequestRecord, plan: ChangePlan) -> str | None:
+    """The price line kept with the request (priced from the policy's table or the plan),
+    else the one the plan alone gives."""
+    size = (record.plan.get("guard") or {}).get("size") or {}
+    kept = size.get("price_line")
+    if isinstance(kept, str):
+        return kept
+    return change_price_line(plan.node_price, plan.action, plan.body)
+
+
+def _override(record: ChangeRequestRecord) -> tuple[str, str, str] | None:
+    raw = (record.plan.get("guard") or {}).get("override")
+    if not isinstance(raw, dict):
+        return None
+    return str(raw.get("freeze")), str(raw.get("by")), str(raw.get("reason"))
+
+
 def view_of(record: ChangeRequestRecord) -> RequestView:
     plan = ChangePlan.model_validate(record.plan["plan"])
+    approvals = record.approvals or {}
     return RequestView(
         id=record.id,
         state=str(record.state),
@@ -101,5 +126,11 @@ def view_of(record: ChangeRequestRecord) -> RequestView:
         result_message=record.result_message,
         break_glass=record.break_glass,
         expires_at=record.expires_at,
-        price_line=change_price_line(plan.node_price, plan.action, plan.body),
+        price_line=request_price_line(record, plan),
+        approvers=tuple(record.approvers),
+        approvals_needed=int(approvals.get("needed", 1)),
+        approval_groups=tuple(str(g) for g in approvals.get("usergroups", [])),
+        approval_kinds=tuple(str(k) for k in approvals.get("kinds", record.kinds)),
+        approval_by_rule=bool(approvals.get("by_rule", False)),
+        override=_override(record),
     )

@@ -45,8 +45,8 @@ class ChangeWorkflow:
         max_call_seconds: float = 90.0,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
+        access.authorizer.policy = policy
         self.deps = RequestDeps(
-            policy=policy,
             store=store,
             access=access,
             notifier=notifier,

@@ -331,6 +331,12 @@ def _v6_workflow_steps(conn: Connection) -> None:
     metadata.create_all(conn)
 
 
+def _v7_request_approvals(conn: Connection) -> None:
+    # Who approved a request that needs several approvers, and what it needed (SPEC §8).
+    kind = "JSONB" if conn.dialect.name == "postgresql" else "JSON"
+    conn.execute(text(f"ALTER TABLE gpuops_change_requests ADD COLUMN approvals {kind}"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "change requests, audit, deliveries, cluster locks, leases", _v1_initial_tables),
     Migration(2, "change requests: approval prompt ts", _v2_approval_prompt_ts),
@@ -341,6 +347,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         5, "audit hash chain, chain head, audit time index", _v5_audit_chain, extra_seconds=600
     ),
     Migration(6, "workflow steps (function executions)", _v6_workflow_steps),
+    Migration(7, "change requests: approvals so far", _v7_request_approvals),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -68,6 +68,13 @@ class ChangeRequestRecord(BaseModel):
     result_message: str | None
     expires_at: datetime | None
     version: int
+    # Requests needing approval: {"needed", "usergroups", "kinds", "by_rule", "by": [ids]}.
+    approvals: dict[str, Any] | None = None
+
+    @property
+    def approvers(self) -> list[str]:
+        """Who approved so far, in order (distinct people)."""
+        return [str(u) for u in (self.approvals or {}).get("by", [])]
 
 
 class AuditEntry(BaseModel):

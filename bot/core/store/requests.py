@@ -24,6 +24,7 @@ from bot.core.store.records import (
 from bot.core.store.tables import change_requests, leases, workflow_steps
 
 _REQUEST_ID_ATTEMPTS = 8
+_APPROVER_ATTEMPTS = 50
 
 
 class StepTaken(Exception):
@@ -76,6 +77,7 @@ class RequestsMixin(StoreBase):
         expires_at: datetime | None,
         state: RequestState = RequestState.PENDING,
         step: str | None = None,
+        approvals: Mapping[str, Any] | None = None,
     ) -> ChangeRequestRecord:
         """Store a new request; with ``step`` (a workflow step's execution id), link that
         running step to it in the same transaction, or raise StepTaken and store nothing."""
@@ -99,6 +101,7 @@ class RequestsMixin(StoreBase):
             "break_glass": False,
             "expires_at": expires_at,
             "version": 1,
+            "approvals": dict(approvals) if approvals is not None else None,
         }
         for _ in range(_REQUEST_ID_ATTEMPTS):
             statement = (
@@ -163,6 +166,32 @@ class RequestsMixin(StoreBase):
             return await self.get_request(request_id)
         conditions: list[ColumnElement[bool]] = [] if fence is None else [fence_holds(fence)]
         return await self._update_request(request_id, values, *conditions)
+
+    async def add_approver(
+        self, request_id: str, approver: str, requirement: Mapping[str, Any]
+    ) -> tuple[ChangeRequestRecord | None, bool]:
+        """Add ``approver`` to a pending request's approvals (and note what it now needs),
+        compare-and-set on the row's version: two approvers at once on two replicas are both
+        counted, and whoever completes the count sees it complete.
+
+        (record, True) when added; (record, False) when the request is no longer pending or
+        already has this approver; (None, False) when there is no such request."""
+        for _ in range(_APPROVER_ATTEMPTS):
+            current = await self.get_request(request_id)
+            if current is None:
+                return None, False
+            if current.state is not RequestState.PENDING or approver in current.approvers:
+                return current, False
+            values = {"approvals": {**requirement, "by": [*current.approvers, approver]}}
+            won = await self._update_request(
+                request_id,
+                values,
+                change_requests.c.version == current.version,
+                change_requests.c.state == RequestState.PENDING.value,
+            )
+            if won is not None:
+                return won, True
+        raise RuntimeError(f"{request_id}: approvals kept changing; try again")
 
     async def record_outcome(
         self,

@@ -47,6 +47,7 @@ change_requests = Table(
     Column("result_message", Text()),
     Column("expires_at", UTCDateTime()),
     Column("version", Integer(), nullable=False),
+    Column("approvals", json_type()),
     Index("ix_gpuops_change_requests_state", "state"),
     Index("ix_gpuops_change_requests_project", "project"),
     Index("ix_gpuops_change_requests_expires_at", "expires_at"),

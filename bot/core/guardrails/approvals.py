@@ -1,0 +1,43 @@
+"""How many approvals a request needs, from whom, and why (SPEC §8 approval rules)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from bot.core.policy import Policy
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """What approving one request takes: ``needed`` distinct people other than the
+    requester, each in one of ``usergroups`` when there are any; ``kinds`` and ``by_rule``
+    say why (the kinds that need approval, under a rule or the default table)."""
+
+    needed: int
+    usergroups: tuple[str, ...]
+    kinds: tuple[str, ...]
+    by_rule: bool
+
+    def as_json(self, approvers: Iterable[str] = ()) -> dict[str, Any]:
+        return {
+            "needed": self.needed,
+            "usergroups": list(self.usergroups),
+            "kinds": list(self.kinds),
+            "by_rule": self.by_rule,
+            "by": list(approvers),
+        }
+
+
+def requirement_for(policy: Policy, project: str, kinds: Iterable[str]) -> Requirement | None:
+    """None when the change needs no approval; otherwise the first matching rule's
+    requirement, or one approver from anyone (the default)."""
+    wanted = list(kinds)
+    if not policy.requires_approval(project, wanted):
+        return None
+    risky = tuple(k for k in wanted if k in policy.approval_kinds(project)) or tuple(wanted)
+    for rule in policy.approvals.rules:
+        if rule.matches(project, wanted):
+            return Requirement(rule.approvers, tuple(rule.usergroups), risky, by_rule=True)
+    return Requirement(1, (), risky, by_rule=False)

@@ -1,0 +1,176 @@
+"""Fleet guardrails over real HTTP (SPEC §8), on SQLite and PostgreSQL where the store is
+involved: limits at request and at approval, prices in the preview and prompt, N-approver
+rules with user groups, and the two-replica race on the last approval."""
+
+from __future__ import annotations
+
+import asyncio
+
+from bot.core.store import RequestState as S
+from bot.local.demo.stack import DEMO_POLICY, LocalStack
+from tests.conftest import StackFactory
+from tests.support.guard_kit import answer_to, guard_policy
+from tests.support.workflow_kit import (
+    ALICE,
+    BOB,
+    CAROL,
+    DAVE,
+    audit_trail,
+    click,
+    events,
+    next_ephemeral,
+    readable_text,
+    request,
+    wait_reply,
+    wait_root,
+    wait_state,
+    wait_unlocked,
+)
+
+DECOMMISSION = "update together-prod tc-h100-reserved reservation_end_time=2027-06-30T00:00:00Z"
+
+
+async def test_a_change_past_a_limit_is_refused_with_the_limit_and_nothing_is_stored(
+    make_stack: StackFactory,
+) -> None:
+    stack = await make_stack(policy_yaml=guard_policy())
+    text = await answer_to(stack, DAVE, "update together-prod tc-h200-ondemand num_gpus=128")
+    assert "num_gpus 128 is over together-prod's limit of 64 GPUs per cluster" in text
+    nodes = await answer_to(stack, DAVE, "action e2e-delhi 101 scale_cluster additional_nodes=8")
+    assert "10 nodes is over e2e-delhi's limit of 6 nodes per cluster" in nodes
+    assert await stack.runtime.store.list_requests() == []
+    assert stack.together.calls("update", "PUT") == [] and stack.e2e.calls("action", "PUT") == []
+    refusals = [e for e in await stack.runtime.store.list_audit(limit=10) if e.event == "refused"]
+    assert {e.outcome for e in refusals} == {"limit"}
+
+
+async def test_max_hourly_increase_needs_a_known_price(make_stack: StackFactory) -> None:
+    stack = await make_stack(policy_yaml=guard_policy())
+    # B200_SXM has no price in the table: a scale-up cannot be checked against the limit
+    text = await answer_to(stack, DAVE, "update together-prod tc-b200-pool num_gpus=40")
+    assert "no price for GPU type B200_SXM" in text and "cannot be checked" in text
+    # 32 more H200 at $3.79 each is $121.28/h: over the +$100/h limit
+    over = await answer_to(stack, DAVE, "update together-prod tc-h200-ondemand num_gpus=40")
+    assert "≈ +$121.28/h is over together-prod's limit of +$100.00/h per change" in over
+
+
+async def test_the_price_of_a_together_change_is_in_the_preview_and_the_prompt(
+    make_stack: StackFactory,
+) -> None:
+    stack = await make_stack(policy_yaml=guard_policy())
+    opened = await request(stack, DAVE, "update together-prod tc-h100-reserved num_gpus=8")
+    root = stack.slack.message(opened.channel, opened.root_ts)
+    prompt = stack.slack.message(opened.channel, opened.prompt_ts or "")
+    assert root is not None and prompt is not None
+    line = "≈ -$23.92/h: 8 \N{MULTIPLICATION SIGN} H100_SXM at $2.99, prices of "
+    assert line in readable_text(root) and line in readable_text(prompt)
+    assert "old" not in readable_text(root)
+
+
+async def test_a_stricter_policy_refuses_at_approval_what_a_looser_one_allowed(
+    stack: LocalStack,
+) -> None:
+    opened = await request(stack, DAVE, "action e2e-delhi 101 scale_cluster additional_nodes=2")
+    path = stack.runtime.settings.gpuops_policy
+    strict = DEMO_POLICY.replace(
+        "    location: Delhi\n", "    location: Delhi\n    limits:\n      max_nodes: 3\n"
+    )
+    assert strict != DEMO_POLICY
+    path.write_text(strict)
+    assert await stack.runtime.reload_policy() == "reloaded"
+    seen = len(stack.slack.ephemerals_for(BOB))
+    await click(stack, opened, BOB)
+    record = await wait_state(stack.runtime.store, opened.id, S.FAILED)
+    assert record.result_message is not None
+    assert "4 nodes is over e2e-delhi's limit of 3 nodes" in record.result_message
+    told = await next_ephemeral(stack, BOB, seen)
+    assert "limit of 3 nodes" in told.text
+    assert stack.e2e.calls("action", "PUT") == []
+
+
+async def test_two_distinct_approvers_are_needed_and_the_prompt_says_why_and_how_far(
+    make_stack: StackFactory, database_url: str
+) -> None:
+    stack = await make_stack(policy_yaml=guard_policy(), database_url=database_url)
+    opened = await request(stack, DAVE, DECOMMISSION)
+    prompt = stack.slack.message(opened.channel, opened.prompt_ts or "")
+    assert prompt is not None
+    assert "decommission needs 2 approvers (approval rule of together-prod)" in prompt.text
+    assert "0 of 2: none yet" in prompt.text
+
+    seen = len(stack.slack.ephemerals_for(BOB))
+    await click(stack, opened, BOB)
+    recorded = await next_ephemeral(stack, BOB, seen)
+    assert f"Your approval of {opened.id} is recorded: 1 of 2." in recorded.text
+    await wait_reply(stack, opened, "(1 of 2)")
+    prompt = stack.slack.message(opened.channel, opened.prompt_ts or "")
+    assert prompt is not None and "1 of 2: <@U02BOB>" in prompt.text
+    assert "approve_request" in str(prompt.blocks)  # still open
+    seen += 1
+    await click(stack, opened, BOB)  # the same person again counts once
+    again = await next_ephemeral(stack, BOB, seen)
+    assert "already approved" in again.text and "1 of 2" in again.text
+    record = await wait_state(stack.runtime.store, opened.id, S.PENDING)
+    assert record.approvers == [BOB] and stack.together.calls("update", "PUT") == []
+
+    await click(stack, opened, CAROL)
+    await wait_root(stack, opened, "done")
+    assert len(stack.together.calls("update", "PUT")) == 1
+    root = stack.slack.message(opened.channel, opened.root_ts)
+    assert root is not None and "approved by <@U02BOB> and <@U03CAROL>" in readable_text(root)
+    trail = events(await audit_trail(stack.runtime.store, opened.id))
+    assert trail.count("approval_added") == 1 and trail.count("approved") == 1
+
+
+async def test_an_approver_outside_the_rules_groups_is_refused_and_nothing_is_recorded(
+    make_stack: StackFactory, database_url: str
+) -> None:
+    stack = await make_stack(policy_yaml=guard_policy(), database_url=database_url)
+    opened = await request(stack, DAVE, "action e2e-delhi 101 restart_cluster")
+    prompt = stack.slack.message(opened.channel, opened.prompt_ts or "")
+    assert prompt is not None and "from <!subteam^S0PLATFORM>" in prompt.text
+    for button in ("approve_request", "deny_request"):
+        seen = len(stack.slack.ephemerals_for(BOB))
+        await click(stack, opened, BOB, button)
+        told = await next_ephemeral(stack, BOB, seen)
+        assert "you must be in" in told.text and "nothing was recorded" in told.text
+    record = await wait_state(stack.runtime.store, opened.id, S.PENDING)
+    assert record.approvers == []
+    await click(stack, opened, CAROL)  # in S0PLATFORM: one is enough under this rule
+    await wait_root(stack, opened, "done")
+    assert len(stack.e2e.calls("action", "PUT")) == 1
+
+
+async def test_one_eligible_deny_ends_a_request_that_had_an_approval(
+    make_stack: StackFactory,
+) -> None:
+    stack = await make_stack(policy_yaml=guard_policy())
+    opened = await request(stack, DAVE, DECOMMISSION)
+    await click(stack, opened, BOB)
+    await wait_reply(stack, opened, "(1 of 2)")
+    await click(stack, opened, ALICE, "deny_request")
+    record = await wait_state(stack.runtime.store, opened.id, S.DENIED)
+    assert record.decided_by == ALICE and stack.together.calls("update", "PUT") == []
+
+
+async def test_two_approvers_at_once_on_two_replicas_both_count_and_it_is_sent_once(
+    pg_database_url: str, make_stack: StackFactory
+) -> None:
+    stack = await make_stack(
+        policy_yaml=guard_policy(), database_url=pg_database_url, instance_id="replica-a"
+    )
+    replica_b = await stack.start_replica("replica-b")
+    for day in (10, 11, 12):
+        end = f"reservation_end_time=2027-06-{day}T00:00:00Z"
+        opened = await request(stack, DAVE, f"update together-prod tc-h100-reserved {end}")
+        await asyncio.gather(
+            click(stack, opened, BOB, sender=stack.sender),
+            click(stack, opened, CAROL, sender=replica_b.sender),
+        )
+        record = await wait_state(stack.runtime.store, opened.id, S.SUCCEEDED, S.FAILED)
+        assert sorted(record.approvers) == [BOB, CAROL]
+        trail = events(await audit_trail(stack.runtime.store, opened.id))
+        assert trail.count("approved") == 1 and trail.count("executing") == 1
+        await wait_root(stack, opened, "done" if record.state is S.SUCCEEDED else "failed")
+        await wait_unlocked(stack.runtime.store, "together", "together-prod", "tc-h100-reserved")
+    assert len(stack.together.calls("update", "PUT")) == 3
