@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from bot.core.access import Access, Refusal
 from bot.core.grammar import ActionCommand, UpdateCommand, UsageError, parse_command
+from bot.core.guardrails.freezes import freezes_soon, frozen_text
 from bot.core.policy import Role
 from bot.core.registry import MissingCredential
 from bot.providers.base import ClusterState, ClusterSummary, FieldSpec, unknown_field
@@ -51,6 +53,7 @@ class FormView:
     specs: list[FieldSpec]
     values: dict[str, Any]
     metadata: dict[str, Any]
+    freeze: str | None = None  # for an admin during a freeze: what the override input says
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,7 @@ class ReadySubmission:
     action: str
     inputs: dict[str, str]
     reason: str | None
+    override: str | None = None  # an admin's reason to go ahead during a freeze
 
 
 def parse_metadata(raw: str | None) -> dict[str, str]:
@@ -152,9 +156,26 @@ def _same_value(raw: str, current: Any) -> bool:
 class Forms:
     """Opens, refreshes and checks change forms for a person."""
 
-    def __init__(self, access: Access) -> None:
+    def __init__(
+        self, access: Access, clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    ) -> None:
         self.access = access
+        self.clock = clock
         self._states: dict[tuple[str, str], ClusterState] = {}
+
+    async def _freeze_for(self, user: str, project: str, channel: str) -> str | None:
+        """The freeze an admin may override in this form, in words; None for anyone else
+        or when no freeze holds on the project now."""
+        now = self.clock()
+        windows = [
+            w for w in freezes_soon(self.access.policy.freezes, project, now) if w.start <= now
+        ]
+        if not windows:
+            return None
+        decision = await self.access.authorizer.check(user, project, channel, Role.admin)
+        if not decision.allowed:
+            return None
+        return f"{frozen_text(project, windows[0])}; give a reason to go ahead."
 
     def fields_of(self, project: str, action: str) -> list[FieldSpec]:
         """The fields of ``action`` in ``project``; none for an unknown action or project."""
@@ -230,7 +251,9 @@ class Forms:
             return FormMessage(request.kind, refusal.message, request.metadata())
         self._states[(request.project, request.cluster_id)] = state
         prefill = {**request.prefill, **({"reason": request.reason} if request.reason else {})}
-        return self._view(request.kind, state, request.action, prefill, request.metadata())
+        view = self._view(request.kind, state, request.action, prefill, request.metadata())
+        freeze = await self._freeze_for(user, request.project, request.channel)
+        return replace(view, freeze=freeze)
 
     async def with_action(
         self, user: str, metadata_raw: str | None, action: str, values: Mapping[str, str | None]
@@ -250,8 +273,10 @@ class Forms:
             )
         except Refusal as refusal:
             return FormMessage("action", refusal.message, request.metadata())
-        typed = {k: v for k, v in values.items() if v and k not in ("action", "reason")}
-        return self._view("action", state, action, typed, request.metadata())
+        typed = {k: v for k, v in values.items() if v and k not in ("action", "reason", "override")}
+        view = self._view("action", state, action, typed, request.metadata())
+        freeze = await self._freeze_for(user, request.project, request.channel)
+        return replace(view, freeze=freeze)
 
     def _view(
         self,
@@ -339,4 +364,5 @@ class Forms:
             where = refusal.field if refusal.field in known else first_field
             return SubmissionErrors({where: refusal.message[:1900]})
         reason = (values.get("reason") or "").strip() or None
-        return ReadySubmission(project, cluster_id, channel, action, inputs, reason)
+        override = (values.get("override") or "").strip() or None
+        return ReadySubmission(project, cluster_id, channel, action, inputs, reason, override)

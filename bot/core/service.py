@@ -52,7 +52,7 @@ class CommandService:
         self.access = access
         self.workflow = workflow
         self.queries = Queries(access)
-        self.forms = Forms(access)
+        self.forms = Forms(access, lambda: workflow.clock())
         self.timeline = Timeline(access)
         # Commands' work after the ack, a few at a time (see bot.pacing).
         self.pacer = Pacer()
@@ -247,6 +247,7 @@ class CommandService:
             inputs=ready.inputs,
             reason=ready.reason,
             command=f"modal {ready.action}",
+            override=ready.override,
         )
 
     # -- mentions ---------------------------------------------------------------------

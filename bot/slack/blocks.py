@@ -451,6 +451,18 @@ def _reason_block(initial: object = None) -> Block:
     }
 
 
+def _override_block(freeze: str) -> Block:
+    """For an admin during a freeze: the reason to go ahead anyway (SPEC §8)."""
+    return {
+        "type": "input",
+        "block_id": "override",
+        "optional": True,
+        "label": {"type": "plain_text", "text": "Override the freeze (admins): why"},
+        "element": {"type": "plain_text_input", "action_id": "override", "max_length": 500},
+        "hint": {"type": "plain_text", "text": _clip(plain(freeze), 150)},
+    }
+
+
 def loading_modal(callback_id: str, title: str, metadata: Mapping[str, Any]) -> Block:
     return {
         "type": "modal",
@@ -561,10 +573,14 @@ def change_form(form: FormView | FormMessage) -> Block:
     if isinstance(form, FormMessage):
         return message_modal(FORM_CALLBACKS[form.kind], "gpuops", form.text, form.metadata)
     if form.kind == "update":
-        return update_modal(form.summary, form.specs, form.values, form.metadata)
-    return action_modal(
-        form.summary, form.actions, form.action, form.specs, form.values, form.metadata
-    )
+        modal = update_modal(form.summary, form.specs, form.values, form.metadata)
+    else:
+        modal = action_modal(
+            form.summary, form.actions, form.action, form.specs, form.values, form.metadata
+        )
+    if form.freeze is not None:
+        modal["blocks"].append(_override_block(form.freeze))
+    return modal
 
 
 DENY_CALLBACK = "gpu_deny"

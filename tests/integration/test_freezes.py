@@ -11,6 +11,7 @@ from bot.core.store import RequestState as S
 from bot.local.demo.stack import LocalStack
 from tests.conftest import StackFactory
 from tests.support.guard_kit import absolute_freeze, answer_to, guard_policy
+from tests.support.slack_support import input_block, opened_modal
 from tests.support.workflow_kit import (
     ALICE,
     BOB,
@@ -18,6 +19,7 @@ from tests.support.workflow_kit import (
     DAVE,
     audit_trail,
     click,
+    poll_until,
     request,
     wait_mirror,
     wait_root,
@@ -118,3 +120,30 @@ async def test_a_weekly_freeze_holds_in_its_time_zone(make_stack: StackFactory) 
     stack.runtime.workflow.clock = lambda: datetime(2026, 12, 4, 22, 30, tzinfo=UTC)
     opened = await request(stack, DAVE, SCALE)  # Friday 23:30 in Berlin: not frozen
     assert opened.prompt_ts is not None
+
+
+async def test_the_form_offers_an_admin_the_override_input_during_a_freeze(
+    make_stack: StackFactory,
+) -> None:
+    now = datetime.now(UTC)
+    stack = await frozen_stack(make_stack, None, now - timedelta(hours=1), now + timedelta(days=1))
+    await stack.sender.command(DAVE, CHANNEL, "action e2e-delhi 101 scale_cluster")
+    operator_form = await opened_modal(stack, DAVE, "gpu_action")
+    assert "override" not in [b.get("block_id") for b in operator_form.blocks]
+    await stack.sender.command(ALICE, CHANNEL, "action e2e-delhi 101 scale_cluster")
+    view = await opened_modal(stack, ALICE, "gpu_action")
+    hint = input_block(view, "override")["hint"]["text"]
+    assert "e2e-delhi is frozen (year-end)" in hint
+    values = {"additional_nodes": "1", "override": "capacity for incident 42"}
+    submitted = await stack.sender.view_submission(ALICE, view.id, values)
+    assert submitted.status == 200 and submitted.json is None, submitted.json
+    store = stack.runtime.store
+
+    async def opened() -> bool:
+        return len(await store.list_requests()) == 1
+
+    await poll_until(opened)
+    requests = await store.list_requests()
+    assert requests[0].state is S.PENDING and requests[0].requester == ALICE
+    trail = await audit_trail(stack.runtime.store, requests[0].id)
+    assert (ALICE, "freeze_override", "year-end") in trail
