@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from bot.core.access import Access, Refusal
 from bot.core.answers import ClusterCard, Reply, store_unavailable
 from bot.core.authorizer import Authorizer
+from bot.core.guardrails.approvals import requirement_for
 from bot.core.policy import Role
 from bot.core.registry import MissingCredential
 from bot.core.requests.decisions import Decision, NeedsBreakGlass
@@ -218,7 +219,12 @@ class HomeBuilder:
         if record.requester == user or user in record.approvers:
             return False
         decision = await self.authorizer.check(user, record.project, record.channel, Role.approver)
-        return decision.allowed
+        if not decision.allowed:
+            return False
+        requirement = requirement_for(self.authorizer.policy, record.project, record.kinds)
+        if requirement is None or not requirement.usergroups:
+            return True
+        return await self.authorizer.in_any_group(user, requirement.usergroups)
 
     async def _approvals(self, user: str) -> tuple[list[ChangeRequestRecord], bool]:
         """Pending requests of others that this person may approve where they were asked."""

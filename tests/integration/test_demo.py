@@ -60,12 +60,19 @@ def test_the_example_script_passes_and_shows_every_path() -> None:
     assert "✅ Remediation succeeded (SUCCEEDED)" in out
     # provisioning after gpuops's own update is not an incident
     assert "(`tc-h200-ondemand`) in together-prod is" not in out
+    # guardrails: a limit refusal, two approvers, a freeze an admin overrides (SPEC §8)
+    assert "❌ num_gpus 128 is over together-prod's limit of 64 GPUs per cluster." in out
+    assert "decommission needs 2 approvers (approval rule of together-prod)" in out
+    assert "✅ Approved by @bob. (1 of 2)" in out and "approved by @bob and @carol" in out
+    assert "❌ e2e-delhi is frozen (restart-freeze) until 2030-01-01 00:00 UTC." in out
+    assert "Freeze override: @alice overrode restart-freeze" in out
+    assert "❄ freeze restart-freeze overridden by @alice" in out
     # the record leaves Slack: #incident's timeline, shared as a file and drawn here
     assert "📎 gpuops-timeline-C0INCIDENT-" in out and "│ # gpuops timeline of C0INCIDENT" in out
     # a Workflow Builder step makes the same request and ends with its outputs
     assert "(a workflow runs the step request_gpu_change for dave in #incident)" in out
     assert "[workflow step request_gpu_change] ended: succeeded — CR-" in out
-    assert out.rstrip().endswith("script: 23 steps, all passed")
+    assert out.rstrip().endswith("script: 36 steps, all passed")
 
 
 def test_the_example_script_passes_over_socket_mode() -> None:
@@ -76,9 +83,10 @@ def test_the_example_script_passes_over_socket_mode() -> None:
     assert "(the bot is connected over Socket Mode)" in out
     assert "🟢 Together accepted the update" in out and "✅ Approved by @bob." in out
     assert "✅ Remediation succeeded (SUCCEEDED)" in out  # the watcher's part, over Socket Mode too
+    assert "Freeze override: @alice overrode restart-freeze" in out
     assert "📎 gpuops-timeline-C0INCIDENT-" in out  # the file upload, over Socket Mode too
     assert "[workflow step request_gpu_change] ended: succeeded" in out
-    assert out.rstrip().endswith("script: 23 steps, all passed")
+    assert out.rstrip().endswith("script: 36 steps, all passed")
 
 
 def test_a_form_validation_error_is_shown_on_the_field(tmp_path: Path) -> None:

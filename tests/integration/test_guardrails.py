@@ -5,10 +5,12 @@ rules with user groups, and the two-replica race on the last approval."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 from bot.core.store import RequestState as S
 from bot.local.demo.stack import DEMO_POLICY, LocalStack
 from tests.conftest import StackFactory
+from tests.integration.test_home_tab import open_home
 from tests.support.guard_kit import answer_to, guard_policy
 from tests.support.workflow_kit import (
     ALICE,
@@ -65,6 +67,8 @@ async def test_the_price_of_a_together_change_is_in_the_preview_and_the_prompt(
     line = "≈ -$23.92/h: 8 \N{MULTIPLICATION SIGN} H100_SXM at $2.99, prices of "
     assert line in readable_text(root) and line in readable_text(prompt)
     assert "old" not in readable_text(root)
+    home = await open_home(stack, BOB)  # waiting for Bob's approval, with its price
+    assert line in json.dumps(home.blocks, ensure_ascii=False)
 
 
 async def test_a_stricter_policy_refuses_at_approval_what_a_looser_one_allowed(

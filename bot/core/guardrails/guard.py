@@ -65,7 +65,10 @@ class Guard:
     ) -> None:
         """Raise a Refusal naming the limit or the freeze that forbids this change now."""
         policy = self.access.policy
-        why = limit_refusal(project, policy.project(project).limits, size)
+        config = policy.projects.get(project)
+        if config is None:  # removed by a reload since the request was made
+            raise Refusal(f"{project} is no longer in the policy.", kind="not_authorized")
+        why = limit_refusal(project, config.limits, size)
         if why is not None:
             raise Refusal(f"{why}. Only a policy change can raise a limit.", kind="limit")
         window = active_freeze(policy.freezes, project, kinds, now)

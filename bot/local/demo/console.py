@@ -74,6 +74,13 @@ You are dave (operator) in #incident. A short tour:
                                                      alert, then a node remediation bob can approve
                                                      (degrade 106: an E2E cluster, watched too)
   7. /gpu timeline 1h                                the channel's record as a Markdown file
+  8. /gpu update together-prod tc-h200-ondemand num_gpus=128
+                                                     refused: over the project's GPU limit
+  9. /gpu update together-prod tc-h100-reserved reservation_end_time=2027-06-30T00:00:00Z
+                                                     a decommission: two approvers (bob, carol)
+ 10. /gpu action e2e-delhi 101 restart_cluster       frozen; as alice add override="why"
+                                                     (announced in #gpu-audit; then bob approves)
+/gpu policy shows the guardrails.
 Also try: /gpu update together-prod tc-h100-reserved (a form), /gpu list, /gpu help,
 as erin (a viewer), as alice then /gpu audit.  Type `help` for the console's commands.
 """

@@ -35,6 +35,7 @@ _EMOJI = {
     ":information_source:": "ℹ",  # noqa: RUF001
     ":grey_question:": "❔",
     ":sparkles:": "✨",
+    ":snowflake:": "❄",
 }
 _USER = re.compile(r"<@([A-Z0-9]+)(?:\|[^>]*)?>")
 _CHANNEL = re.compile(r"<#([A-Z0-9]+)(?:\|[^>]*)?>")
