@@ -723,10 +723,14 @@ def help_message(card: HelpCard) -> SlackMessage:
         "• `/gpu timeline [since]` — this channel's record as a Markdown file, one line per"
         " event (`30m`, `2h`, `1d` or an RFC 3339 time; default 24 h, at most 7 days);"
         " `@gpuops timeline` in a thread puts it there",
+        "• `/gpu policy [project]` — approvals, limits, prices and freezes that apply to you",
     ]
     if top >= Role.operator:
         lines += [_change_help(changes) for changes in PROVIDER_CHANGES.values()]
-        lines.append("  Risky changes wait for a second person's approval in the thread.")
+        lines.append(
+            "  Risky changes wait for approval in the thread; during a freeze an admin may "
+            'add `override="why"`.'
+        )
     if top >= Role.approver:
         lines.append("• Approve or deny others' requests with the buttons in their thread")
     if top >= Role.admin:

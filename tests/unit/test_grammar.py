@@ -9,6 +9,7 @@ from bot.core.grammar import (
     AuditCommand,
     HelpCommand,
     ListCommand,
+    PolicyCommand,
     ShowCommand,
     UpdateCommand,
     UsageError,
@@ -123,3 +124,20 @@ def test_usage_errors_say_what_is_wrong(text: str, says: str) -> None:
     with pytest.raises(UsageError) as exc:
         parse_command(text)
     assert says in str(exc.value)
+
+
+def test_override_is_a_text_like_reason_not_a_field() -> None:
+    command = parse_command(
+        'action e2e-delhi 101 restart_cluster override="incident 7" reason="hang"'
+    )
+    assert isinstance(command, ActionCommand)
+    assert (command.override, command.reason, command.fields) == ("incident 7", "hang", {})
+    with pytest.raises(UsageError, match="an override may be at most 500 characters"):
+        parse_command(f'update p c num_gpus=8 override="{"x" * 501}"')
+
+
+def test_policy_takes_at_most_a_project() -> None:
+    assert parse_command("policy") == PolicyCommand()
+    assert parse_command("policy e2e-delhi") == PolicyCommand(project="e2e-delhi")
+    with pytest.raises(UsageError, match="`policy` takes at most a project"):
+        parse_command("policy a b")
