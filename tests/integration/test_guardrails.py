@@ -178,3 +178,25 @@ async def test_two_approvers_at_once_on_two_replicas_both_count_and_it_is_sent_o
         await wait_root(stack, opened, "done" if record.state is S.SUCCEEDED else "failed")
         await wait_unlocked(stack.runtime.store, "together", "together-prod", "tc-h100-reserved")
     assert len(stack.together.calls("update", "PUT")) == 3
+
+
+async def test_an_approval_stops_counting_when_a_reload_takes_the_approvers_grant(
+    make_stack: StackFactory,
+) -> None:
+    stack = await make_stack(policy_yaml=guard_policy())
+    opened = await request(stack, DAVE, DECOMMISSION)
+    await click(stack, opened, BOB)
+    await wait_reply(stack, opened, "(1 of 2)")
+    path = stack.runtime.settings.gpuops_policy
+    bob_grant = '  - users: [U02BOB]\n    projects: ["*"]\n    role: approver\n'
+    path.write_text(guard_policy().replace(bob_grant, ""))
+    assert await stack.runtime.reload_policy() == "reloaded"
+    seen = len(stack.slack.ephemerals_for(CAROL))
+    await click(stack, opened, CAROL)
+    told = await next_ephemeral(stack, CAROL, seen)
+    assert "recorded: 1 of 2" in told.text  # Bob's approval no longer counts
+    record = await wait_state(stack.runtime.store, opened.id, S.PENDING)
+    assert record.approvers == [BOB, CAROL] and stack.together.calls("update", "PUT") == []
+    await click(stack, opened, ALICE)
+    await wait_root(stack, opened, "done")
+    assert len(stack.together.calls("update", "PUT")) == 1

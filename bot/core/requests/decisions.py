@@ -318,7 +318,10 @@ class Decisions:
         updated, added = await self.deps.store.add_approver(record.id, user, requirement.as_json())
         if updated is None or updated.state is not RequestState.PENDING:
             return already_decided_refusal(updated or record).reply()
-        count = len(updated.approvers)
+        counted = [
+            u for u in updated.approvers if u == user or await self._still_eligible(u, record)
+        ]
+        count = len(counted)
         progress = f"{count} of {requirement.needed}"
         if not added:
             return notice(f"You already approved {record.id} ({progress}); it counts once.")
@@ -335,6 +338,16 @@ class Decisions:
         event = RequestEvent("approval_added", user, progress)
         await self.deps.notifier.request_changed(updated, event)
         return notice(f"Your approval of {record.id} is recorded: {progress}.")
+
+    async def _still_eligible(self, approver: str, record: ChangeRequestRecord) -> bool:
+        """An earlier approval counts while its approver could still give it (a reloaded
+        policy may have taken the grant or the group away)."""
+        authorizer = self.deps.access.authorizer
+        check = await authorizer.check(approver, record.project, record.channel, Role.approver)
+        if not check.allowed or approver == record.requester:
+            return False
+        groups = self.requirement(record).usergroups
+        return not groups or await authorizer.in_any_group(approver, groups)
 
     async def _recheck(self, record: ChangeRequestRecord, user: str) -> Reply | None:
         """Before approving: the requester may still request it and the preview still
