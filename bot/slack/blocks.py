@@ -151,7 +151,7 @@ def cluster_summary(
     s: ClusterSummary,
     *,
     requested_by: str | None = None,
-    approved_by: str | None = None,
+    approved_by: str | Sequence[str] | None = None,
     request_id: str | None = None,
     note: str | None = None,
     shown_by: str | None = None,
@@ -167,7 +167,8 @@ def cluster_summary(
     if requested_by:
         who.append(f"requested by {user_ref(requested_by)}")
     if approved_by:
-        who.append(f"approved by {user_ref(approved_by)}")
+        approvers = [approved_by] if isinstance(approved_by, str) else list(approved_by)
+        who.append("approved by " + " and ".join(user_ref(u) for u in approvers))
     if shown_by:
         who.append(f"shown for {user_ref(shown_by)}")
     if note:

@@ -44,6 +44,13 @@ def _prompt_minutes(record: ChangeRequestRecord) -> int:
     return max(1, round((record.expires_at - record.created_at).total_seconds() / 60))
 
 
+def _approvers(record: ChangeRequestRecord) -> list[str]:
+    """Who approved: everyone counted when several were needed, else the decider."""
+    if record.decided_by and record.decided_by in record.approvers:
+        return record.approvers
+    return [record.decided_by] if record.decided_by else []
+
+
 class SlackNotifier:
     """Implements bot.core.notifier.Notifier with Block Kit messages through a Messenger."""
 
@@ -135,7 +142,7 @@ class SlackNotifier:
         return blocks.cluster_summary(
             summary,
             requested_by=record.requester,
-            approved_by=record.decided_by if record.needs_approval else None,
+            approved_by=_approvers(record) if record.needs_approval else None,
             request_id=record.id,
             note=note,
         )

@@ -122,6 +122,8 @@ async def test_two_distinct_approvers_are_needed_and_the_prompt_says_why_and_how
     assert len(stack.together.calls("update", "PUT")) == 1
     root = stack.slack.message(opened.channel, opened.root_ts)
     assert root is not None and "approved by <@U02BOB> and <@U03CAROL>" in readable_text(root)
+    summary = await wait_reply(stack, opened, "train-h100-reserved (tc-h100-reserved)")
+    assert "approved by <@U02BOB> and <@U03CAROL>" in readable_text(summary)
     trail = events(await audit_trail(stack.runtime.store, opened.id))
     assert trail.count("approval_added") == 1 and trail.count("approved") == 1
 
