@@ -134,7 +134,10 @@ async def test_the_form_offers_an_admin_the_override_input_during_a_freeze(
     view = await opened_modal(stack, ALICE, "gpu_action")
     hint = input_block(view, "override")["hint"]["text"]
     assert "e2e-delhi is frozen (year-end)" in hint
-    values = {"additional_nodes": "1", "override": "capacity for incident 42"}
+    values: dict[str, str | int | list[str] | None] = {
+        "additional_nodes": "1",
+        "override": "capacity for incident 42",
+    }
     submitted = await stack.sender.view_submission(ALICE, view.id, values)
     assert submitted.status == 200 and submitted.json is None, submitted.json
     store = stack.runtime.store
