@@ -243,9 +243,9 @@ class Decisions:
         groups = self.requirement(record).usergroups
         if not groups or await self.deps.access.authorizer.in_any_group(user, groups):
             return
-        named = ", ".join(f"<!subteam^{g}>" for g in groups)
+        named = " or ".join(groups)
         raise Refusal(
-            f"to {decision} {record.id} you must be in {named} (the approval rule of "
+            f"to {decision} {record.id} you must be in user group {named} (the approval rule of "
             f"{record.project}); nothing was recorded.",
             kind="not_in_approver_group",
         )
