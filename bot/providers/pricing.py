@@ -22,8 +22,8 @@ def _amount(value: Decimal) -> str:
 
 
 def money(value: Decimal, currency: str) -> str:
-    """``₹1,995.20`` for INR, ``$24.60`` for USD, ``24.60 EUR`` for any other currency code (``24.60`` for none):
-    the one way every amount is written."""
+    """``₹1,995.20`` for INR, ``$24.60`` for USD, ``24.60 EUR`` for any other currency code
+    (``24.60`` for none): the one way every amount is written."""
     symbol = CURRENCY_SYMBOLS.get(currency.upper())
     if symbol is not None:
         return f"{symbol}{_amount(value)}"

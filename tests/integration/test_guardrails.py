@@ -19,6 +19,7 @@ from tests.support.workflow_kit import (
     DAVE,
     audit_trail,
     click,
+    deny,
     events,
     next_ephemeral,
     readable_text,
@@ -154,7 +155,7 @@ async def test_one_eligible_deny_ends_a_request_that_had_an_approval(
     opened = await request(stack, DAVE, DECOMMISSION)
     await click(stack, opened, BOB)
     await wait_reply(stack, opened, "(1 of 2)")
-    await click(stack, opened, ALICE, "deny_request")
+    await deny(stack, opened, ALICE)
     record = await wait_state(stack.runtime.store, opened.id, S.DENIED)
     assert record.decided_by == ALICE and stack.together.calls("update", "PUT") == []
 

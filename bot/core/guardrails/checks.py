@@ -10,8 +10,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from bot.core.guardrails.config import Limits, Prices
-from bot.core.pricing import money, scale_price_line
+from bot.core.pricing import scale_price_line
 from bot.providers.base import ChangePlan, ClusterState
+from bot.providers.pricing import money
 
 OLD_PRICES = timedelta(days=90)
 

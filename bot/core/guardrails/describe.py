@@ -7,7 +7,7 @@ from datetime import datetime
 from bot.core.guardrails.checks import OLD_PRICES
 from bot.core.guardrails.freezes import freezes_soon, when
 from bot.core.policy import KINDS_BY_PROVIDER, Policy, Role, TogetherProject
-from bot.core.pricing import money
+from bot.providers.pricing import money
 
 
 def _approvals(policy: Policy, project: str) -> list[str]:
