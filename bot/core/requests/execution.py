@@ -348,4 +348,4 @@ class Execution:
                 log.warning("change %s: summary not linked to its request: %s", done.id, exc)
                 done = done.model_copy(update={"summary_ts": summary_ts})
         if to is RequestState.SUCCEEDED and deps.poll_seconds > 0 and not summary.steady:
-            deps.tasks.spawn(self.follow_up.follow_up(done), f"follow-up-{done.id}")
+            await self.follow_up.begin(done)

@@ -59,7 +59,7 @@ class ChangeWorkflow:
         )
         self.follow_up = FollowUp(self.deps)
         self.execution = Execution(self.deps, self.follow_up)
-        self.sweeper = Sweeper(self.deps)
+        self.sweeper = Sweeper(self.deps, self.follow_up)
         self.lifecycle = Lifecycle(self.deps, self.execution)
         self.decisions = Decisions(self.deps, self.execution, self.sweeper)
         self.request_change = self.lifecycle.request_change

@@ -331,6 +331,23 @@ def _v6_workflow_steps(conn: Connection) -> None:
     metadata.create_all(conn)
 
 
+def _v7_time(conn: Connection) -> None:
+    # Follow-ups that outlive a process, scheduled changes, reverts and their old values.
+    postgres = conn.dialect.name == "postgresql"
+    timestamp = "TIMESTAMP WITH TIME ZONE" if postgres else "DATETIME"
+    table = "gpuops_change_requests"
+    conn.execute(text(f"ALTER TABLE {table} ADD COLUMN follow_until {timestamp}"))
+    conn.execute(text(f"ALTER TABLE {table} ADD COLUMN run_at {timestamp}"))
+    conn.execute(text(f"ALTER TABLE {table} ADD COLUMN revert_of VARCHAR(16)"))
+    conn.execute(
+        text(f"ALTER TABLE {table} ADD COLUMN prior_values {'JSONB' if postgres else 'JSON'}")
+    )
+    conn.execute(
+        text(f"CREATE INDEX ix_gpuops_change_requests_follow_until ON {table} (follow_until)")
+    )
+    conn.execute(text(f"CREATE INDEX ix_gpuops_change_requests_run_at ON {table} (run_at)"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "change requests, audit, deliveries, cluster locks, leases", _v1_initial_tables),
     Migration(2, "change requests: approval prompt ts", _v2_approval_prompt_ts),
@@ -341,6 +358,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         5, "audit hash chain, chain head, audit time index", _v5_audit_chain, extra_seconds=600
     ),
     Migration(6, "workflow steps (function executions)", _v6_workflow_steps),
+    Migration(7, "change requests: follow-up, schedule, revert", _v7_time),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -258,3 +258,17 @@ class RequestsMixin(StoreBase):
         async with self._begin() as conn:
             rows = (await conn.execute(statement)).mappings().all()
         return [ChangeRequestRecord.model_validate(dict(row)) for row in rows]
+
+    async def list_following(self, now: datetime, *, limit: int = 100) -> list[ChangeRequestRecord]:
+        """Requests whose cluster is to be followed after ``now`` (an indexed query)."""
+        require_aware("now", now)
+        statement = (
+            select(change_requests)
+            .where(change_requests.c.follow_until.is_not(None))
+            .where(change_requests.c.follow_until > now)
+            .order_by(change_requests.c.follow_until)
+            .limit(limit)
+        )
+        async with self._begin() as conn:
+            rows = (await conn.execute(statement)).mappings().all()
+        return [ChangeRequestRecord.model_validate(dict(row)) for row in rows]
