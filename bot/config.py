@@ -85,6 +85,10 @@ class Settings(BaseSettings):
     gpuops_db_connect_timeout: float = 5
     gpuops_db_operation_timeout: float = 10
     gpuops_exec_lease_seconds: float = 30
+    # Scheduled changes (SPEC §9): sent only this long after their time, else expired; and
+    # how often each replica looks for due ones (one indexed query).
+    gpuops_schedule_grace_seconds: float = 600
+    gpuops_schedule_tick_seconds: float = 5
 
     # Tests and the demo only: poll watched projects this often instead of their policy's
     # watch.every_seconds (which is never below 15).
@@ -154,6 +158,8 @@ class Settings(BaseSettings):
         "gpuops_db_connect_timeout",
         "gpuops_db_operation_timeout",
         "gpuops_exec_lease_seconds",
+        "gpuops_schedule_grace_seconds",
+        "gpuops_schedule_tick_seconds",
     )
     @classmethod
     def _positive(cls, value: float) -> float:

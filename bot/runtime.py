@@ -115,6 +115,7 @@ class Runtime:
             followup_minutes=settings.gpuops_followup_minutes,
             exec_lease_seconds=settings.gpuops_exec_lease_seconds,
             max_call_seconds=settings.client_settings().max_call_seconds,
+            schedule_grace_seconds=settings.gpuops_schedule_grace_seconds,
         )
         ops = CommandService(access=access, workflow=workflow)
         steps = WorkflowSteps(ops, step_store, completer)
@@ -179,6 +180,8 @@ class Runtime:
                 self.steps.completer.reconcile_forever(self.settings.gpuops_sweep_seconds)
             )
         )
+        tick = self.settings.gpuops_schedule_tick_seconds
+        self._background.append(asyncio.create_task(self.workflow.scheduler.run_forever(tick)))
 
     def web_app(self, limits: HttpLimits | None = None) -> web.Application:
         app = web.Application(

@@ -6,19 +6,25 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from bot.core.access import Access, Refusal
 from bot.core.grammar import ActionCommand, UpdateCommand, UsageError, parse_command
 from bot.core.policy import Role
 from bot.core.registry import MissingCredential
+from bot.core.schedule import Schedule, ScheduleError, parse_at
 from bot.providers.base import ClusterState, ClusterSummary, FieldSpec, unknown_field
 
 FormKind = Literal["update", "action"]
 SUBMIT_TIMEOUT = 2.0  # seconds to re-fetch a cluster while the surface waits to acknowledge
 _CONTEXT_KEYS = ("project", "cluster_id", "channel")
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
 
 
 @dataclass(frozen=True)
@@ -79,6 +85,7 @@ class ReadySubmission:
     action: str
     inputs: dict[str, str]
     reason: str | None
+    schedule: Schedule | None = None  # the optional run_at input (SPEC §9)
 
 
 def parse_metadata(raw: str | None) -> dict[str, str]:
@@ -152,8 +159,9 @@ def _same_value(raw: str, current: Any) -> bool:
 class Forms:
     """Opens, refreshes and checks change forms for a person."""
 
-    def __init__(self, access: Access) -> None:
+    def __init__(self, access: Access, clock: Callable[[], datetime] = _utc_now) -> None:
         self.access = access
+        self.clock = clock  # the run_at bounds are checked against it
         self._states: dict[tuple[str, str], ClusterState] = {}
 
     def fields_of(self, project: str, action: str) -> list[FieldSpec]:
@@ -250,7 +258,7 @@ class Forms:
             )
         except Refusal as refusal:
             return FormMessage("action", refusal.message, request.metadata())
-        typed = {k: v for k, v in values.items() if v and k not in ("action", "reason")}
+        typed = {k: v for k, v in values.items() if v and k not in ("action", "reason", "run_at")}
         return self._view("action", state, action, typed, request.metadata())
 
     def _view(
@@ -338,5 +346,16 @@ class Forms:
             known = {s.name for s in self.fields_of(project, action)}
             where = refusal.field if refusal.field in known else first_field
             return SubmissionErrors({where: refusal.message[:1900]})
+        try:
+            schedule = self._schedule(values.get("run_at"))
+        except ScheduleError as exc:
+            return SubmissionErrors({"run_at": str(exc)})
         reason = (values.get("reason") or "").strip() or None
-        return ReadySubmission(project, cluster_id, channel, action, inputs, reason)
+        return ReadySubmission(project, cluster_id, channel, action, inputs, reason, schedule)
+
+    def _schedule(self, run_at: str | None) -> Schedule | None:
+        if not run_at or not run_at.strip():
+            return None
+        schedule = parse_at(run_at)
+        schedule.resolve(self.clock())  # within the bounds now; checked again on request
+        return schedule

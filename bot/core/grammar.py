@@ -9,7 +9,8 @@
     /gpu timeline [since]
 
 ``reason="…"`` (at most 500 characters) may be added to update and action: it is recorded
-and shown. ``page=N`` asks for a further page of a long answer.
+and shown; ``at=<RFC 3339>`` or ``in=<N>m|<N>h|<N>d`` schedules the change (SPEC §9).
+``page=N`` asks for a further page of a long answer.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import shlex
 from typing import Literal
 
 from pydantic import BaseModel, Field
+
+from bot.core.schedule import Schedule, ScheduleError, parse_at, parse_in
 
 MAX_AUDIT_LIMIT = 100
 DEFAULT_AUDIT_LIMIT = 20
@@ -67,6 +70,7 @@ class UpdateCommand(BaseModel):
     cluster_id: str
     fields: dict[str, str] = Field(default_factory=dict)
     reason: str | None = None
+    schedule: Schedule | None = None
 
 
 class ActionCommand(BaseModel):
@@ -76,6 +80,7 @@ class ActionCommand(BaseModel):
     action: str | None = None
     fields: dict[str, str] = Field(default_factory=dict)
     reason: str | None = None
+    schedule: Schedule | None = None
 
 
 class AuditCommand(BaseModel):
@@ -114,9 +119,12 @@ def _token(value: str, what: str, usage: str) -> str:
     return value
 
 
-def _assignments(words: list[str], usage: str) -> tuple[dict[str, str], str | None]:
+def _assignments(
+    words: list[str], usage: str
+) -> tuple[dict[str, str], str | None, Schedule | None]:
     fields: dict[str, str] = {}
     reason: str | None = None
+    schedule: Schedule | None = None
     for word in words:
         name, sep, value = word.partition("=")
         if not sep or not _FIELD.match(name):
@@ -124,10 +132,22 @@ def _assignments(words: list[str], usage: str) -> tuple[dict[str, str], str | No
         if name == "reason":
             reason = _reason(value)
             continue
+        if name in ("at", "in"):
+            if schedule is not None:
+                raise UsageError("give one run time: `at=<RFC 3339>` or `in=<N>m|<N>h|<N>d`.")
+            schedule = _schedule(name, value)
+            continue
         if name in fields:
             raise UsageError(f"`{name}` is given twice; give each field once.")
         fields[name] = value.strip()
-    return fields, reason
+    return fields, reason, schedule
+
+
+def _schedule(name: str, value: str) -> Schedule:
+    try:
+        return parse_at(value) if name == "at" else parse_in(value)
+    except ScheduleError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _reason(value: str) -> str | None:
@@ -211,15 +231,22 @@ def _parse_change(verb: str, args: list[str]) -> UpdateCommand | ActionCommand:
     cluster_id = _token(args[1], "cluster id", usage)
     rest = args[2:]
     if verb == "update":
-        fields, reason = _assignments(rest, usage)
-        return UpdateCommand(project=project, cluster_id=cluster_id, fields=fields, reason=reason)
+        fields, reason, schedule = _assignments(rest, usage)
+        return UpdateCommand(
+            project=project, cluster_id=cluster_id, fields=fields, reason=reason, schedule=schedule
+        )
     action = None
     if rest and "=" not in rest[0]:
         action = _token(rest[0], "action", usage)
         rest = rest[1:]
-    fields, reason = _assignments(rest, usage)
+    fields, reason, schedule = _assignments(rest, usage)
     return ActionCommand(
-        project=project, cluster_id=cluster_id, action=action, fields=fields, reason=reason
+        project=project,
+        cluster_id=cluster_id,
+        action=action,
+        fields=fields,
+        reason=reason,
+        schedule=schedule,
     )
 
 

@@ -201,6 +201,7 @@ class Grant(_Strict):
 class Approvals(_Strict):
     expire_after_minutes: int = Field(default=30, ge=1)
     break_glass: bool = False
+    revert_window_hours: float = Field(default=24, gt=0)  # a result offers its revert so long
 
 
 class Policy(_Strict):

@@ -51,7 +51,7 @@ class CommandService:
         self.access = access
         self.workflow = workflow
         self.queries = Queries(access)
-        self.forms = Forms(access)
+        self.forms = Forms(access, lambda: workflow.clock())
         self.timeline = Timeline(access)
         # Commands' work after the ack, a few at a time (see bot.pacing).
         self.pacer = Pacer()
@@ -113,6 +113,13 @@ class CommandService:
             )
         except StoreUnavailable as exc:
             return _store_down("a decision", exc)
+
+    async def revert(self, *, user: str, channel: str, request_id: str) -> Reply:
+        """Request the inverse of a change (ChangeWorkflow.revert)."""
+        try:
+            return await self.workflow.revert(user=user, channel=channel, request_id=request_id)
+        except StoreUnavailable as exc:
+            return _store_down("a revert", exc)
 
     # -- commands ---------------------------------------------------------------------
     async def handle_command(self, user: str, channel: str, text: str) -> CommandOutcome:
@@ -218,6 +225,7 @@ class CommandService:
             reason=command.reason,
             command=f"{command.name} {command.project} {command.cluster_id}",
             step=step,
+            schedule=command.schedule,
         )
 
     # -- forms ----------------------------------------------------------
@@ -242,6 +250,7 @@ class CommandService:
             inputs=ready.inputs,
             reason=ready.reason,
             command=f"modal {ready.action}",
+            schedule=ready.schedule,
         )
 
     # -- mentions ---------------------------------------------------------------------

@@ -51,6 +51,10 @@ class Sweeper:
                 f"Expired: nobody approved {record.id} within {minutes} minutes. "
                 "Nothing was changed."
             )
+            if record.run_at is not None:
+                text = (
+                    f"Expired: {record.id} was not approved before its time. Nothing was changed."
+                )
             change = Change(
                 "expired",
                 "gpuops",
@@ -87,6 +91,8 @@ class Sweeper:
         for record in await deps.store.list_requests(states={RequestState.APPROVED}):
             if record.id in deps.in_flight or record.updated_at > before:
                 continue
+            if record.run_at is not None:
+                continue  # waiting for its time: the scheduler sends or expires it
             if await self._end_interrupted(
                 record, RequestState.APPROVED, RequestState.FAILED, _STOPPED_BEFORE_SENDING
             ):

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from bot.core.pricing import change_price_line
-from bot.core.store import ChangeRequestRecord
+from bot.core.store import ChangeRequestRecord, RequestState
 from bot.providers.base import ChangePlan
 
 STATE_WORDS = {
@@ -70,6 +70,9 @@ class RequestView:
     break_glass: bool = False
     expires_at: datetime | None = None
     price_line: str | None = None  # what the change does to the price, when it is known
+    revert_of: str | None = None  # the request this one undoes
+    revertible: bool = False  # it succeeded and has an inverse: its result offers a revert
+    run_at: datetime | None = None  # a scheduled change runs then
 
     @property
     def at_approval(self) -> str | None:
@@ -102,4 +105,13 @@ def view_of(record: ChangeRequestRecord) -> RequestView:
         break_glass=record.break_glass,
         expires_at=record.expires_at,
         price_line=change_price_line(plan.node_price, plan.action, plan.body),
+        revert_of=record.revert_of,
+        revertible=revertible(record),
+        run_at=record.run_at,
     )
+
+
+def revertible(record: ChangeRequestRecord) -> bool:
+    """Succeeded, with an inverse recorded just before it was sent."""
+    prior = record.prior_values or {}
+    return record.state is RequestState.SUCCEEDED and bool(prior.get("inverse"))

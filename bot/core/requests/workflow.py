@@ -18,6 +18,9 @@ from bot.core.requests.decisions import Decisions
 from bot.core.requests.execution import Execution
 from bot.core.requests.followup import FollowUp
 from bot.core.requests.lifecycle import Lifecycle
+from bot.core.requests.presend import PreSend
+from bot.core.requests.revert import Reverts
+from bot.core.requests.scheduler import Scheduler
 from bot.core.requests.settle import RequestDeps
 from bot.core.requests.sweeper import Sweeper
 from bot.core.requests.tasks import BackgroundTasks
@@ -43,6 +46,7 @@ class ChangeWorkflow:
         followup_minutes: float = 30.0,
         exec_lease_seconds: float = 30.0,
         max_call_seconds: float = 90.0,
+        schedule_grace_seconds: float = 600.0,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.deps = RequestDeps(
@@ -55,15 +59,20 @@ class ChangeWorkflow:
             followup_minutes=followup_minutes,
             exec_lease_seconds=exec_lease_seconds,
             max_call_seconds=max_call_seconds,
+            schedule_grace_seconds=schedule_grace_seconds,
             clock=clock,
         )
         self.follow_up = FollowUp(self.deps)
-        self.execution = Execution(self.deps, self.follow_up)
+        self.presend = PreSend(self.deps)
+        self.execution = Execution(self.deps, self.follow_up, self.presend)
         self.sweeper = Sweeper(self.deps, self.follow_up)
         self.lifecycle = Lifecycle(self.deps, self.execution)
         self.decisions = Decisions(self.deps, self.execution, self.sweeper)
+        self.reverts = Reverts(self.deps, self.lifecycle)
+        self.scheduler = Scheduler(self.deps, self.execution)
         self.request_change = self.lifecycle.request_change
         self.decide = self.decisions.decide
+        self.revert = self.reverts.revert
         self.execute = self.execution.execute
         self.expire_due = self.sweeper.expire_due
         self.recover_interrupted = self.sweeper.recover_interrupted
