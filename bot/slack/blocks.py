@@ -723,6 +723,10 @@ def help_message(card: HelpCard) -> SlackMessage:
     if top >= Role.operator:
         lines += [_change_help(changes) for changes in PROVIDER_CHANGES.values()]
         lines.append("  Risky changes wait for a second person's approval in the thread.")
+        lines.append(
+            "  Add `at=2026-12-01T20:00:00Z` or `in=30m` (`3h`, `2d`) to run it later: 1 minute "
+            "to 14 days ahead; a done change's result has a Revert button."
+        )
     if top >= Role.approver:
         lines.append("• Approve or deny others' requests with the buttons in their thread")
     if top >= Role.admin:

@@ -6,6 +6,7 @@ clocks are moved forward (``workflow.clock``) instead of waiting a minute."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -125,6 +126,14 @@ async def test_an_approved_scheduled_change_can_be_cancelled_until_it_is_sent(
     stack = await make_stack(extra_settings=FAST_TICKS)
     opened = await schedule(stack, f"{SCALE} in=1m")
     await approved(stack, opened)
+    assert (await stack.sender.app_home_opened(DAVE)).status == 200  # Home lists it
+
+    def listed() -> str | None:
+        home = stack.slack.home_of(DAVE)
+        shown = json.dumps(home.blocks) if home is not None else ""
+        return shown if "scheduled for" in shown else None
+
+    assert opened.id in await stack.slack.wait_for(listed)
     await click(stack, opened, DAVE, "cancel_request")
     await wait_state(stack.runtime.store, opened.id, S.CANCELLED)
     await wait_root(stack, opened, "cancelled")
