@@ -1,13 +1,14 @@
 """Just before a change is sent: the checks that must hold then, in one place.
 
-The cluster is fetched again under the cluster lock; every check in ``PreSend.checks``
-may refuse the change then (nothing is sent), and the changed fields' values as fetched
-become the request's ``prior_values``: what a revert goes back to (SPEC §9)."""
+Every check in ``PreSend.checks`` may refuse the change then, under the cluster lock
+(nothing is sent); a scheduled change's cluster is fetched again for them. The changed
+fields' values just before sending become the request's ``prior_values``: what a revert
+goes back to (SPEC §9)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,21 +63,25 @@ class PreSend:
         # A scheduled change was checked when it was approved, maybe days ago: again now.
         self.checks: list[Check] = [self._grants_hold, self._preview_holds, *(checks or [])]
 
-    async def check(self, record: ChangeRequestRecord) -> dict[str, Any] | None:
-        """The ``prior_values`` to record (None when the cluster could not be fetched: the
-        approval's check stands, and the change has no revert); SendRefused to stop it."""
+    async def check(self, record: ChangeRequestRecord) -> dict[str, Any]:
+        """The ``prior_values`` to record; SendRefused to stop the change.
+
+        A scheduled change's cluster is fetched again (its approval may be days old); any
+        other was checked against the cluster at its approval a moment ago, so its plan's
+        fingerprint holds the values it replaces and no extra call is made."""
         plan = ChangePlan.model_validate(record.plan["plan"])
-        try:
-            state: ClusterState | None = await self.deps.access.fetch(
-                record.project, record.cluster_id
-            )
-        except Refusal as refusal:
-            log.warning("change %s: not re-fetched before sending: %s", record.id, refusal)
-            state = None
+        state = await self._fetch(record) if record.run_at is not None else None
         about = AboutToSend(record, plan, state)
         for check in self.checks:
             await check(about)
-        return None if state is None else self._prior(plan, state)
+        return self._prior(plan, plan.fingerprint if state is None else state.current)
+
+    async def _fetch(self, record: ChangeRequestRecord) -> ClusterState | None:
+        try:
+            return await self.deps.access.fetch(record.project, record.cluster_id)
+        except Refusal as refusal:
+            log.warning("change %s: not re-fetched before sending: %s", record.id, refusal)
+            return None
 
     async def _grants_hold(self, about: AboutToSend) -> None:
         record = about.record
@@ -112,7 +117,7 @@ class PreSend:
         if fresh.fingerprint != old.fingerprint or fresh.body != old.body:
             raise SendRefused(f"stale: {stale_text(old, fresh)}", "stale")
 
-    def _prior(self, plan: ChangePlan, state: ClusterState) -> dict[str, Any]:
-        fields = {name: state.current.get(name) for name in plan.body if name in state.current}
+    def _prior(self, plan: ChangePlan, current: Mapping[str, Any]) -> dict[str, Any]:
+        fields = {name: current.get(name) for name in plan.body if name in current}
         inverse = self.deps.access.adapter_for(plan.project).inverse(plan, fields)
         return {"fields": fields, "inverse": None if inverse is None else inverse.model_dump()}
