@@ -149,6 +149,7 @@ def test_a_form_asks_again_on_a_choice_not_offered_or_a_required_input_left_empt
         "",  # additional_nodes is required: asked again
         "2",
         "",  # reason (optional)
+        "",  # run_at (optional: it runs once approved)
         "y",
         "remediate tc-h100-reserved",
         "as bob",
