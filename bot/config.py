@@ -247,7 +247,8 @@ class Settings(BaseSettings):
 
 def _token_problems(token: SecretStr | None, variable: str, prefix: str, mode: Mode) -> list[str]:
     if token is None:
-        return [f"{variable} is not set; `gpuops {mode}` needs it ({prefix}…)"]
+        command = "check-config" if mode == "check" else mode
+        return [f"{variable} is not set; `gpuops {command}` needs it ({prefix}…)"]
     if not token.get_secret_value().startswith(prefix):
         return [f"{variable} must start with {prefix} (the value set does not)"]
     return []

@@ -36,16 +36,20 @@ from bot.core.watch.reservations import ReminderDesk
 from bot.core.watch.watcher import Watcher
 from bot.metrics import render_metrics
 from bot.redact import install_log_redaction, register_secret
+from bot.signals import Hangup
 from bot.slack.app import SlackEventsEndpoint, build_bolt_app
 from bot.slack.home import HomePublisher
 from bot.slack.http_server import HttpLimits, limit_middlewares
 from bot.slack.messenger import Messenger, build_web_client, slack_http_session
 from bot.slack.notifier import SlackNotifier
+from bot.slack.startup import Backoff, BotIdentity, Readiness, check_bot_token
 from bot.slack.steps import SlackStepPort
 from bot.slack.usergroups import SlackUserGroupResolver
 from bot.slack.watch_notifier import SlackWatchNotifier
 
 log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 WATCH_POLL_GRACE_SECONDS = 5.0
 
@@ -67,6 +71,8 @@ class Runtime:
     watcher: Watcher
     steps: WorkflowSteps
     _background: list[asyncio.Task[Any]] = field(default_factory=list)
+    readiness: Readiness = field(default_factory=Readiness)
+    hangup: Hangup = field(default_factory=Hangup)
 
     @classmethod
     async def create(
@@ -166,6 +172,20 @@ class Runtime:
             steps,
         )
 
+    async def start(self, backoff: Backoff = Backoff()) -> BotIdentity:
+        """``gpuops serve`` and ``socket``: check the bot token (``/healthz`` says why while
+        Slack cannot be reached; TokenRefused if it refuses), start the background work,
+        then take Slack's requests."""
+        self.readiness.wait_for("checking SLACK_BOT_TOKEN with Slack (auth.test)")
+        identity = await check_bot_token(self.web_client, self.readiness, backoff=backoff)
+        log.info(
+            "Slack accepted the bot token (bot %s, team %s)", identity.user_id, identity.team_id
+        )
+        self.readiness.wait_for("starting the background work")
+        await self.start_background()
+        self.readiness.set_ready()
+        return identity
+
     async def start_background(self) -> None:
         recovered = await self.workflow.recover_interrupted()
         if recovered:
@@ -189,9 +209,17 @@ class Runtime:
             middlewares=limit_middlewares(limits or HttpLimits()),
         )
         endpoint = SlackEventsEndpoint(self.bolt, _signing_secret(self.settings))
-        app.router.add_post("/slack/events", endpoint.handle)
-        add_ops_routes(app, self._healthy)
+        app.router.add_post("/slack/events", self._when_ready(endpoint.handle))
+        add_ops_routes(app, self._healthy, self.readiness)
         return app
+
+    def _when_ready(self, handler: Handler) -> Handler:
+        async def gated(request: web.Request) -> web.StreamResponse:
+            if not self.readiness.ready:  # the token is not checked yet: Slack retries
+                return web.Response(status=503, text="gpuops is starting")
+            return await handler(request)
+
+        return gated
 
     async def _healthy(self) -> bool:
         return await self.store.healthy()
@@ -247,10 +275,17 @@ def _provider_registry(
     return registry
 
 
-def add_ops_routes(app: web.Application, healthy: Callable[[], Awaitable[bool]]) -> None:
-    """``GET /healthz`` (503 when not healthy) and ``GET /metrics`` (Prometheus text)."""
+def add_ops_routes(
+    app: web.Application,
+    healthy: Callable[[], Awaitable[bool]],
+    readiness: Readiness | None = None,
+) -> None:
+    """``GET /healthz`` (503 when not healthy or not ready yet, with the reason) and
+    ``GET /metrics`` (Prometheus text)."""
 
     async def healthz(_: web.Request) -> web.Response:
+        if readiness is not None and readiness.reason is not None:
+            return web.json_response({"ok": False, "reason": readiness.reason}, status=503)
         ok = await healthy()
         return web.json_response({"ok": ok}, status=200 if ok else 503)
 

@@ -29,6 +29,7 @@ from bot.core.requests.decisions import Decision, NeedsBreakGlass
 from bot.core.requests.workflow import ChangeWorkflow
 from bot.core.store import StoreUnavailable
 from bot.core.timeline import Timeline, TimelineRequest
+from bot.logs import log_context
 from bot.metrics import COMMANDS
 from bot.pacing import Pacer
 
@@ -161,7 +162,11 @@ class CommandService:
         self, user: str, channel: str, command: Command, text: str, step: str | None = None
     ) -> CommandOutcome:
         try:
-            outcome = await self._dispatch(user, channel, command, step)
+            with log_context(
+                project=getattr(command, "project", None),
+                cluster=getattr(command, "cluster_id", None),
+            ):
+                outcome = await self._dispatch(user, channel, command, step)
         except Refusal as refusal:
             COMMANDS.labels(command.name, "refused").inc()
             return await self.access.refuse(

@@ -65,7 +65,7 @@ def test_good_configuration_prints_the_table(tmp_path: Path) -> None:
     assert "group S0PLATFORM e2e-delhi operator C0INCIDENT" in lines
     assert "user U02BOB e2e-delhi admin any" in lines
     assert "user U02BOB together-prod admin any" in lines
-    assert "e2e-delhi e2e (Delhi, project 12345) E2E_DELHI_KEY, E2E_AUTH_TOKEN" in lines
+    assert "e2e-delhi e2e (Delhi, project 12345) E2E_DELHI_KEY, E2E_AUTH_TOKEN - off" in lines
     for secret in CREDENTIALS.values():
         assert secret not in text
 
