@@ -27,8 +27,8 @@ from sqlalchemy import select
 from bot.core.store import RequestState, metadata
 from bot.local.demo.stack import LocalStack
 from bot.local.simulators.base import Fault, FaultKind, SimulatorServer
-from bot.providers.errors import ProviderError
 from bot.logs import JsonFormatter
+from bot.providers.errors import ProviderError
 from bot.redact import install_log_redaction
 from tests.support.reliability import (
     E2E_ATTACH,

@@ -29,6 +29,7 @@ from bot.core.store import (
     RequestState,
     StoreUnavailable,
 )
+from bot.logs import log_context
 from bot.providers.base import ChangePlan, ClusterSummary
 from bot.providers.errors import ProviderError
 from bot.redact import redact
@@ -78,6 +79,10 @@ class Execution:
         """Run an approved change; the result this executor knows (recorded or kept for
         the store), None when it did not run it (not approved, another sender, or the store
         failed before anything was held)."""
+        with log_context(request_id=request_id):  # every line logged while sending names it
+            return await self._execute(request_id, actor=actor)
+
+    async def _execute(self, request_id: str, *, actor: str) -> Result | None:
         deps = self.deps
         try:
             record = await deps.store.get_request(request_id)

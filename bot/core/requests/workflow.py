@@ -82,7 +82,7 @@ class ChangeWorkflow:
         )
         self.decide = logged(self.decisions.decide, request_id="request_id")
         self.revert = logged(self.reverts.revert, request_id="request_id")
-        self.execute = logged(self.execution.execute, request_id=0)
+        self.execute = self.execution.execute
         self.expire_due = self.sweeper.expire_due
         self.recover_interrupted = self.sweeper.recover_interrupted
         self.refresh_pending_gauge = self.sweeper.refresh_pending_gauge
