@@ -321,3 +321,66 @@ async def test_an_unknown_log_format_is_refused(tmp_path: Path, stand: Stand) ->
     done = await run_cli(["serve", "--port", str(free_port())], env, tmp_path)
     assert done.code == 1
     assert done.stderr.strip() == "gpuops: GPUOPS_LOG_FORMAT must be text or json (got 'yaml')"
+
+
+# -- check-config --policy and --online ----------------------------------------------------
+
+
+async def test_check_config_online_passes_each_check_on_its_own_line(
+    tmp_path: Path, stand: Stand
+) -> None:
+    elsewhere = tmp_path / "elsewhere.yml"  # --policy wins over GPUOPS_POLICY
+    elsewhere.write_text(DEMO_POLICY)
+    env = stand_env(tmp_path, stand, GPUOPS_POLICY=str(tmp_path / "absent.yml"))
+    done = await run_cli(["check-config", "--policy", str(elsewhere), "--online"], env, tmp_path)
+    assert done.code == 0, done.stdout + done.stderr
+    checks = done.stdout.split("online checks:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert [re.sub(r"listed \d+ ", "listed N ", " ".join(line.split())) for line in checks] == [
+        "ok Slack auth.test: the bot is UBOT in team T0GPUOPS",
+        "ok notify_channel C0GPUAUDIT (e2e-delhi, together-prod): the bot is a member",
+        "ok e2e-delhi (e2e): one read: listed N cluster(s)",
+        "ok together-prod (together): one read: listed N cluster(s)",
+    ]
+    assert f"policy: {elsewhere}" in done.stdout and "configuration OK" in done.stdout
+    assert stand.together.calls("list") and stand.e2e.calls("list")
+    for secret in (DEMO_BOT_TOKEN, *CREDENTIALS.values()):
+        assert secret not in done.stdout + done.stderr
+
+
+async def test_check_config_online_names_each_failure_and_exits_1(
+    tmp_path: Path, stand: Stand
+) -> None:
+    stand.slack.not_member_channels = {"C0LONELY": "lonely"}
+    stand.policy.write_text(
+        DEMO_POLICY.replace(
+            "    auth_token_env: E2E_AUTH_TOKEN\n    notify_channel: C0GPUAUDIT\n",
+            "    auth_token_env: E2E_AUTH_TOKEN\n    notify_channel: C0LONELY\n",
+        )
+    )
+    env = stand_env(tmp_path, stand, E2E_API_KEY="e2e-key-that-is-wrong")
+    done = await run_cli(["check-config", "--online"], env, tmp_path)
+    assert done.code == 1, done.stdout + done.stderr
+    lines = [" ".join(line.split()) for line in done.stdout.splitlines()]
+    assert "ok Slack auth.test: the bot is UBOT in team T0GPUOPS" in lines
+    assert (
+        "FAIL notify_channel C0LONELY (e2e-delhi): the bot is not a member: "
+        "invite the bot there with /invite @gpuops" in lines
+    )
+    assert "ok notify_channel C0GPUAUDIT (together-prod): the bot is a member" in lines
+    failed_read = next(line for line in lines if line.startswith("FAIL e2e-delhi (e2e): one read"))
+    assert "401" in failed_read
+    assert any(line.startswith("ok together-prod (together): one read: listed") for line in lines)
+    assert "error: 2 online check(s) failed" in lines
+    assert "e2e-key-that-is-wrong" not in done.stdout + done.stderr
+
+
+async def test_check_config_online_with_a_refused_token(tmp_path: Path, stand: Stand) -> None:
+    stand.slack.token_refusal = "token_revoked"
+    done = await run_cli(["check-config", "--online"], stand_env(tmp_path, stand), tmp_path)
+    assert done.code == 1
+    lines = [" ".join(line.split()) for line in done.stdout.splitlines()]
+    assert (
+        "FAIL Slack auth.test: Slack refused SLACK_BOT_TOKEN (token_revoked): set the bot "
+        "token (xoxb-…) of this app's installation" in lines
+    )
+    assert [call.method for call in stand.slack.calls] == ["auth.test"]
