@@ -1,21 +1,27 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# Everything: the demo, tests, linters, benchmarks. `make demo` installs only what it needs.
 STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
 # Most tests wait on sockets and timers, so three workers on two cores finish sooner.
 TEST_WORKERS ?= 3
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench image-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[test,dev,bench]'
-	touch $(STAMP)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[demo,test,dev,bench]'
+	touch $(STAMP) $(DEMO_STAMP)
 
-demo: $(STAMP)
+$(DEMO_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[demo]'
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(BIN)/gpuops demo
 
 test: $(STAMP)
@@ -26,6 +32,13 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/hadolint Dockerfile
+	$(BIN)/kubernetes-validate --strict --quiet deploy/kubernetes/*.yaml
+
+# Build the image on a minimal Debian base and run it against the simulators and the Slack
+# stand-in on this host (root, podman; see deploy/image-check.sh).
+image-check: $(STAMP)
+	bash deploy/image-check.sh
 
 bench: $(STAMP)
 	status=0; \
