@@ -17,8 +17,9 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[demo,test,dev,bench]'
 	touch $(STAMP) $(DEMO_STAMP)
 
+# No byte-compiling of every installed file: the demo compiles the modules it imports.
 $(DEMO_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[demo]'
+	$(BIN)/pip install --quiet --no-compile -e '.[demo]'
 	touch $(DEMO_STAMP)
 
 demo: $(DEMO_STAMP)

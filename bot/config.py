@@ -76,6 +76,8 @@ class Settings(BaseSettings):
     gpuops_retry_wait_max: float = 5.0
     gpuops_retry_after_cap: float = 10.0
     gpuops_log_level: str = "INFO"
+    # text, or one JSON object per line (SPEC §12); the CLI reads it before anything logs.
+    gpuops_log_format: Literal["text", "json"] = "text"
     gpuops_usergroup_cache_seconds: float = 300
     gpuops_sweep_seconds: float = 30
     # A person's App Home tab is republished at most once per this many seconds.
@@ -173,6 +175,11 @@ class Settings(BaseSettings):
         if value < 1:
             raise ValueError("must be at least 1")
         return value
+
+    @field_validator("gpuops_log_format", mode="before")
+    @classmethod
+    def _log_format(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
 
     @field_validator("gpuops_log_level")
     @classmethod
