@@ -140,6 +140,9 @@ class OneLinePerReconnect(logging.Filter):
 
 def socket_mode_logger(retry_seconds: float) -> logging.Logger:
     logger = logging.getLogger(SOCKET_MODE_LOGGER)
-    if not any(isinstance(f, OneLinePerReconnect) for f in logger.filters):
-        logger.addFilter(OneLinePerReconnect(retry_seconds))
+    for existing in logger.filters:
+        if isinstance(existing, OneLinePerReconnect):
+            existing.retry_seconds = retry_seconds  # the newest client's interval
+            return logger
+    logger.addFilter(OneLinePerReconnect(retry_seconds))
     return logger
