@@ -1,10 +1,15 @@
-"""``gpuops check-config``: validate the environment and the policy, and show who may do
-what where. Prints names of variables only, never their values."""
+"""``gpuops check-config``: validate the environment and the policy, show who may do what
+where, and with ``--online`` ask Slack and each provider. Prints names of variables only,
+never their values."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TextIO
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.config import ConfigError, Settings
 from bot.core.policy import (
@@ -15,26 +20,61 @@ from bot.core.policy import (
     describe_grants,
     load_policy,
 )
+from bot.core.registry import AdapterRegistry
+from bot.core.watch.config import WatchConfig
+from bot.providers.errors import ProviderError
+from bot.redact import redact, register_secret
+from bot.slack.messenger import build_web_client, slack_http_session
+from bot.slack.startup import BotIdentity, TokenRefused, auth_test_once
 
 
-def run_check_config(settings: Settings, out: TextIO) -> int:
-    """Check everything, print a report to ``out``; 0 when all is well, else 1."""
+@dataclass(frozen=True)
+class Checked:
+    """Everything the offline check found: the errors, and the policy when it loaded."""
+
+    errors: list[str]
+    policy: Policy | None
+
+
+def check_offline(settings: Settings) -> Checked:
     errors: list[str] = []
     try:
         settings.require_for("check")
     except ConfigError as exc:
         errors += exc.problems
-
     policy: Policy | None = None
     try:
         policy = load_policy(settings.gpuops_policy)
     except PolicyError as exc:
         errors += exc.problems
-
     if policy is not None:
         errors += _missing_credentials(settings, policy)
-        _print_policy(settings, policy, out)
+    return Checked(errors, policy)
 
+
+def run_check_config(settings: Settings, out: TextIO) -> int:
+    """Check everything, print a report to ``out``; 0 when all is well, else 1."""
+    checked = check_offline(settings)
+    if checked.policy is not None:
+        _print_policy(settings, checked.policy, out)
+    return _print_errors(checked.errors, out)
+
+
+async def run_check_config_online(settings: Settings, out: TextIO) -> int:
+    """The offline check, then one line per check against Slack and the providers."""
+    checked = check_offline(settings)
+    if checked.policy is not None:
+        _print_policy(settings, checked.policy, out)
+    print("\nonline checks:", file=out)
+    failed = 0
+    for check in await online_checks(settings, checked.policy):
+        print(f"  {'ok  ' if check.ok else 'FAIL'}  {check.what}: {check.detail}", file=out)
+        failed += not check.ok
+    errors = checked.errors + ([f"{failed} online check(s) failed"] if failed else [])
+    return _print_errors(errors, out)
+
+
+def _print_errors(errors: Sequence[str], out: TextIO) -> int:
     if errors:
         print(f"\n{len(errors)} error(s):", file=out)
         for error in errors:
@@ -42,6 +82,120 @@ def run_check_config(settings: Settings, out: TextIO) -> int:
         return 1
     print("\nconfiguration OK", file=out)
     return 0
+
+
+# -- online --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OnlineCheck:
+    ok: bool
+    what: str
+    detail: str
+
+
+async def online_checks(settings: Settings, policy: Policy | None) -> list[OnlineCheck]:
+    """auth.test, the bot's membership of each notify_channel, one read per project."""
+    for secret in settings.secret_values():
+        register_secret(secret)
+    checks = await _slack_checks(settings, policy)
+    if policy is not None:
+        checks += await _provider_checks(settings, policy)
+    return checks
+
+
+async def _slack_checks(settings: Settings, policy: Policy | None) -> list[OnlineCheck]:
+    if settings.slack_bot_token is None:
+        return [OnlineCheck(False, "Slack auth.test", "not tried: SLACK_BOT_TOKEN is not set")]
+    session = slack_http_session()
+    client = build_web_client(
+        settings.slack_bot_token.get_secret_value(), settings.slack_api_url, session
+    )
+    try:
+        try:
+            identity = await auth_test_once(client)
+        except TokenRefused as refused:
+            return [OnlineCheck(False, "Slack auth.test", str(refused))]
+        if not isinstance(identity, BotIdentity):
+            return [OnlineCheck(False, "Slack auth.test", identity)]
+        checks = [
+            OnlineCheck(
+                True,
+                "Slack auth.test",
+                f"the bot is {identity.user_id} in team {identity.team_id}",
+            )
+        ]
+        for channel, projects in _notify_channels(policy).items():
+            checks.append(await _membership(client, channel, projects))
+        return checks
+    finally:
+        await session.close()
+
+
+def _notify_channels(policy: Policy | None) -> dict[str, list[str]]:
+    channels: dict[str, list[str]] = {}
+    for name, project in sorted((policy.projects if policy else {}).items()):
+        if project.notify_channel:
+            channels.setdefault(project.notify_channel, []).append(name)
+    return channels
+
+
+async def _membership(client: AsyncWebClient, channel: str, projects: list[str]) -> OnlineCheck:
+    what = f"notify_channel {channel} ({', '.join(projects)})"
+    invite = "invite the bot there with /invite @gpuops"
+    try:
+        answer = await client.conversations_info(channel=channel)
+    except SlackApiError as exc:
+        code = str(exc.response.get("error") or exc.response.status_code)
+        if code == "channel_not_found":
+            return OnlineCheck(False, what, f"the bot cannot see it (channel_not_found): {invite}")
+        return OnlineCheck(False, what, f"Slack answered conversations.info with {code}")
+    except Exception as exc:  # a connection failure is this check's result, not a crash
+        return OnlineCheck(False, what, f"Slack unreachable ({type(exc).__name__})")
+    info = answer.get("channel") or {}
+    if info.get("is_archived"):
+        return OnlineCheck(False, what, "the channel is archived")
+    if not info.get("is_member"):
+        return OnlineCheck(False, what, f"the bot is not a member: {invite}")
+    return OnlineCheck(True, what, "the bot is a member")
+
+
+async def _provider_checks(settings: Settings, policy: Policy) -> list[OnlineCheck]:
+    environment = settings.environment()
+    registry = AdapterRegistry(
+        policy,
+        env=environment,
+        together_base_url=settings.together_base_url,
+        e2e_base_url=settings.e2e_base_url,
+        client_settings=settings.client_settings(),
+    )
+    missing = {m.project: m.variable for m in registry.missing_credentials()}
+    checks = []
+    try:
+        for name, project in sorted(policy.projects.items()):
+            for variable in credential_variables(project):
+                register_secret(environment.get(variable))
+            what = f"{name} ({project.provider}): one read"
+            if name in missing:
+                checks.append(OnlineCheck(False, what, f"not tried: {missing[name]} is not set"))
+                continue
+            checks.append(await _one_read(registry, name, what))
+    finally:
+        await registry.aclose()
+    return checks
+
+
+async def _one_read(registry: AdapterRegistry, name: str, what: str) -> OnlineCheck:
+    try:
+        clusters = await registry.get(name).list_clusters()
+    except ProviderError as exc:
+        return OnlineCheck(False, what, exc.user_message)
+    except Exception as exc:  # any other failure is this check's result, not a crash
+        return OnlineCheck(False, what, redact(f"{type(exc).__name__}: {exc}"))
+    return OnlineCheck(True, what, f"listed {len(clusters)} cluster(s)")
+
+
+# -- offline -------------------------------------------------------------------------------
 
 
 def credential_variables(project: TogetherProject | E2EProject) -> list[str]:
@@ -64,10 +218,16 @@ def _print_policy(settings: Settings, policy: Policy, out: TextIO) -> None:
     print(f"policy: {settings.gpuops_policy}", file=out)
     print("\nprojects:", file=out)
     project_rows = [
-        [name, _project_detail(project), ", ".join(credential_variables(project))]
+        [
+            name,
+            _project_detail(project),
+            ", ".join(credential_variables(project)),
+            project.notify_channel or "-",
+            _watch_detail(project.watch),
+        ]
         for name, project in sorted(policy.projects.items())
     ]
-    _print_table(["PROJECT", "PROVIDER", "CREDENTIALS"], project_rows, out)
+    _print_table(["PROJECT", "PROVIDER", "CREDENTIALS", "NOTIFY", "WATCH"], project_rows, out)
 
     print("\ngrants:", file=out)
     grant_rows = [
@@ -97,6 +257,18 @@ def _project_detail(project: TogetherProject | E2EProject) -> str:
     if project.project_id:
         return f"together (project {project.project_id})"
     return "together"
+
+
+def _watch_detail(watch: WatchConfig | None) -> str:
+    """``every 60 s: status, remediations, reminders 24h/1h`` or ``off``."""
+    if watch is None:
+        return "off"
+    parts = [
+        name for name, on in (("status", watch.status), ("remediations", watch.remediations)) if on
+    ]
+    if watch.reservation_reminders:
+        parts.append("reminders " + "/".join(watch.reservation_reminders))
+    return f"every {watch.every_seconds} s: {', '.join(parts) or 'nothing'}"
 
 
 def _print_table(header: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO) -> None:

@@ -11,17 +11,45 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bot.redact import install_log_redaction
+from bot.logs import LOG_FORMATS, configure_logging
+
+if TYPE_CHECKING:
+    from bot.signals import Hangup
+
+DEFAULT_PORT = 3000
+# What ``gpuops --help`` shows (the module docstring is for readers of the code).
+DESCRIPTION = (
+    "gpuops: a Slack app to inspect and change GPU clusters at Together AI and E2E Networks. "
+    "Settings come from the environment (and a .env file); see the README."
+)
 
 
 def _configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    install_log_redaction()
+    """GPUOPS_LOG_FORMAT (``text`` or ``json``) from the environment or the .env file."""
+    log_format = (_env("GPUOPS_LOG_FORMAT") or "text").strip().lower()
+    if log_format not in LOG_FORMATS:
+        raise SystemExit(f"gpuops: GPUOPS_LOG_FORMAT must be text or json (got '{log_format}')")
+    configure_logging(level, "json" if log_format == "json" else "text")
+
+
+def _env(name: str) -> str | None:
+    """A variable from the environment, else from the .env file (as Settings reads them)."""
+    if name in os.environ:
+        return os.environ[name]
+    from dotenv import dotenv_values
+
+    return dotenv_values(".env").get(name) if os.path.isfile(".env") else None
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gpuops")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def _settings() -> object:
@@ -38,29 +66,37 @@ def _settings() -> object:
         raise SystemExit(f"gpuops: configuration error: {errors}") from None
 
 
-def _stop_signal() -> asyncio.Event:
+def _stop_signal(hangup: Hangup | None = None) -> asyncio.Event:
     """An event set on SIGTERM or SIGINT, so that the server shuts down cleanly (closes its
-    listener, background tasks, provider clients and store) and exits 0."""
+    listener, background tasks, provider clients and store) and exits 0. SIGHUP runs the
+    ``hangup`` callbacks and never stops the server."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    handlers: list[tuple[signal.Signals, Callable[[], None]]] = [
+        (signal.SIGTERM, stop.set),
+        (signal.SIGINT, stop.set),
+    ]
+    if hangup is not None and hasattr(signal, "SIGHUP"):
+        handlers.append((signal.SIGHUP, hangup.signal))
+    for sig, handler in handlers:
         with contextlib.suppress(NotImplementedError):  # no signal handlers on Windows
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, handler)
     return stop
 
 
-def _reload_on_hangup(reload: Callable[[], Awaitable[object]]) -> None:
-    """SIGHUP reads the policy file again (SPEC §8); it never stops the process."""
-    loop = asyncio.get_running_loop()
-    pending: set[asyncio.Task[object]] = set()
-
-    def hangup() -> None:
-        task = asyncio.ensure_future(reload())
-        pending.add(task)
-        task.add_done_callback(pending.discard)
-
-    with contextlib.suppress(NotImplementedError):  # no signal handlers on Windows
-        loop.add_signal_handler(signal.SIGHUP, hangup)
+async def _unless_stopped(step: Awaitable[object], stop: asyncio.Event) -> bool:
+    """Run a start-up step that may wait on Slack (True when done), unless a stop signal
+    comes first (False); its exception (e.g. TokenRefused) propagates."""
+    starting = asyncio.ensure_future(step)
+    stopping = asyncio.ensure_future(stop.wait())
+    done, _ = await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if starting not in done:
+        starting.cancel()
+        await asyncio.gather(starting, return_exceptions=True)
+        return False
+    stopping.cancel()
+    starting.result()
+    return True
 
 
 def _shutdown_grace(settings: object) -> float:
@@ -85,17 +121,20 @@ async def _serve(host: str, port: int) -> None:
     assert isinstance(settings, Settings)
     settings.require_for("serve")
     runtime = await Runtime.create(settings)
-    await runtime.start_background()
-    _reload_on_hangup(runtime.reload_policy)
-    _freeze_startup_heap()
+    runtime.readiness.wait_for("starting")
     limits = HttpLimits()
     runner = limited_runner(runtime.web_app(limits), limits)
     await runner.setup()
-    await LimitedSite(runner, host, port, max_connections=limits.max_connections).start()
-    logging.getLogger("gpuops").info("serving on http://%s:%d/slack/events", host, port)
+    log = logging.getLogger("gpuops")
     try:
-        await _stop_signal().wait()
-        logging.getLogger("gpuops").info("stopping")
+        stop = _stop_signal(runtime.hangup)
+        await LimitedSite(runner, host, port, max_connections=limits.max_connections).start()
+        if not await _unless_stopped(runtime.start(), stop):
+            return
+        _freeze_startup_heap()
+        log.info("serving on http://%s:%d/slack/events", host, port)
+        await stop.wait()
+        log.info("stopping")
     finally:
         await runner.cleanup()
         await runtime.close(grace=_shutdown_grace(settings))
@@ -113,19 +152,24 @@ async def _socket(host: str, port: int) -> None:
     settings.require_for("socket")
     assert settings.slack_app_token is not None
     runtime = await Runtime.create(settings)
-    await runtime.start_background()
-    _reload_on_hangup(runtime.reload_policy)
-    _freeze_startup_heap()
+    runtime.readiness.wait_for("starting")
     ops_app = web.Application()
-    add_ops_routes(ops_app, runtime._healthy)
+    add_ops_routes(ops_app, runtime._healthy, runtime.readiness)
     runner = web.AppRunner(ops_app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, host, port).start()
     handler = DeadlineSocketModeHandler(runtime.bolt, settings.slack_app_token.get_secret_value())
     try:
-        await handler.connect_async()  # type: ignore[no-untyped-call]
+        stop = _stop_signal(runtime.hangup)
+        await web.TCPSite(runner, host, port).start()
+        if not await _unless_stopped(runtime.start(), stop):
+            return
+        _freeze_startup_heap()
+        runtime.readiness.wait_for("connecting to Slack in Socket Mode")
+        if not await _unless_stopped(handler.connect_async(), stop):  # type: ignore[no-untyped-call]
+            return
+        runtime.readiness.set_ready()
         logging.getLogger("gpuops").info("connected in Socket Mode; health on :%d", port)
-        await _stop_signal().wait()
+        await stop.wait()
     finally:
         await handler.close_async()  # type: ignore[no-untyped-call]
         await runner.cleanup()
@@ -199,10 +243,16 @@ def _audit(args: argparse.Namespace) -> int:
         return 1
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="gpuops", description=__doc__)
-    parser.add_argument("--log-level", default=None, help="DEBUG, INFO, WARNING (default INFO)")
-    sub = parser.add_subparsers(dest="command", required=True)
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpuops", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"gpuops {_version()}")
+    parser.add_argument(
+        "--log-level",
+        default=None,
+        help="DEBUG, INFO, WARNING or ERROR (default: GPUOPS_LOG_LEVEL, else INFO; "
+        "WARNING for the demo)",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo = sub.add_parser("demo", help="simulators + local Slack + the bot + a terminal chat")
     demo.add_argument("--script", help="run a file of chat lines non-interactively")
     demo.add_argument("--no-tour", action="store_true", help="skip the guided tour text")
@@ -210,38 +260,88 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--socket", action="store_true", help="connect the bot over Socket Mode, not HTTP"
     )
     serve = sub.add_parser("serve", help="HTTP mode: /slack/events, /healthz, /metrics")
-    serve.add_argument("--host", default="0.0.0.0")  # noqa: S104 - a server binds all interfaces
-    serve.add_argument("--port", type=int, default=3000)
+    _listen_arguments(serve, "the address to listen on")
     sock = sub.add_parser("socket", help="Socket Mode; /healthz and /metrics on --port")
-    sock.add_argument("--host", default="0.0.0.0")  # noqa: S104
-    sock.add_argument("--port", type=int, default=3000)
+    _listen_arguments(sock, "the address of /healthz and /metrics")
     sim = sub.add_parser("simulate", help="the provider simulators alone")
-    sim.add_argument("--host", default="127.0.0.1")
-    sim.add_argument("--port", type=int, default=8700, help="Together; E2E on port+1")
-    sim.add_argument("--transition-seconds", type=float, default=5.0)
-    sub.add_parser("check-config", help="validate env and policy; print the grants table")
+    sim.add_argument(
+        "--host", default="127.0.0.1", help="the address to listen on (default: %(default)s)"
+    )
+    sim.add_argument(
+        "--port",
+        type=int,
+        default=8700,
+        help="Together's port; E2E on port+1 (default: %(default)s)",
+    )
+    sim.add_argument(
+        "--transition-seconds",
+        type=float,
+        default=5.0,
+        help="how long a cluster stays in a changing state (default: %(default)s)",
+    )
+    check = sub.add_parser("check-config", help="validate env and policy; print the grants table")
+    check.add_argument("--policy", metavar="FILE", help="the policy file (default: GPUOPS_POLICY)")
+    check.add_argument(
+        "--online",
+        action="store_true",
+        help="also run auth.test, check the bot is in each notify_channel, and make one "
+        "read per project with its credentials",
+    )
     _add_audit_parser(sub)
-    args = parser.parse_args(argv)
+    return parser
 
-    if args.command == "check-config":
-        from bot.check_config import run_check_config
-        from bot.config import Settings
 
-        settings = _settings()
-        assert isinstance(settings, Settings)
-        raise SystemExit(run_check_config(settings, sys.stdout))
-    if args.command == "demo":
+def _listen_arguments(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--host",
+        default="0.0.0.0",  # noqa: S104 - a server binds all interfaces
+        help=f"{what} (default: %(default)s, every interface)",
+    )
+    port = int(os.environ.get("GPUOPS_PORT") or DEFAULT_PORT)
+    parser.add_argument(
+        "--port", type=int, default=port, help="its port (default: GPUOPS_PORT, else 3000)"
+    )
+
+
+def _check_config(policy: str | None, online: bool) -> int:
+    from pathlib import Path
+
+    from bot.check_config import run_check_config, run_check_config_online
+    from bot.config import Settings
+
+    settings = _settings()
+    assert isinstance(settings, Settings)
+    if policy is not None:
+        settings = settings.model_copy(update={"gpuops_policy": Path(policy)})
+    if not online:
+        return run_check_config(settings, sys.stdout)
+    configure_logging("ERROR", "text")  # the report is the output; libraries stay quiet
+    return asyncio.run(run_check_config_online(settings, sys.stdout))
+
+
+def _demo(script: str | None, tour: bool, socket: bool) -> int:
+    try:
         from bot.local.demo.console import run_demo
-
-        _configure_logging(args.log_level or "WARNING")
+    except ModuleNotFoundError as missing:  # e.g. the container image, a server only
         raise SystemExit(
-            asyncio.run(run_demo(script=args.script, tour=not args.no_tour, socket=args.socket))
-        )
+            f"gpuops: the demo is not part of this installation ({missing.name} is missing); "
+            "install gpuops with its demo extra: pip install 'gpuops[demo]'"
+        ) from None
+    return asyncio.run(run_demo(script=script, tour=tour, socket=socket))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    if args.command == "check-config":
+        raise SystemExit(_check_config(args.policy, args.online))
+    if args.command == "demo":
+        _configure_logging(args.log_level or "WARNING")
+        raise SystemExit(_demo(args.script, not args.no_tour, args.socket))
     if args.command == "audit":
         _configure_logging(args.log_level or "WARNING")  # stdout is the export itself
         raise SystemExit(_audit(args))
     # --log-level wins; else GPUOPS_LOG_LEVEL (SPEC-style env configuration); else INFO.
-    _configure_logging(args.log_level or os.environ.get("GPUOPS_LOG_LEVEL") or "INFO")
+    _configure_logging(args.log_level or _env("GPUOPS_LOG_LEVEL") or "INFO")
     try:
         if args.command == "serve":
             asyncio.run(_serve(args.host, args.port))

@@ -76,6 +76,8 @@ class Settings(BaseSettings):
     gpuops_retry_wait_max: float = 5.0
     gpuops_retry_after_cap: float = 10.0
     gpuops_log_level: str = "INFO"
+    # text, or one JSON object per line (SPEC §12); the CLI reads it before anything logs.
+    gpuops_log_format: Literal["text", "json"] = "text"
     gpuops_usergroup_cache_seconds: float = 300
     gpuops_sweep_seconds: float = 30
     # A person's App Home tab is republished at most once per this many seconds.
@@ -87,6 +89,10 @@ class Settings(BaseSettings):
     gpuops_exec_lease_seconds: float = 30
     # How often the policy file is looked at for a change (SPEC §8: at least every 30 s).
     gpuops_policy_check_seconds: float = Field(default=10, gt=0, le=30)
+    # Scheduled changes (SPEC §9): sent only this long after their time, else expired; and
+    # how often each replica looks for due ones (one indexed query).
+    gpuops_schedule_grace_seconds: float = 600
+    gpuops_schedule_tick_seconds: float = 5
 
     # Tests and the demo only: poll watched projects this often instead of their policy's
     # watch.every_seconds (which is never below 15).
@@ -156,6 +162,8 @@ class Settings(BaseSettings):
         "gpuops_db_connect_timeout",
         "gpuops_db_operation_timeout",
         "gpuops_exec_lease_seconds",
+        "gpuops_schedule_grace_seconds",
+        "gpuops_schedule_tick_seconds",
     )
     @classmethod
     def _positive(cls, value: float) -> float:
@@ -169,6 +177,11 @@ class Settings(BaseSettings):
         if value < 1:
             raise ValueError("must be at least 1")
         return value
+
+    @field_validator("gpuops_log_format", mode="before")
+    @classmethod
+    def _log_format(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
 
     @field_validator("gpuops_log_level")
     @classmethod
@@ -243,7 +256,8 @@ class Settings(BaseSettings):
 
 def _token_problems(token: SecretStr | None, variable: str, prefix: str, mode: Mode) -> list[str]:
     if token is None:
-        return [f"{variable} is not set; `gpuops {mode}` needs it ({prefix}…)"]
+        command = "check-config" if mode == "check" else mode
+        return [f"{variable} is not set; `gpuops {command}` needs it ({prefix}…)"]
     if not token.get_secret_value().startswith(prefix):
         return [f"{variable} must start with {prefix} (the value set does not)"]
     return []

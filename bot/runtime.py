@@ -37,16 +37,20 @@ from bot.core.watch.reservations import ReminderDesk
 from bot.core.watch.watcher import Watcher
 from bot.metrics import render_metrics
 from bot.redact import install_log_redaction, register_secret
+from bot.signals import Hangup
 from bot.slack.app import SlackEventsEndpoint, build_bolt_app
 from bot.slack.home import HomePublisher
 from bot.slack.http_server import HttpLimits, limit_middlewares
 from bot.slack.messenger import Messenger, build_web_client, slack_http_session
 from bot.slack.notifier import SlackNotifier
+from bot.slack.startup import Backoff, BotIdentity, Readiness, check_bot_token
 from bot.slack.steps import SlackStepPort
 from bot.slack.usergroups import SlackUserGroupResolver
 from bot.slack.watch_notifier import SlackWatchNotifier
 
 log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 WATCH_POLL_GRACE_SECONDS = 5.0
 
@@ -69,6 +73,8 @@ class Runtime:
     steps: WorkflowSteps
     reloader: PolicyReloader
     _background: list[asyncio.Task[Any]] = field(default_factory=list)
+    readiness: Readiness = field(default_factory=Readiness)
+    hangup: Hangup = field(default_factory=Hangup)
 
     @classmethod
     async def create(
@@ -117,6 +123,7 @@ class Runtime:
             followup_minutes=settings.gpuops_followup_minutes,
             exec_lease_seconds=settings.gpuops_exec_lease_seconds,
             max_call_seconds=settings.client_settings().max_call_seconds,
+            schedule_grace_seconds=settings.gpuops_schedule_grace_seconds,
         )
         ops = CommandService(access=access, workflow=workflow)
         steps = WorkflowSteps(ops, step_store, completer)
@@ -155,7 +162,7 @@ class Runtime:
         reloader = PolicyReloader(
             settings.gpuops_policy, _policy_applier(registry, authorizer, environment)
         )
-        return cls(
+        runtime = cls(
             settings,
             policy,
             store,
@@ -170,6 +177,11 @@ class Runtime:
             steps,
             reloader,
         )
+        runtime.hangup.on_hangup("reload the policy", runtime._reload_on_hangup)
+        return runtime
+
+    async def _reload_on_hangup(self) -> None:
+        await self.reload_policy()
 
     async def reload_policy(self) -> ReloadResult:
         """Read the policy file again now (SIGHUP); the old policy stays if it is invalid."""
@@ -180,6 +192,20 @@ class Runtime:
     @property
     def authorizer(self) -> Authorizer:
         return self.ops.access.authorizer
+
+    async def start(self, backoff: Backoff = Backoff()) -> BotIdentity:
+        """``gpuops serve`` and ``socket``: check the bot token (``/healthz`` says why while
+        Slack cannot be reached; TokenRefused if it refuses), start the background work,
+        then take Slack's requests."""
+        self.readiness.wait_for("checking SLACK_BOT_TOKEN with Slack (auth.test)")
+        identity = await check_bot_token(self.web_client, self.readiness, backoff=backoff)
+        log.info(
+            "Slack accepted the bot token (bot %s, team %s)", identity.user_id, identity.team_id
+        )
+        self.readiness.wait_for("starting the background work")
+        await self.start_background()
+        self.readiness.set_ready()
+        return identity
 
     async def start_background(self) -> None:
         recovered = await self.workflow.recover_interrupted()
@@ -200,6 +226,8 @@ class Runtime:
                 self.reloader.watch_forever(self.settings.gpuops_policy_check_seconds)
             )
         )
+        tick = self.settings.gpuops_schedule_tick_seconds
+        self._background.append(asyncio.create_task(self.workflow.scheduler.run_forever(tick)))
 
     def web_app(self, limits: HttpLimits | None = None) -> web.Application:
         app = web.Application(
@@ -207,9 +235,17 @@ class Runtime:
             middlewares=limit_middlewares(limits or HttpLimits()),
         )
         endpoint = SlackEventsEndpoint(self.bolt, _signing_secret(self.settings))
-        app.router.add_post("/slack/events", endpoint.handle)
-        add_ops_routes(app, self._healthy)
+        app.router.add_post("/slack/events", self._when_ready(endpoint.handle))
+        add_ops_routes(app, self._healthy, self.readiness)
         return app
+
+    def _when_ready(self, handler: Handler) -> Handler:
+        async def gated(request: web.Request) -> web.StreamResponse:
+            if not self.readiness.ready:  # the token is not checked yet: Slack retries
+                return web.Response(status=503, text="gpuops is starting")
+            return await handler(request)
+
+        return gated
 
     async def _healthy(self) -> bool:
         return await self.store.healthy()
@@ -285,10 +321,17 @@ def _provider_registry(
     return registry
 
 
-def add_ops_routes(app: web.Application, healthy: Callable[[], Awaitable[bool]]) -> None:
-    """``GET /healthz`` (503 when not healthy) and ``GET /metrics`` (Prometheus text)."""
+def add_ops_routes(
+    app: web.Application,
+    healthy: Callable[[], Awaitable[bool]],
+    readiness: Readiness | None = None,
+) -> None:
+    """``GET /healthz`` (503 when not healthy or not ready yet, with the reason) and
+    ``GET /metrics`` (Prometheus text)."""
 
     async def healthz(_: web.Request) -> web.Response:
+        if readiness is not None and readiness.reason is not None:
+            return web.json_response({"ok": False, "reason": readiness.reason}, status=503)
         ok = await healthy()
         return web.json_response({"ok": ok}, status=200 if ok else 503)
 

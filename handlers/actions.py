@@ -1,5 +1,5 @@
-"""Buttons: approve_request, deny_request, cancel_request; and the action select in the
-gpu_action modal."""
+"""Buttons: approve_request, deny_request, cancel_request, revert_request; and the action
+select in the gpu_action modal."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ DECISIONS = {"approve_request": "approve", "deny_request": "deny", "cancel_reque
 def register(app: AsyncApp) -> None:
     for action_id in DECISIONS:
         app.action(action_id)(handle_decision)
+    app.action("revert_request")(handle_revert)
     app.action("action")(handle_action_select)
 
 
@@ -50,6 +51,20 @@ async def handle_decision(ack: Any, body: dict[str, Any], context: Any, respond:
         await whisper(
             messenger, respond, action.channel_id, action.user.id, result, action.thread_ts
         )
+
+
+async def handle_revert(ack: Any, body: dict[str, Any], context: Any, respond: Any) -> None:
+    await ack()
+    ops: CommandService = context["gpuops"]
+    messenger: Messenger = context["messenger"]
+    action = parse(BlockAction, body)
+    if action is None or action.channel_id is None or not action.actions[0].value:
+        await _whisper_via(respond, render.error("I could not read that click; try again."))
+        return
+    reply = await ops.revert(
+        user=action.user.id, channel=action.channel_id, request_id=str(action.actions[0].value)
+    )
+    await whisper(messenger, respond, action.channel_id, action.user.id, reply, action.thread_ts)
 
 
 async def whisper(

@@ -16,11 +16,16 @@ from bot.core.grammar import ActionCommand, UpdateCommand, UsageError, parse_com
 from bot.core.guardrails.freezes import freezes_soon, frozen_text
 from bot.core.policy import Role
 from bot.core.registry import MissingCredential
+from bot.core.schedule import Schedule, ScheduleError, parse_at
 from bot.providers.base import ClusterState, ClusterSummary, FieldSpec, unknown_field
 
 FormKind = Literal["update", "action"]
 SUBMIT_TIMEOUT = 2.0  # seconds to re-fetch a cluster while the surface waits to acknowledge
 _CONTEXT_KEYS = ("project", "cluster_id", "channel")
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,7 @@ class ReadySubmission:
     inputs: dict[str, str]
     reason: str | None
     override: str | None = None  # an admin's reason to go ahead during a freeze
+    schedule: Schedule | None = None  # the optional run_at input (SPEC §9)
 
 
 def parse_metadata(raw: str | None) -> dict[str, str]:
@@ -156,11 +162,9 @@ def _same_value(raw: str, current: Any) -> bool:
 class Forms:
     """Opens, refreshes and checks change forms for a person."""
 
-    def __init__(
-        self, access: Access, clock: Callable[[], datetime] = lambda: datetime.now(UTC)
-    ) -> None:
+    def __init__(self, access: Access, clock: Callable[[], datetime] = _utc_now) -> None:
         self.access = access
-        self.clock = clock
+        self.clock = clock  # the run_at bounds are checked against it
         self._states: dict[tuple[str, str], ClusterState] = {}
 
     async def _freeze_for(self, user: str, project: str, channel: str) -> str | None:
@@ -273,7 +277,11 @@ class Forms:
             )
         except Refusal as refusal:
             return FormMessage("action", refusal.message, request.metadata())
-        typed = {k: v for k, v in values.items() if v and k not in ("action", "reason", "override")}
+        typed = {
+            k: v
+            for k, v in values.items()
+            if v and k not in ("action", "reason", "override", "run_at")
+        }
         view = self._view("action", state, action, typed, request.metadata())
         freeze = await self._freeze_for(user, request.project, request.channel)
         return replace(view, freeze=freeze)
@@ -363,6 +371,19 @@ class Forms:
             known = {s.name for s in self.fields_of(project, action)}
             where = refusal.field if refusal.field in known else first_field
             return SubmissionErrors({where: refusal.message[:1900]})
+        try:
+            schedule = self._schedule(values.get("run_at"))
+        except ScheduleError as exc:
+            return SubmissionErrors({"run_at": str(exc)})
         reason = (values.get("reason") or "").strip() or None
         override = (values.get("override") or "").strip() or None
-        return ReadySubmission(project, cluster_id, channel, action, inputs, reason, override)
+        return ReadySubmission(
+            project, cluster_id, channel, action, inputs, reason, override, schedule
+        )
+
+    def _schedule(self, run_at: str | None) -> Schedule | None:
+        if not run_at or not run_at.strip():
+            return None
+        schedule = parse_at(run_at)
+        schedule.resolve(self.clock())  # within the bounds now; checked again on request
+        return schedule

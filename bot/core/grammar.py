@@ -10,7 +10,8 @@
     /gpu policy [project]
 
 ``reason="…"`` (at most 500 characters) may be added to update and action: it is recorded
-and shown; so may an admin's ``override="…"`` of a change freeze (SPEC §8).
+and shown; so may an admin's ``override="…"`` of a change freeze (SPEC §8);
+``at=<RFC 3339>`` or ``in=<N>m|<N>h|<N>d`` schedules the change (SPEC §9).
 ``page=N`` asks for a further page of a long answer.
 """
 
@@ -21,6 +22,8 @@ import shlex
 from typing import Literal
 
 from pydantic import BaseModel, Field
+
+from bot.core.schedule import Schedule, ScheduleError, parse_at, parse_in
 
 MAX_AUDIT_LIMIT = 100
 DEFAULT_AUDIT_LIMIT = 20
@@ -71,6 +74,7 @@ class UpdateCommand(BaseModel):
     fields: dict[str, str] = Field(default_factory=dict)
     reason: str | None = None
     override: str | None = None  # an admin's reason to go ahead during a freeze
+    schedule: Schedule | None = None
 
 
 class ActionCommand(BaseModel):
@@ -81,6 +85,7 @@ class ActionCommand(BaseModel):
     fields: dict[str, str] = Field(default_factory=dict)
     reason: str | None = None
     override: str | None = None
+    schedule: Schedule | None = None
 
 
 class AuditCommand(BaseModel):
@@ -128,10 +133,13 @@ def _token(value: str, what: str, usage: str) -> str:
 _TEXTS = ("reason", "override")  # free text, not a provider field
 
 
-def _assignments(words: list[str], usage: str) -> tuple[dict[str, str], dict[str, str | None]]:
-    """The provider fields, and the texts (reason, override) given."""
+def _assignments(
+    words: list[str], usage: str
+) -> tuple[dict[str, str], dict[str, str | None], Schedule | None]:
+    """The provider fields, the texts (reason, override) and the run time given."""
     fields: dict[str, str] = {}
     texts: dict[str, str | None] = dict.fromkeys(_TEXTS)
+    schedule: Schedule | None = None
     for word in words:
         name, sep, value = word.partition("=")
         if not sep or not _FIELD.match(name):
@@ -139,10 +147,22 @@ def _assignments(words: list[str], usage: str) -> tuple[dict[str, str], dict[str
         if name in _TEXTS:
             texts[name] = _reason(value, name)
             continue
+        if name in ("at", "in"):
+            if schedule is not None:
+                raise UsageError("give one run time: `at=<RFC 3339>` or `in=<N>m|<N>h|<N>d`.")
+            schedule = _schedule(name, value)
+            continue
         if name in fields:
             raise UsageError(f"`{name}` is given twice; give each field once.")
         fields[name] = value.strip()
-    return fields, texts
+    return fields, texts, schedule
+
+
+def _schedule(name: str, value: str) -> Schedule:
+    try:
+        return parse_at(value) if name == "at" else parse_in(value)
+    except ScheduleError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _reason(value: str, name: str = "reason") -> str | None:
@@ -232,15 +252,22 @@ def _parse_change(verb: str, args: list[str]) -> UpdateCommand | ActionCommand:
     cluster_id = _token(args[1], "cluster id", usage)
     rest = args[2:]
     if verb == "update":
-        fields, texts = _assignments(rest, usage)
-        return UpdateCommand(project=project, cluster_id=cluster_id, fields=fields, **texts)
+        fields, texts, schedule = _assignments(rest, usage)
+        return UpdateCommand(
+            project=project, cluster_id=cluster_id, fields=fields, schedule=schedule, **texts
+        )
     action = None
     if rest and "=" not in rest[0]:
         action = _token(rest[0], "action", usage)
         rest = rest[1:]
-    fields, texts = _assignments(rest, usage)
+    fields, texts, schedule = _assignments(rest, usage)
     return ActionCommand(
-        project=project, cluster_id=cluster_id, action=action, fields=fields, **texts
+        project=project,
+        cluster_id=cluster_id,
+        action=action,
+        fields=fields,
+        schedule=schedule,
+        **texts,
     )
 
 

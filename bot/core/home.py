@@ -67,6 +67,7 @@ class HomeRequest(BaseModel):
     result_message: str | None = None
     updated_at: datetime
     price_line: str | None = None
+    run_at: datetime | None = None  # a scheduled change runs then
 
 
 class HomeCluster(BaseModel):
@@ -145,6 +146,7 @@ def home_request(record: ChangeRequestRecord) -> HomeRequest:
         result_message=record.result_message,
         updated_at=record.updated_at,
         price_line=price,
+        run_at=record.run_at,
     )
 
 

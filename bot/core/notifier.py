@@ -24,6 +24,7 @@ EventKind = Literal[
     "executing",
     "finished",  # the provider answered, or did not: see the record's state
     "interrupted",  # its executor is gone: ended without being (re)sent
+    "revert_requested",  # someone asked to undo it: the text names the new request
 ]
 Tone = Literal["good", "warning"]
 

@@ -96,14 +96,30 @@ def _env_name(value: str) -> str:
     return value
 
 
-def _slack_id(value: str) -> str:
-    if not value or value[0] in "@#<" or any(c.isspace() for c in value):
-        raise PydanticCustomError(
-            "slack_id",
-            "use the Slack id (U…, S…, C…), not a name or mention: '{value}'",
-            {"value": value},
-        )
-    return value
+_SLACK_ID_SHAPES: Mapping[str, tuple[str, str]] = {
+    # kind: (the id's first letters, how Slack shows that kind)
+    "user": ("UW", "U… or W…"),
+    "usergroup": ("S", "S…"),
+    "channel": ("CG", "C… or G…"),
+}
+
+
+def _slack_id(kind: str) -> AfterValidator:
+    """A Slack id of one kind: its letter, then capitals and digits (U04DAVE, S0OPS,
+    C0INCIDENT), never a name, a #channel or an @mention."""
+    letters, shown = _SLACK_ID_SHAPES[kind]
+    shape = re.compile(f"[{letters}][A-Z0-9]+")
+
+    def check(value: str) -> str:
+        if not shape.fullmatch(value):
+            raise PydanticCustomError(
+                "slack_id",
+                "use the Slack {kind} id ({shown}), not a name or mention: '{value}'",
+                {"kind": kind, "shown": shown, "value": value},
+            )
+        return value
+
+    return AfterValidator(check)
 
 
 def _http_url(value: str) -> str:
@@ -127,7 +143,9 @@ def _parse_role(value: object) -> Role:
 
 ProjectKey = Annotated[str, AfterValidator(_project_key)]
 EnvName = Annotated[str, AfterValidator(_env_name)]
-SlackId = Annotated[str, AfterValidator(_slack_id)]
+UserId = Annotated[str, _slack_id("user")]
+UsergroupId = Annotated[str, _slack_id("usergroup")]
+ChannelId = Annotated[str, _slack_id("channel")]
 HttpUrl = Annotated[str, AfterValidator(_http_url)]
 RoleName = Annotated[Role, PlainValidator(_parse_role), PlainSerializer(str, return_type=str)]
 
@@ -142,7 +160,7 @@ class _Strict(BaseModel):
 class _ProjectCommon(_Strict):
     base_url: HttpUrl | None = None
     clusters: list[str] = Field(default_factory=lambda: ["*"])
-    notify_channel: SlackId | None = None
+    notify_channel: ChannelId | None = None
     watch: WatchConfig | None = None  # SPEC §7; omitted = not watched
     limits: Limits | None = None  # SPEC §8
 
@@ -196,9 +214,9 @@ _PROJECT_MODELS: Mapping[str, type[BaseModel]] = {"together": TogetherProject, "
 
 
 class Grant(_Strict):
-    users: list[SlackId] = Field(default_factory=list)
-    usergroups: list[SlackId] = Field(default_factory=list)
-    channels: list[SlackId] | None = None
+    users: list[UserId] = Field(default_factory=list)
+    usergroups: list[UsergroupId] = Field(default_factory=list)
+    channels: list[ChannelId] | None = None
     projects: list[str] = Field(min_length=1)
     role: RoleName
 
@@ -221,6 +239,7 @@ class Approvals(_Strict):
     expire_after_minutes: int = Field(default=30, ge=1)
     break_glass: bool = False
     rules: list[ApprovalRule] = Field(default_factory=list)  # SPEC §8
+    revert_window_hours: float = Field(default=24, gt=0)  # a result offers its revert so long
 
 
 _ALL_KINDS = TOGETHER_KINDS | E2E_KINDS
@@ -342,7 +361,38 @@ def load_policy(path: Path) -> Policy:
         return Policy.model_validate(data)
     except ValidationError as exc:
         problems = [line for error in exc.errors() for line in _describe_error(error)]
+        problems += [p for p in _cross_checks(data) if p not in problems]
         raise PolicyError([f"{path}: {problem}" for problem in problems]) from None
+
+
+def _cross_checks(data: object) -> list[str]:
+    """The checks pydantic makes only once a model's own fields are valid (a grant's
+    principal, watch's channel, the projects grants name), made on the raw file, so that
+    one run reports every error of a file, not the next few."""
+    if not isinstance(data, dict):
+        return []
+    projects = data.get("projects")
+    projects = projects if isinstance(projects, dict) else {}
+    problems = [
+        f"projects.{name}: watch needs notify_channel (where to post)"
+        for name, project in projects.items()
+        if isinstance(project, dict) and project.get("watch") is not None
+        if project.get("notify_channel") is None
+    ]
+    grants = data.get("grants")
+    known = sorted(str(name) for name in projects)
+    for i, grant in enumerate(grants if isinstance(grants, list) else []):
+        if not isinstance(grant, dict):
+            continue
+        if not grant.get("users") and not grant.get("usergroups"):
+            problems.append(f"grants[{i}]: a grant needs at least one user or usergroup")
+        named = grant.get("projects")
+        problems += [
+            f"grants[{i}].projects: unknown project '{name}' (known: {', '.join(known)})"
+            for name in (named if isinstance(named, list) else [])
+            if isinstance(name, str) and name != "*" and name not in projects
+        ]
+    return problems
 
 
 def _yaml_problem(exc: yaml.MarkedYAMLError) -> str:

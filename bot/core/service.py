@@ -30,6 +30,7 @@ from bot.core.requests.decisions import Decision, NeedsBreakGlass
 from bot.core.requests.workflow import ChangeWorkflow
 from bot.core.store import StoreUnavailable
 from bot.core.timeline import Timeline, TimelineRequest
+from bot.logs import log_context
 from bot.metrics import COMMANDS
 from bot.pacing import Pacer
 
@@ -115,6 +116,13 @@ class CommandService:
         except StoreUnavailable as exc:
             return _store_down("a decision", exc)
 
+    async def revert(self, *, user: str, channel: str, request_id: str) -> Reply:
+        """Request the inverse of a change (ChangeWorkflow.revert)."""
+        try:
+            return await self.workflow.revert(user=user, channel=channel, request_id=request_id)
+        except StoreUnavailable as exc:
+            return _store_down("a revert", exc)
+
     # -- commands ---------------------------------------------------------------------
     async def handle_command(self, user: str, channel: str, text: str) -> CommandOutcome:
         try:
@@ -155,7 +163,11 @@ class CommandService:
         self, user: str, channel: str, command: Command, text: str, step: str | None = None
     ) -> CommandOutcome:
         try:
-            outcome = await self._dispatch(user, channel, command, step)
+            with log_context(
+                project=getattr(command, "project", None),
+                cluster=getattr(command, "cluster_id", None),
+            ):
+                outcome = await self._dispatch(user, channel, command, step)
         except Refusal as refusal:
             COMMANDS.labels(command.name, "refused").inc()
             return await self.access.refuse(
@@ -223,6 +235,7 @@ class CommandService:
             command=f"{command.name} {command.project} {command.cluster_id}",
             step=step,
             override=command.override,
+            schedule=command.schedule,
         )
 
     # -- forms ----------------------------------------------------------
@@ -248,6 +261,7 @@ class CommandService:
             reason=ready.reason,
             command=f"modal {ready.action}",
             override=ready.override,
+            schedule=ready.schedule,
         )
 
     # -- mentions ---------------------------------------------------------------------

@@ -145,6 +145,22 @@ class ChangePlan(BaseModel):
         return "; ".join(line.text() for line in self.lines)
 
 
+class Inverse(BaseModel):
+    """The change that undoes a change: an action and its raw inputs (as for ``plan``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    action: str
+    inputs: dict[str, Any]
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Field values compared as a person would: lists as sets, everything else as text."""
+    if isinstance(a, list) and isinstance(b, list):
+        return sorted(map(str, a)) == sorted(map(str, b))
+    return a is not None and b is not None and str(a) == str(b)
+
+
 class ApplyOutcome(BaseModel):
     """What the provider said after a change: its message and the cluster afterwards."""
 
@@ -224,6 +240,15 @@ class ProviderAdapter(Protocol):
 
     async def apply(self, plan: ChangePlan) -> ApplyOutcome:
         """Send the change once (retrying only what SPEC §1.3 allows)."""
+        ...
+
+    def inverse(self, plan: ChangePlan, prior: Mapping[str, Any]) -> Inverse | None:
+        """The change that undoes ``plan``, given the changed fields' values just before it
+        was sent (``prior``); None when it has none (SPEC §9)."""
+        ...
+
+    def shows(self, plan: ChangePlan, state: ClusterState) -> bool:
+        """Whether the cluster still shows ``plan``'s result (as far as the provider says)."""
         ...
 
     async def aclose(self) -> None: ...

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,6 +30,8 @@ from bot.providers.errors import (
     ProviderTimeout,
 )
 from bot.redact import register_secret
+
+log = logging.getLogger(__name__)
 
 
 class Operation(enum.StrEnum):
@@ -89,7 +92,25 @@ class _Retry(Exception):
         self.response = response
         self.error = error
         self.wait = wait
+        self.where = ""  # "together GET /clusters", set by the loop that retries it
         super().__init__("retry")
+
+    def cause(self) -> str:
+        if self.error is not None:
+            return self.error.provider_message
+        return f"HTTP {self.response.status_code}" if self.response is not None else "retry"
+
+
+def _log_retry(details: stamina.instrumentation.RetryDetails) -> None:
+    """One line per scheduled retry, saying what is retried and why (stamina's own hook
+    logs a bare ``stamina.retry_scheduled`` whose context is only in the record's extras)."""
+    cause = details.caused_by
+    what = cause.where if isinstance(cause, _Retry) and cause.where else details.name
+    why = cause.cause() if isinstance(cause, _Retry) else type(cause).__name__
+    log.warning("%s: %s; retry %d in %.1f s", what, why, details.retry_num, details.wait_for)
+
+
+stamina.instrumentation.set_on_retry_hooks([_log_retry])
 
 
 def parse_retry_after(value: str | None, cap: float) -> float | None:
@@ -180,7 +201,11 @@ class ProviderTransport:
                     attempt_no += 1
                     if attempt_no > 1:
                         PROVIDER_RETRIES.labels(self.provider, operation).inc()
-                    return await self._attempt(method, path, operation, mode, query, json)
+                    try:
+                        return await self._attempt(method, path, operation, mode, query, json)
+                    except _Retry as retry:
+                        retry.where = f"{self.provider} {method} /{path.lstrip('/')}"
+                        raise
         except _Retry as exhausted:
             if exhausted.response is not None:
                 return exhausted.response

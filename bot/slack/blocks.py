@@ -8,6 +8,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from bot.core.answers import (
@@ -23,6 +24,7 @@ from bot.core.forms import FormKind, FormMessage, FormView
 from bot.core.paging import Page
 from bot.core.policy import Role
 from bot.core.requests.view import STATE_WORDS, RequestView
+from bot.core.schedule import example_run_at, utc_text, when_text
 from bot.providers.base import ClusterSummary, FieldSpec, ProviderChanges, example_time
 from bot.providers.catalog import PROVIDER_CHANGES
 from bot.slack.text import clip, fit_lines, pack_lines, shorten, shorten_plain
@@ -155,6 +157,7 @@ def cluster_summary(
     request_id: str | None = None,
     note: str | None = None,
     shown_by: str | None = None,
+    revert_id: str | None = None,
 ) -> SlackMessage:
     blocks: list[Block] = [header(_titled(s.name, s.cluster_id, _PLAIN_TEXT_MAX))]
     pairs = summary_pairs(s)
@@ -175,6 +178,9 @@ def cluster_summary(
         who.append(escape(note))
     if who:
         blocks.append(context(" · ".join(who)))
+    if revert_id:
+        revert = _button("Revert", "revert_request", revert_id, None)
+        blocks.append({"type": "actions", "block_id": "revert", "elements": [revert]})
     text = (
         f"{shorten(s.name, 300)} ({escape(s.cluster_id)}) — {shorten(s.status, 100)} · "
         f"{escape(s.provider)}/{escape(s.project)}"
@@ -271,6 +277,12 @@ def request_root(r: RequestView) -> SlackMessage:
         blocks.append(section(f"_Reason:_ {escape(r.reason)}"))
     if r.override:
         blocks.append(context(override_text(r.override)))
+    if r.revert_of:
+        blocks.append(
+            context(f":leftwards_arrow_with_hook: reverts request `{escape(r.revert_of)}`")
+        )
+    if r.run_at is not None:
+        blocks.append(context(f":alarm_clock: {escape(scheduled_words(r))}"))
     blocks.append(context(f"{_state_line(r)} · request `{escape(r.id)}`"))
     if r.result_message and r.state in ("failed", "unknown", "succeeded"):
         blocks.append(context(escape(r.result_message)))
@@ -278,7 +290,7 @@ def request_root(r: RequestView) -> SlackMessage:
         f"[{STATE_WORDS.get(r.state, r.state)}] {user_ref(r.requester)} asks for "
         f"{escape(r.action)} on {shorten(r.cluster_name, 200)} ({escape(r.cluster_id)}, "
         f"{escape(r.provider)}/{escape(r.project)}): {shorten('; '.join(r.preview), 1500)}"
-        f" — {escape(r.id)}"
+        f" — {escape(r.id)}" + (f" · {escape(scheduled_words(r))}" if r.run_at is not None else "")
     )
     return SlackMessage(text=text, blocks=blocks)
 
@@ -341,11 +353,26 @@ def approval_prompt(r: RequestView, *, expire_minutes: int) -> SlackMessage:
 
 
 def approval_closed(r: RequestView) -> SlackMessage:
-    """The prompt after a decision: the buttons are gone."""
+    """The prompt after a decision: the buttons are gone (but Cancel, while an approved
+    scheduled change waits for its time)."""
+    blocks: list[Block] = [context(f"Approval for `{escape(r.id)}`: {_state_line(r)}")]
+    if r.state == "approved" and r.run_at is not None:
+        blocks[0] = context(
+            f"Approval for `{escape(r.id)}`: {_state_line(r)} · {escape(scheduled_words(r))}"
+        )
+        cancel = _button("Cancel", "cancel_request", r.id, None)
+        blocks.append({"type": "actions", "block_id": "scheduled", "elements": [cancel]})
     return SlackMessage(
-        text=f"Approval for {escape(r.id)}: {STATE_WORDS.get(r.state, r.state)}",
-        blocks=[context(f"Approval for `{escape(r.id)}`: {_state_line(r)}")],
+        text=f"Approval for {escape(r.id)}: {STATE_WORDS.get(r.state, r.state)}", blocks=blocks
     )
+
+
+def scheduled_words(r: RequestView) -> str:
+    """``scheduled for 2026-12-01 20:00 UTC, in 3 h`` (or ``… ran at its time``)."""
+    assert r.run_at is not None
+    if r.state in ("pending", "approved"):
+        return f"scheduled for {when_text(r.run_at, datetime.now(UTC))}"
+    return f"scheduled for {utc_text(r.run_at)}"
 
 
 def _button(label: str, action_id: str, value: str, style: str | None) -> Block:
@@ -461,6 +488,21 @@ def _override_block(freeze: str) -> Block:
         "label": {"type": "plain_text", "text": "Override the freeze (admins): why"},
         "element": {"type": "plain_text_input", "action_id": "override", "max_length": 500},
         "hint": {"type": "plain_text", "text": _clip(plain(freeze), 150)},
+    }
+
+
+def _run_at_block() -> Block:
+    """The optional run time of a scheduled change (SPEC §9)."""
+    return {
+        "type": "input",
+        "block_id": "run_at",
+        "optional": True,
+        "label": {"type": "plain_text", "text": "Run at (optional)"},
+        "element": {"type": "datetimepicker", "action_id": "run_at"},
+        "hint": {
+            "type": "plain_text",
+            "text": "Empty: it runs once approved. Else 1 minute to 14 days ahead; approve before.",
+        },
     }
 
 
@@ -660,6 +702,7 @@ def update_modal(
         if focus and block.get("block_id") == focus and "element" in block:
             block["element"]["focus_on_load"] = True
     blocks.append(_reason_block(current.get("reason")))
+    blocks.append(_run_at_block())
     return _form(FORM_CALLBACKS["update"], "Update cluster", blocks, metadata)
 
 
@@ -695,6 +738,7 @@ def action_modal(
     prefill = {k: v for k, v in current.items() if k in {s.name for s in specs}}
     blocks += [_input_block(s, prefill.get(s.name), required=s.required) for s in specs]
     blocks.append(_reason_block(current.get("reason")))
+    blocks.append(_run_at_block())
     return _form(FORM_CALLBACKS["action"], "Cluster action", blocks, metadata)
 
 
@@ -731,6 +775,10 @@ def help_message(card: HelpCard) -> SlackMessage:
         lines.append(
             "  Risky changes wait for approval in the thread; during a freeze an admin may "
             'add `override="why"`.'
+        )
+        lines.append(
+            f"  Add `at={example_run_at()}` or `in=30m` (`3h`, `2d`) to run it later: "
+            "1 minute to 14 days ahead; a done change's result has a Revert button."
         )
     if top >= Role.approver:
         lines.append("• Approve or deny others' requests with the buttons in their thread")

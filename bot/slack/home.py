@@ -5,10 +5,12 @@ off and where to see it."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from bot.core.home import HomeBuilder, HomeCluster, HomeData, HomeProject, HomeRequest
 from bot.core.requests.view import STATE_WORDS
+from bot.core.schedule import when_text
 from bot.slack.blocks import (
     STATE_ICONS,
     Block,
@@ -69,6 +71,9 @@ def _request_text(request: HomeRequest, *, by: bool) -> str:
         lines.append(price_text(request.price_line))
     if request.reason:
         lines.append(f"_Reason:_ {escape(request.reason)}")
+    if request.run_at is not None and request.state in ("pending", "approved"):
+        when = when_text(request.run_at, datetime.now(UTC))
+        lines.append(f":alarm_clock: scheduled for {escape(when)}")
     return "\n".join(lines)
 
 
@@ -116,7 +121,7 @@ def _open_blocks(data: HomeData) -> list[Block]:
     for request in shown:
         block = section(_request_text(request, by=False))
         block["block_id"] = f"home_open:{request.id}"
-        if request.state == "pending":
+        if request.state == "pending" or (request.state == "approved" and request.run_at):
             block["accessory"] = _button("Cancel", "cancel_request", request.id)
         blocks.append(block)
     blocks += _more(len(shown), data.open_total, "they are in their threads")

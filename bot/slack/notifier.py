@@ -10,7 +10,7 @@ import logging
 from datetime import datetime
 
 from bot.core.notifier import EventKind, NotDelivered, RequestEvent, Tone
-from bot.core.requests.view import view_of
+from bot.core.requests.view import revertible, view_of
 from bot.core.store import ChangeRequestRecord, RequestState
 from bot.providers.base import ClusterSummary
 from bot.slack import blocks
@@ -29,6 +29,7 @@ _NOTE_ICONS: dict[EventKind, str] = {
     "refused": ":x:",
     "expired": ":alarm_clock:",
     "interrupted": ":warning:",
+    "revert_requested": ":leftwards_arrow_with_hook:",
 }
 _RESULT_ICONS = {
     RequestState.SUCCEEDED: ":large_green_circle:",
@@ -68,7 +69,7 @@ class SlackNotifier:
         if event.kind == "approval_added":
             await self._approval_added(record, event)
             return
-        if event.left_pending and record.prompt_ts:
+        if (event.left_pending or record.run_at is not None) and record.prompt_ts:
             # Replace the prompt's buttons with the outcome so nobody clicks a decided request.
             await self._edit(
                 record.channel, record.prompt_ts, blocks.approval_closed(view_of(record))
@@ -145,6 +146,7 @@ class SlackNotifier:
             approved_by=_approvers(record) if record.needs_approval else None,
             request_id=record.id,
             note=note,
+            revert_id=record.id if revertible(record) else None,
         )
 
     async def _post_or_raise(

@@ -13,12 +13,14 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
 
-from bot.core.answers import STORE_UNAVAILABLE_TEXT
+from bot.core.answers import STORE_UNAVAILABLE_TEXT, Notice
+from bot.core.schedule import Schedule
 from bot.core.store import RequestState, Store
 from bot.local.demo.stack import BotReplica, LocalStack
 from bot.local.faults.proxy import FaultProxy
@@ -645,3 +647,60 @@ async def test_a_remediation_click_while_the_store_is_down_is_answered_in_time(
     assert time.monotonic() - started < ANSWER_WITHIN
     await proxy.heal_async()
     assert decisions_sent(stack, remediation_id) == []
+
+
+# ---- scheduled changes (SPEC §9) ---------------------------------------------------------
+
+
+async def scheduled_direct(stack: LocalStack) -> Opened:
+    """DAVE schedules a scale of 101 a minute ahead (through the workflow); its prompt."""
+    reply = await stack.runtime.workflow.request_change(
+        user=DAVE,
+        channel=CHANNEL,
+        project="e2e-delhi",
+        cluster_id="101",
+        action="scale_cluster",
+        inputs={"additional_nodes": "1"},
+        reason=None,
+        schedule=Schedule(after=timedelta(minutes=1)),
+    )
+    assert isinstance(reply.content, Notice) and "scheduled for" in reply.content.text, reply
+    [record] = await stack.runtime.store.list_requests()
+    assert record.root_ts is not None and record.prompt_ts is not None
+    return Opened(record.id, CHANNEL, record.root_ts, record.prompt_ts)
+
+
+def ahead(replica: BotReplica | LocalStack, seconds: float) -> None:
+    replica.runtime.workflow.clock = lambda: datetime.now(UTC) + timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+async def test_a_scheduled_change_due_in_a_store_outage_is_sent_once_after_it(
+    stack: LocalStack,
+    proxied: BotReplica,
+    proxy: FaultProxy,
+    fault: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Its time comes while the replica that would send it cannot reach the store: every
+    tick is skipped with one line, nothing is lost or sent; once the store is back it is
+    sent, once, though the other replica's scheduler looks too."""
+    opened = await scheduled_direct(stack)
+    await click(stack, opened, BOB)
+    await wait_state(stack.runtime.store, opened.id, S.APPROVED)
+    await FAULTS[fault](proxy)
+    ahead(proxied, 61)
+    ticking = asyncio.create_task(proxied.runtime.workflow.scheduler.run_forever(0.05))
+    try:
+        await poll_until(lambda: caplog.text.count("scheduler tick skipped") >= 2, within=10)
+        assert provider_writes(stack) == 0
+        await proxy.heal_async()
+        await wait_state(stack.runtime.store, opened.id, S.SUCCEEDED, within=10)
+    finally:
+        ticking.cancel()
+        await asyncio.gather(ticking, return_exceptions=True)
+    ahead(stack, 61)
+    assert await stack.runtime.workflow.scheduler.run_due() == 0
+    await proxied.runtime.workflow.drain()
+    assert provider_writes(stack) == 1
+    assert "Traceback" not in caplog.text and "scheduler tick failed" not in caplog.text

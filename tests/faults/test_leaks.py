@@ -27,6 +27,7 @@ from sqlalchemy import select
 from bot.core.store import RequestState, metadata
 from bot.local.demo.stack import LocalStack
 from bot.local.simulators.base import Fault, FaultKind, SimulatorServer
+from bot.logs import JsonFormatter
 from bot.providers.errors import ProviderError
 from bot.redact import install_log_redaction
 from tests.support.reliability import (
@@ -70,15 +71,20 @@ NOISY_LOGGERS = (
 
 
 class Everything(logging.Handler):
-    """Keeps every record, formatted, plus all its attributes (extras included)."""
+    """Keeps every record, formatted as text and as JSON (GPUOPS_LOG_FORMAT=json), plus all
+    its attributes (extras included)."""
 
     def __init__(self) -> None:
         super().__init__(level=logging.DEBUG)
         self.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
+        self.json = JsonFormatter()
         self.texts: list[str] = []
+        self.json_lines: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         self.texts.append(self.format(record))
+        self.json_lines.append(self.json.format(record))
+        self.texts.append(self.json_lines[-1])
         self.texts.append(repr({k: v for k, v in record.__dict__.items() if k != "exc_info"}))
 
 
@@ -279,7 +285,10 @@ async def test_no_secret_reaches_logs_slack_store_exceptions_or_providers(
     # The scan would see a leak: the scenarios did produce the texts it reads.
     assert len(every_log.texts) > 200 and len(seen.items) > 200 and seen.raised >= 16
     joined = "\n".join(every_log.texts)
-    assert "stamina" in joined and "HTTP Request" in joined  # retries and httpx were logged
+    assert "; retry 1 in" in joined and "HTTP Request" in joined  # retries and httpx logged
+    entries = [json.loads(line) for line in every_log.json_lines]  # each line is an object
+    assert any(e.get("user") == "U04DAVE" and e.get("project") for e in entries)
+    assert any(e["logger"].startswith(("slack_bolt", "slack_sdk")) for e in entries)
     assert any("could not connect" in text for _, text in seen.items)
     assert any("not JSON" in text for _, text in seen.items)
     assert any("no answer within" in text for _, text in seen.items)

@@ -280,7 +280,7 @@ async def test_serve_names_a_refused_or_silent_database_and_exits_in_time(
         assert done.code != 0 and named in done.stderr, done.stderr
         assert "not-shown" not in done.stderr and "Traceback" not in done.stderr
     assert "no answer within 5 s" in silent.stderr  # asyncpg's connect timeout
-    assert took < 20  # connect (5 s), plus start-up on a loaded machine
+    assert took < 40  # connect (5 s) plus Python start-up on a shared 2-core machine (21 s seen)
 
 
 APP_TOKEN = "xapp-1-A0GPUOPS-cli-socket-test"

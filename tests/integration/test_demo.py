@@ -43,7 +43,8 @@ def test_the_example_script_passes_and_shows_every_path() -> None:
     assert "🟢 Together accepted the update" in out
     assert "┃ infer-h200 (tc-h200-ondemand)" in out
     # an E2E action needing approval, approved by a second user, in the thread
-    assert "[1 Approve]  [2 Deny]  [3 Cancel]" in out
+    assert "[1 Revert]" in out  # the form's scale-up can be undone
+    assert "[2 Approve]  [3 Deny]  [4 Cancel]" in out
     assert "(bob presses Approve)" in out
     assert "✅ Approved by @bob." in out
     assert "[#incident ↳ thread of msg" in out
@@ -56,7 +57,7 @@ def test_the_example_script_passes_and_shows_every_path() -> None:
     # then a node remediation approved from the channel, followed to its end
     assert "🚨 train-h100-reserved (`tc-h100-reserved`) in together-prod is Degraded" in out
     assert "[#gpu-audit ↳ thread of msg" in out and "✅ Healthy again: Ready" in out
-    assert "NVIDIA Xid 79 (3 times)" in out and "[5 Approve]  [6 Reject…]" in out
+    assert "NVIDIA Xid 79 (3 times)" in out and "[6 Approve]  [7 Reject…]" in out
     assert "✅ Remediation succeeded (SUCCEEDED)" in out
     # provisioning after gpuops's own update is not an incident
     assert "(`tc-h200-ondemand`) in together-prod is" not in out
@@ -72,7 +73,10 @@ def test_the_example_script_passes_and_shows_every_path() -> None:
     # a Workflow Builder step makes the same request and ends with its outputs
     assert "(a workflow runs the step request_gpu_change for dave in #incident)" in out
     assert "[workflow step request_gpu_change] ended: succeeded — CR-" in out
-    assert out.rstrip().endswith("script: 36 steps, all passed")
+    # a scheduled change sent at its time (the demo's clock jumps), then reverted
+    assert "⏰ scheduled for" in out and "(the demo's clock is now 2:00:00 ahead)" in out
+    assert "asked to revert this change" in out and "• `num_gpus 32 → 24`" in out
+    assert out.rstrip().endswith("script: NN steps, all passed")
 
 
 def test_the_example_script_passes_over_socket_mode() -> None:
@@ -86,7 +90,7 @@ def test_the_example_script_passes_over_socket_mode() -> None:
     assert "Freeze override: @alice overrode restart-freeze" in out
     assert "📎 gpuops-timeline-C0INCIDENT-" in out  # the file upload, over Socket Mode too
     assert "[workflow step request_gpu_change] ended: succeeded" in out
-    assert out.rstrip().endswith("script: 36 steps, all passed")
+    assert out.rstrip().endswith("script: NN steps, all passed")
 
 
 def test_a_form_validation_error_is_shown_on_the_field(tmp_path: Path) -> None:
@@ -153,6 +157,7 @@ def test_a_form_asks_again_on_a_choice_not_offered_or_a_required_input_left_empt
         "",  # additional_nodes is required: asked again
         "2",
         "",  # reason (optional)
+        "",  # run_at (optional: it runs once approved)
         "y",
         "remediate tc-h100-reserved",
         "as bob",

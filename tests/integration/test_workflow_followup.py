@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from bot.core.requests.followup import poll_lease
 from bot.core.store import RequestState as S
 from bot.local.demo.stack import LocalStack
 from bot.local.simulators.base import Fault, FaultKind
@@ -22,6 +23,7 @@ from tests.support.workflow_kit import (
     poll_until,
     readable_text,
     request,
+    thread_texts,
     wait_mirror,
     wait_reply,
     wait_state,
@@ -118,3 +120,41 @@ async def test_metrics_count_approval_decisions_expiries_and_outcomes(stack: Loc
     assert delta(outcomes, provider="e2e", outcome="expired") == 1
     assert before[("gpuops_approvals_pending", frozenset())] == 0
     assert after[("gpuops_approvals_pending", frozenset())] == 0
+
+
+async def test_a_follow_up_resumes_after_a_restart_and_ends_once(
+    database_url: str, make_stack: StackFactory
+) -> None:
+    stack = await make_stack(database_url=database_url, poll_seconds=0.2, transition_seconds=2.0)
+    opened = await request(stack, DAVE, SCALE_UP, approval=False)
+    record = await wait_state(stack.runtime.store, opened.id, S.SUCCEEDED)
+    assert record.summary_ts is not None
+    summary = stack.slack.message(CHANNEL, record.summary_ts)
+    assert summary is not None
+    await stack.slack.wait_for(lambda: summary.edits or None)  # the first poll was shown
+    followed = await stack.runtime.store.get_request(opened.id)
+    assert followed is not None and followed.follow_until is not None
+    await stack.restart_bot(instance_id="demo-2")  # before the cluster is Ready
+    ready = await wait_reply(stack, opened, "infer-h200 is Ready.")
+    assert "status as of" in readable_text(stack.slack.message(CHANNEL, summary.ts))  # type: ignore[arg-type]
+    await stack.runtime.workflow.drain()
+    assert thread_texts(stack, opened).count(ready.text) == 1
+    ended = await stack.runtime.store.get_request(opened.id)
+    assert ended is not None and ended.follow_until is None
+
+
+async def test_two_replicas_follow_a_change_once(
+    pg_database_url: str, make_stack: StackFactory
+) -> None:
+    stack = await make_stack(database_url=pg_database_url, poll_seconds=0.2, transition_seconds=1.5)
+    opened = await request(stack, DAVE, SCALE_UP, approval=False)
+    await wait_state(stack.runtime.store, opened.id, S.SUCCEEDED)
+    replica = await stack.start_replica("demo-2")  # its start-up sweep finds the follow-up
+    assert await replica.runtime.workflow.follow_up.resume() == 1  # ... and tries again
+    await replica.runtime.workflow.drain()  # it did not get the poll lease: it stopped
+    lease = await stack.runtime.store.get_lease(poll_lease(opened.id))
+    assert lease is not None and lease.holder == "demo-1"
+    ready = await wait_reply(stack, opened, "infer-h200 is Ready.")
+    await stack.runtime.workflow.drain()
+    assert thread_texts(stack, opened).count(ready.text) == 1
+    assert await replica.runtime.workflow.follow_up.resume() == 0  # ended: nothing to resume

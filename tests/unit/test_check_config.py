@@ -65,7 +65,7 @@ def test_good_configuration_prints_the_table(tmp_path: Path) -> None:
     assert "group S0PLATFORM e2e-delhi operator C0INCIDENT" in lines
     assert "user U02BOB e2e-delhi admin any" in lines
     assert "user U02BOB together-prod admin any" in lines
-    assert "e2e-delhi e2e (Delhi, project 12345) E2E_DELHI_KEY, E2E_AUTH_TOKEN" in lines
+    assert "e2e-delhi e2e (Delhi, project 12345) E2E_DELHI_KEY, E2E_AUTH_TOKEN - off" in lines
     for secret in CREDENTIALS.values():
         assert secret not in text
 
@@ -114,3 +114,97 @@ def test_project_without_grant_is_a_warning(tmp_path: Path) -> None:
     )
     assert code == 0, text
     assert "warning: no grant names e2e-delhi; nobody can use it" in text
+
+
+BAD_EVERYWHERE = """\
+projects:
+  together-prod:
+    provider: together
+    notify_channel: "#incident"
+    watch:
+      every_seconds: 5
+  e2e-delhi:
+    provider: e2e
+    project_id: 0
+    location: Delhi
+    watch: {status: true}
+grants:
+  - users: [alice]
+    projects: [together-prod, nope]
+    role: admin
+  - channels: [incident]
+    projects: ['*']
+    role: boss
+  - usergroups: [U0WRONG]
+    projects: [e2e-delhi]
+    role: viewer
+"""
+
+
+def test_every_error_of_a_bad_file_is_reported_in_one_run(tmp_path: Path) -> None:
+    code, text = run(tmp_path, BAD_EVERYWHERE)
+    assert code == 1
+    errors = sorted(line.strip() for line in text.splitlines() if line.strip().startswith("error:"))
+    assert errors == sorted(
+        f"error: policy.yml: {problem}"
+        for problem in [
+            "projects.together-prod.notify_channel: use the Slack channel id (C… or G…), "
+            "not a name or mention: '#incident'",
+            "projects.together-prod.watch.every_seconds: Input should be greater than or equal "
+            "to 15",
+            "projects.e2e-delhi.project_id: Input should be greater than 0",
+            "projects.e2e-delhi: watch needs notify_channel (where to post)",
+            "grants[0].users[0]: use the Slack user id (U… or W…), not a name or mention: 'alice'",
+            "grants[0].projects: unknown project 'nope' (known: e2e-delhi, together-prod)",
+            "grants[1]: a grant needs at least one user or usergroup",
+            "grants[1].channels[0]: use the Slack channel id (C… or G…), not a name or mention: "
+            "'incident'",
+            "grants[1].role: unknown role 'boss'; use viewer, operator, approver or admin",
+            "grants[2].usergroups[0]: use the Slack usergroup id (S…), not a name or mention: "
+            "'U0WRONG'",
+        ]
+    )
+    assert "10 error(s):" in text
+
+
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [
+        ("users", "S0PLATFORM"),  # a group where a user belongs
+        ("users", "u01alice"),
+        ("usergroups", "C0INCIDENT"),
+        ("channels", "U01ALICE"),
+        ("channels", "D0DIRECT"),  # a DM is no place for a grant
+    ],
+)
+def test_id_shapes_are_checked_per_kind(tmp_path: Path, where: str, value: str) -> None:
+    principal = "" if where == "users" else "    users: [U03CAROL]\n"
+    grant = f"  - {where}: [{value}]\n{principal}    projects: [together-prod]\n    role: viewer\n"
+    code, text = run(tmp_path, POLICY + grant)
+    assert code == 1
+    assert f"grants[2].{where}[0]: use the Slack" in text and f"'{value}'" in text
+
+
+def test_the_watch_settings_are_shown(tmp_path: Path) -> None:
+    watched = POLICY.replace(
+        "    project_id: proj-123\n",
+        "    project_id: proj-123\n    notify_channel: C0GPUAUDIT\n"
+        "    watch:\n      every_seconds: 120\n      remediations: false\n"
+        "      reservation_reminders: [48h, 2h]\n",
+    )
+    code, text = run(tmp_path, watched)
+    assert code == 0, text
+    lines = [" ".join(line.split()) for line in text.splitlines()]
+    assert "PROJECT PROVIDER CREDENTIALS NOTIFY WATCH" in lines
+    assert (
+        "together-prod together (project proj-123) TOGETHER_API_KEY C0GPUAUDIT "
+        "every 120 s: status, reminders 48h/2h" in lines
+    )
+
+
+def test_a_missing_token_names_the_command_check_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SLACK_BOT_TOKEN")
+    _, text = run(tmp_path, POLICY)
+    assert "SLACK_BOT_TOKEN is not set; `gpuops check-config` needs it (xoxb-…)" in text

@@ -33,6 +33,8 @@ from bot.providers.e2e import (
     to_summary,
 )
 from bot.providers.e2e import E2EClient as Client
+from bot.providers.e2e.adapter import inverse_action
+from bot.providers.e2e.rules import parse_action_fields
 from bot.providers.errors import RuleViolation
 from tests.support.e2e_kit import make_adapter, running_simulator
 
@@ -433,3 +435,43 @@ def test_memory_normalisation(text: Any, expected: str | None) -> None:
 )
 def test_steady_statuses(status: str, steady: bool) -> None:
     assert is_steady(status) is steady
+
+
+def test_the_inverse_of_each_e2e_action_follows_spec_9() -> None:
+    def inverse(action: str, body: dict[str, object], prior: dict[str, object]) -> object:
+        found = inverse_action(action, body, prior)
+        return None if found is None else (found.action, found.inputs)
+
+    assert inverse("attach_ip", {"reserved_ip_id": 501}, {}) == (
+        "detach_ip",
+        {"reserved_ip_id": "501"},
+    )
+    assert inverse("detach_ip", {"reserved_ip_id": 501, "ip_type": "reserved"}, {}) == (
+        "attach_ip",
+        {"reserved_ip_id": "501"},
+    )
+    assert inverse("add_security_group", {"security_groups_ids": [602]}, {}) == (
+        "remove_security_group",
+        {"security_group_id": "602"},
+    )
+    assert inverse("add_security_group", {"security_groups_ids": [602, 603]}, {}) is None
+    assert inverse("remove_security_group", {"security_group_id": 601}, {}) == (
+        "add_security_group",
+        {"security_groups_ids": "601"},
+    )
+    assert inverse("update_image", {"image_version_id": 7}, {"image_version_id": 5}) == (
+        "update_image",
+        {"image_version_id": "5"},
+    )
+    assert inverse("update_image", {"image_version_id": 7}, {"image_version_id": None}) is None
+    assert inverse("update_ssh_keys", {"ssh_key_ids": [12]}, {"ssh_key_ids": [11, 12]}) == (
+        "update_ssh_keys",
+        {"ssh_key_ids": "11,12"},
+    )
+    for action in ("scale_cluster", "restart_workers", "restart_cluster"):
+        assert inverse(action, {"additional_nodes": 1}, {}) is None
+
+
+def test_a_stored_detach_ip_body_plans_again() -> None:
+    stored = {"action": "detach_ip", "reserved_ip_id": 501, "ip_type": "reserved"}
+    assert parse_action_fields("detach_ip", stored) == {"reserved_ip_id": 501}

@@ -221,7 +221,7 @@ GRANT = "grants:\n  - users: [U1]\n    projects: [together-prod]\n    role: oper
         ),
         (
             TOGETHER + "grants:\n  - users: ['@alice']\n    projects: ['*']\n    role: admin\n",
-            "policy.yml: grants[0].users[0]: use the Slack id",
+            "policy.yml: grants[0].users[0]: use the Slack user id (U… or W…), not a name",
         ),
         ("projects: {}\n", "policy.yml: projects: Dictionary should have at least 1 item"),
         ("- just\n- a list\n", "policy.yml: the policy must be a mapping"),

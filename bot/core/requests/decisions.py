@@ -15,6 +15,7 @@ from bot.core.guardrails.guard import Guard, stored_override
 from bot.core.notifier import EventKind, RequestEvent
 from bot.core.policy import Role
 from bot.core.requests.execution import Execution
+from bot.core.requests.presend import stale_text
 from bot.core.requests.settle import Change, RequestDeps, settle
 from bot.core.requests.sweeper import Sweeper
 from bot.core.requests.view import (
@@ -56,6 +57,11 @@ class _AskBreakGlass(Exception):
     """An admin approving their own request must first give a break-glass reason."""
 
 
+def waits_for_its_time(record: ChangeRequestRecord) -> bool:
+    """Approved, scheduled and not sent yet: it may still be cancelled."""
+    return record.state is RequestState.APPROVED and record.run_at is not None
+
+
 def already_decided_refusal(record: ChangeRequestRecord) -> Refusal:
     """The refusal for a click on a request that is no longer pending."""
     words = state_words(str(record.state))
@@ -70,16 +76,6 @@ def already_decided_refusal(record: ChangeRequestRecord) -> Refusal:
     else:
         text = f"{record.id} is already {words}."
     return Refusal(text, kind="already_decided", mentions=(who,) if who else ())
-
-
-def stale_text(old: ChangePlan, fresh: ChangePlan) -> str:
-    changed = [
-        f"{key} was {old.fingerprint.get(key)!s}, now {fresh.fingerprint.get(key)!s}"
-        for key in sorted(set(old.fingerprint) | set(fresh.fingerprint))
-        if old.fingerprint.get(key) != fresh.fingerprint.get(key)
-    ]
-    detail = "; ".join(changed) or "the change it would make differs"
-    return f"the cluster changed since the preview ({detail}). Request it again."
 
 
 class Decisions:
@@ -127,7 +123,9 @@ class Decisions:
             # Past its deadline but not yet swept: it expires now, not gets decided.
             await self.sweeper.expire_due()
             record = await deps.store.get_request(record.id) or record
-        if record.state is not RequestState.PENDING:
+        if record.state is not RequestState.PENDING and not (
+            decision == "cancel" and waits_for_its_time(record)
+        ):
             refusal = already_decided_refusal(record)
             return await deps.access.refuse(
                 user, channel, refusal, project=record.project, request_id=record.id
@@ -135,7 +133,9 @@ class Decisions:
         try:
             if decision == "cancel":
                 await self._may_cancel(user, record)
-                return await self._close(record, user, RequestState.CANCELLED)
+                return await self._close(
+                    record, user, RequestState.CANCELLED, from_states=frozenset({record.state})
+                )
             break_glass = await self._may_decide(user, record, decision, break_glass_reason)
         except Refusal as refusal:
             APPROVAL_DECISIONS.labels("refused").inc()
@@ -258,20 +258,26 @@ class Decisions:
         return already_decided_refusal(current).reply()
 
     async def _close(
-        self, record: ChangeRequestRecord, user: str, to: RequestState, why: str = ""
+        self,
+        record: ChangeRequestRecord,
+        user: str,
+        to: RequestState,
+        why: str = "",
+        from_states: frozenset[RequestState] = _PENDING,
     ) -> Reply | None:
         event: EventKind = "denied" if to is RequestState.DENIED else "cancelled"
+        pending = RequestState.PENDING in from_states
         closed = Change(
             event,
             user,
-            _PENDING,
+            from_states,
             to,
             event,
             outcome=event,
             text=why or None,
             fields={"decided_by": user, "decision_note": why or None},
             detail={"reason": why} if why else {},
-            decision=event,
+            decision=event if pending else None,
             mirror=f"Change {event}" + (f": {why}" if why else ""),
         )
         return await self._settle_decision(record, closed)

@@ -12,12 +12,14 @@ import contextlib
 import functools
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from bot.core.access import Refusal
 from bot.core.guardrails.guard import Guard, stored_override, stored_size
 from bot.core.requests.fencing import LeaseKeeper
 from bot.core.requests.followup import FollowUp
 from bot.core.requests.outcomes import PendingOutcomes, Result, Unrecorded
+from bot.core.requests.presend import PreSend, SendRefused
 from bot.core.requests.settle import Change, RequestDeps, announce, mirror, settle
 from bot.core.requests.view import outcome_headline
 from bot.core.store import (
@@ -29,6 +31,7 @@ from bot.core.store import (
     RequestState,
     StoreUnavailable,
 )
+from bot.logs import log_context
 from bot.providers.base import ChangePlan, ClusterSummary
 from bot.providers.errors import ProviderError
 from bot.redact import redact
@@ -41,13 +44,14 @@ _NOT_SENT = (
 )
 
 
-def _start(actor: str) -> Change:
+def _start(actor: str, prior: dict[str, Any] | None) -> Change:
     return Change(
         "executing",
         actor,
         frozenset({RequestState.APPROVED}),
         RequestState.EXECUTING,
         "executing",
+        fields={"prior_values": prior},
     )
 
 
@@ -67,9 +71,10 @@ def lease_name(request_id: str) -> str:
 class Execution:
     """Sends approved changes, each exactly once across replicas."""
 
-    def __init__(self, deps: RequestDeps, follow_up: FollowUp) -> None:
+    def __init__(self, deps: RequestDeps, follow_up: FollowUp, presend: PreSend) -> None:
         self.deps = deps
         self.follow_up = follow_up
+        self.presend = presend
         self.pending = PendingOutcomes(self._record_late, deps.tasks.spawn)
         self.guard = Guard(deps.access)
 
@@ -77,11 +82,17 @@ class Execution:
         """Run an approved change; the result this executor knows (recorded or kept for
         the store), None when it did not run it (not approved, another sender, or the store
         failed before anything was held)."""
+        with log_context(request_id=request_id):  # every line logged while sending names it
+            return await self._execute(request_id, actor=actor)
+
+    async def _execute(self, request_id: str, *, actor: str) -> Result | None:
         deps = self.deps
         try:
             record = await deps.store.get_request(request_id)
             if record is None or record.state is not RequestState.APPROVED:
                 return None
+            if record.run_at is not None and record.run_at > deps.clock():
+                return None  # scheduled: the scheduler sends it at its time
             # The lease comes first: the cluster lock names it, and may only be taken over
             # once it has lapsed (and the last provider call can no longer arrive).
             lease = await deps.store.take_lease(
@@ -122,7 +133,12 @@ class Execution:
             return _Ran()
         if not await self._lock_cluster(record):
             return _Ran()
-        running = await settle(self.deps, record, _start(actor), fence=keeper.lease)
+        try:
+            prior = await self.presend.check(record)
+        except SendRefused as refused:
+            await self._refuse(record, refused.why, refused.kind)
+            return _Ran()
+        running = await settle(self.deps, record, _start(actor, prior), fence=keeper.lease)
         if running is None:
             return _Ran()
         result = await self._send(running, keeper)
@@ -189,7 +205,11 @@ class Execution:
             # An ended holder's provider call may still arrive: only a stale lock goes.
             if ended and await store.release_ended_cluster_lock(*args, holder_id):
                 continue
-            await self._refuse_busy(record, holder_id)
+            why = (
+                f"another change ({holder_id}) is running on {record.cluster_id}, or may "
+                "still reach the provider; request again when it has finished."
+            )
+            await self._refuse(record, why, "cluster_busy")
             return False
         return False
 
@@ -205,33 +225,21 @@ class Execution:
                 record.project, record.kinds, size, self.deps.clock(), overridden=overridden
             )
         except Refusal as refusal:
-            why = f"not sent: {refusal.message}"
-            refused = Change.ended_by_gpuops(
-                "refused",
-                {RequestState.APPROVED},
-                RequestState.FAILED,
-                why,
-                audit_event="refused",
-                outcome=refusal.kind,
-            )
-            await settle(self.deps, record, refused)
+            await self._refuse(record, f"not sent: {refusal.message}", refusal.kind)
             return False
         return True
 
-    async def _refuse_busy(self, record: ChangeRequestRecord, holder_id: str) -> None:
-        why = (
-            f"another change ({holder_id}) is running on {record.cluster_id}, or may still "
-            "reach the provider; request again when it has finished."
-        )
-        busy = Change.ended_by_gpuops(
+    async def _refuse(self, record: ChangeRequestRecord, why: str, outcome: str) -> None:
+        """End an approved change without sending it."""
+        refused = Change.ended_by_gpuops(
             "refused",
             {RequestState.APPROVED},
             RequestState.FAILED,
             why,
             audit_event="refused",
-            outcome="cluster_busy",
+            outcome=outcome,
         )
-        await settle(self.deps, record, busy)
+        await settle(self.deps, record, refused)
 
     async def _send(self, record: ChangeRequestRecord, keeper: LeaseKeeper) -> Result | None:
         """Send the change; None when this executor no longer holds it (nothing sent)."""
@@ -378,4 +386,4 @@ class Execution:
                 log.warning("change %s: summary not linked to its request: %s", done.id, exc)
                 done = done.model_copy(update={"summary_ts": summary_ts})
         if to is RequestState.SUCCEEDED and deps.poll_seconds > 0 and not summary.steady:
-            deps.tasks.spawn(self.follow_up.follow_up(done), f"follow-up-{done.id}")
+            await self.follow_up.begin(done)

@@ -1,7 +1,9 @@
 """After a change: poll the cluster until it is steady, updating its summary.
 
-One replica polls a request, under a lease. Polling goes on through a store outage: it
-needs the provider and Slack, and only the replica that sent the change starts it."""
+The store knows which requests are followed, and until when (``follow_until``), so a
+follow-up outlives the process that began it: every replica's sweep resumes the ones no
+live replica is polling, and the poll lease (compare-and-set) lets one replica poll each.
+Polling goes on through a store outage: it needs the provider and Slack."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import asyncio
 import logging
 from datetime import timedelta
 
+from bot.core.notifier import Tone
 from bot.core.requests.settle import RequestDeps
 from bot.core.store import ChangeRequestRecord, StoreUnavailable
 from bot.providers.base import ClusterSummary
@@ -19,17 +22,52 @@ log = logging.getLogger(__name__)
 _FAILURES_BEFORE_GIVING_UP = 5
 
 
+def poll_lease(request_id: str) -> str:
+    return f"poll:{request_id}"
+
+
 class FollowUp:
     """Follows a changed cluster until it is steady or the follow-up time is up."""
 
     def __init__(self, deps: RequestDeps) -> None:
         self.deps = deps
+        self._following: set[str] = set()  # the requests this process polls now
+
+    async def begin(self, record: ChangeRequestRecord) -> None:
+        """Note in the store until when ``record``'s cluster is followed, then follow it."""
+        until = self.deps.clock() + timedelta(minutes=self.deps.followup_minutes)
+        try:
+            record = await self.deps.store.update_fields(record.id, follow_until=until) or record
+        except StoreUnavailable as exc:  # followed here all the same, just not resumable
+            log.warning("change %s: follow-up not recorded: %s", record.id, exc)
+            record = record.model_copy(update={"follow_until": until})
+        self.deps.tasks.spawn(self.follow_up(record), f"follow-up-{record.id}")
+
+    async def resume(self) -> int:
+        """Follow the recorded follow-ups nobody here polls (a restart, a replica gone);
+        the poll lease keeps a live replica's own. The number started."""
+        if self.deps.poll_seconds <= 0:
+            return 0
+        started = 0
+        for record in await self.deps.store.list_following(self.deps.clock()):
+            if record.id not in self._following:
+                self.deps.tasks.spawn(self.follow_up(record), f"follow-up-{record.id}")
+                started += 1
+        return started
 
     async def follow_up(self, record: ChangeRequestRecord) -> None:
-        lease = f"poll:{record.id}"
-        ttl = max(self.deps.poll_seconds * 3, 10.0)
-        if not await self._hold(lease, ttl):
+        if record.id in self._following:
             return
+        lease = poll_lease(record.id)
+        ttl = max(self.deps.poll_seconds * 3, 10.0)
+        self._following.add(record.id)
+        try:
+            if await self._hold(lease, ttl):
+                await self._poll_and_end(record, lease, ttl)
+        finally:
+            self._following.discard(record.id)
+
+    async def _poll_and_end(self, record: ChangeRequestRecord, lease: str, ttl: float) -> None:
         try:
             await self._poll_until_steady(record, lease, ttl)
         finally:
@@ -37,6 +75,12 @@ class FollowUp:
                 await self.deps.store.release_lease(lease, self.deps.instance_id)
             except StoreUnavailable as exc:
                 log.warning("could not release %s (it lapses by itself): %s", lease, exc)
+
+    async def _finished(self, record: ChangeRequestRecord) -> None:
+        try:
+            await self.deps.store.update_fields(record.id, follow_until=None)
+        except StoreUnavailable as exc:  # resumed later, it ends at once: steady or past due
+            log.warning("change %s: follow-up end not recorded: %s", record.id, exc)
 
     async def _hold(self, lease: str, ttl: float) -> bool:
         """Take or renew the poll lease; True too when the store cannot say (keep polling)."""
@@ -47,24 +91,24 @@ class FollowUp:
             return True
 
     async def _poll_until_steady(self, record: ChangeRequestRecord, lease: str, ttl: float) -> None:
+        """Poll and show until it ends, or until another replica took the poll lease over
+        (it goes on)."""
         deps = self.deps
         adapter = deps.access.adapter_for(record.project)
-        deadline = deps.clock() + timedelta(minutes=deps.followup_minutes)
+        deadline = record.follow_until or deps.clock() + timedelta(minutes=deps.followup_minutes)
         last_status: str | None = None
         failures = 0
         while deps.clock() < deadline:
             await asyncio.sleep(deps.poll_seconds)
-            await self._hold(lease, ttl)
+            if not await self._hold(lease, ttl):
+                return
             try:
                 summary = (await adapter.get_cluster(record.cluster_id)).summary
             except ProviderError as exc:
                 failures += 1
                 if failures >= _FAILURES_BEFORE_GIVING_UP:
-                    await deps.notifier.follow_up_note(
-                        record,
-                        f"Stopped following {record.cluster_id}: {exc.user_message}",
-                        "warning",
-                    )
+                    why = exc.user_message
+                    await self._end(record, f"Stopped following {record.cluster_id}: {why}")
                     return
                 continue
             failures = 0
@@ -72,16 +116,18 @@ class FollowUp:
                 last_status = summary.status
                 await self._show_status(record, summary)
             if summary.steady:
-                await deps.notifier.follow_up_note(
-                    record, f"{summary.name} is {summary.status}.", "good"
-                )
+                await self._end(record, f"{summary.name} is {summary.status}.", "good")
                 return
-        await deps.notifier.follow_up_note(
+        await self._end(
             record,
-            f"{record.cluster_id} is still {last_status} after {deps.followup_minutes:g} "
-            "minutes; stopped following.",
-            "warning",
+            f"{record.cluster_id} is still {last_status or 'not steady'} after "
+            f"{deps.followup_minutes:g} minutes; stopped following.",
         )
+
+    async def _end(self, record: ChangeRequestRecord, text: str, tone: Tone = "warning") -> None:
+        # Recorded before it is said: a replica that resumes it must not say it again.
+        await self._finished(record)
+        await self.deps.notifier.follow_up_note(record, text, tone)
 
     async def _show_status(self, record: ChangeRequestRecord, summary: ClusterSummary) -> None:
         try:

@@ -10,7 +10,8 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
+from math import ceil
 from typing import Any
 
 from bot.core.access import Refusal
@@ -23,6 +24,7 @@ from bot.core.requests.execution import Execution
 from bot.core.requests.outcomes import Result
 from bot.core.requests.settle import Change, RequestDeps, mirror, settle
 from bot.core.requests.view import STALE_AT_APPROVAL, state_words
+from bot.core.schedule import Schedule, ScheduleError, when_text
 from bot.core.store import ChangeRequestRecord, RequestState, StoreUnavailable
 from bot.metrics import APPROVALS_PENDING, CHANGE_REQUESTS
 from bot.providers.base import ChangePlan
@@ -77,12 +79,15 @@ class Lifecycle:
         command: str = "",
         step: str | None = None,
         override: str | None = None,
+        revert_of: str | None = None,
+        schedule: Schedule | None = None,
     ) -> Reply:
         """Check, store and show a change request; ``step`` is the workflow step (function
         execution id) asking for it, linked to the request as it is stored."""
         access = self.deps.access
         now = self.deps.clock()
         try:
+            run_at = _run_at(schedule, self.deps.clock())
             await access.require(user, project, channel, Role.operator)
             access.require_cluster_allowed(project, cluster_id)
             state = await access.fetch(project, cluster_id)
@@ -99,7 +104,9 @@ class Lifecycle:
             )
         stored = {"plan": plan.model_dump(mode="json"), "inputs": dict(plan.body)}
         stored["guard"] = guard_json(size, overridden)
-        return await self._open(user, channel, plan, stored, reason, overridden, step)
+        return await self._open(
+            user, channel, plan, stored, reason, overridden, step, revert_of, run_at
+        )
 
     async def _open(
         self,
@@ -110,11 +117,17 @@ class Lifecycle:
         reason: str | None,
         overridden: Override | None,
         step: str | None,
+        revert_of: str | None = None,
+        run_at: datetime | None = None,
     ) -> Reply:
         deps = self.deps
         requirement = requirement_for(deps.policy, plan.project, plan.kinds)
         needs_approval = requirement is not None
         expire_minutes = deps.policy.approvals.expire_after_minutes
+        expires_at = deps.clock() + timedelta(minutes=expire_minutes)
+        if run_at is not None:  # approved before its time, or it expires then
+            expire_minutes = max(ceil((run_at - deps.clock()).total_seconds() / 60), 1)
+            expires_at = run_at
         record = await deps.store.create_request(
             provider=plan.provider,
             project=plan.project,
@@ -127,10 +140,12 @@ class Lifecycle:
             requester=user,
             channel=channel,
             reason=reason,
-            expires_at=deps.clock() + timedelta(minutes=expire_minutes) if needs_approval else None,
+            expires_at=expires_at if needs_approval else None,
             state=RequestState.PENDING if needs_approval else RequestState.APPROVED,
             step=step,
             approvals=requirement.as_json() if requirement else None,
+            revert_of=revert_of,
+            run_at=run_at,
         )
         await deps.access.audit(
             user,
@@ -144,6 +159,8 @@ class Lifecycle:
             reason=reason or "",
             channel=channel,
             **({"workflow_step": step} if step else {}),
+            revert_of=revert_of or "",
+            run_at=run_at.isoformat() if run_at else "",
         )
         if overridden is not None:
             await self._overridden(record, overridden)
@@ -162,12 +179,18 @@ class Lifecycle:
             return error(f"{exc.user_message} Nothing was changed (request {record.id} withdrawn).")
         if beside:
             await deps.notifier.follow_up_note(record, beside, "warning")
+        also = f"\n{beside}" if beside else ""
+        when = "" if run_at is None else f", scheduled for {when_text(run_at, deps.clock())}"
         if needs_approval:
             APPROVALS_PENDING.inc()
             await mirror(deps, record, "Change requested")
-            waiting = f"Request {record.id} is waiting for approval in the thread: "
-            return notice(waiting + plan.preview_text() + (f"\n{beside}" if beside else ""))
+            return notice(
+                f"Request {record.id} is waiting for approval in the thread{when}: "
+                f"{plan.preview_text()}{also}"
+            )
         await mirror(deps, record, "Change requested (no approval needed)")
+        if run_at is not None:
+            return notice(f"Request {record.id} is approved{when}: {plan.preview_text()}{also}")
         return await self._run(record, user, beside)
 
     async def _run(self, record: ChangeRequestRecord, user: str, beside: str | None) -> Reply:
@@ -261,3 +284,13 @@ class Lifecycle:
             decision_note=why,
         )
         await settle(self.deps, record, replace(withdrawn, unmirrored=True))
+
+
+def _run_at(schedule: Schedule | None, now: datetime) -> datetime | None:
+    """When a scheduled change runs; a Refusal naming the bounds when it cannot."""
+    if schedule is None:
+        return None
+    try:
+        return schedule.resolve(now)
+    except ScheduleError as exc:
+        raise Refusal(str(exc), kind="schedule", field="run_at") from None

@@ -42,6 +42,8 @@ class RequestDeps:
     exec_lease_seconds: float = 30.0
     # How long after it starts a change call may still reach the provider (its retries).
     max_call_seconds: float = 90.0
+    # A scheduled change is sent only this long after its time; later, it expires.
+    schedule_grace_seconds: float = 600.0
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     tasks: BackgroundTasks = field(default_factory=BackgroundTasks)
     in_flight: InFlight = field(default_factory=InFlight)

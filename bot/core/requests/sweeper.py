@@ -1,7 +1,7 @@
 """Housekeeping every replica runs on change requests.
 
 Expire requests nobody decided in time, end requests whose executor is gone (never
-re-run), keep the pending gauge true, prune delivery keys."""
+re-run), resume follow-ups nobody polls, keep the pending gauge true, prune delivery keys."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import logging
 from datetime import timedelta
 
 from bot.core.requests.execution import lease_name
+from bot.core.requests.followup import FollowUp
 from bot.core.requests.settle import Change, RequestDeps, settle
 from bot.core.store import ChangeRequestRecord, RequestState, StoreUnavailable
 from bot.metrics import APPROVALS_PENDING
@@ -34,8 +35,9 @@ _STOPPED_BEFORE_SENDING = (
 class Sweeper:
     """Expiry, recovery of interrupted and orphaned requests, and the periodic sweep."""
 
-    def __init__(self, deps: RequestDeps) -> None:
+    def __init__(self, deps: RequestDeps, follow_up: FollowUp) -> None:
         self.deps = deps
+        self.follow_up = follow_up
 
     async def expire_due(self) -> int:
         deps = self.deps
@@ -49,6 +51,10 @@ class Sweeper:
                 f"Expired: nobody approved {record.id} within {minutes} minutes. "
                 "Nothing was changed."
             )
+            if record.run_at is not None:
+                text = (
+                    f"Expired: {record.id} was not approved before its time. Nothing was changed."
+                )
             change = Change(
                 "expired",
                 "gpuops",
@@ -85,6 +91,8 @@ class Sweeper:
         for record in await deps.store.list_requests(states={RequestState.APPROVED}):
             if record.id in deps.in_flight or record.updated_at > before:
                 continue
+            if record.run_at is not None:
+                continue  # waiting for its time: the scheduler sends or expires it
             if await self._end_interrupted(
                 record, RequestState.APPROVED, RequestState.FAILED, _STOPPED_BEFORE_SENDING
             ):
@@ -124,6 +132,7 @@ class Sweeper:
     async def sweep_once(self) -> None:
         await self.expire_due()
         await self.recover_interrupted()
+        await self.follow_up.resume()
         await self.refresh_pending_gauge()
         await self.deps.store.prune_deliveries(self.deps.clock() - DELIVERY_MEMORY)
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from bot.core.pricing import change_price_line
-from bot.core.store import ChangeRequestRecord
+from bot.core.store import ChangeRequestRecord, RequestState
 from bot.providers.base import ChangePlan
 
 STATE_WORDS = {
@@ -77,6 +77,9 @@ class RequestView:
     approval_by_rule: bool = False  # an approval rule says so (else the default table)
     # An admin's freeze override: (freeze name, admin's user id, reason).
     override: tuple[str, str, str] | None = None
+    revert_of: str | None = None  # the request this one undoes
+    revertible: bool = False  # it succeeded and has an inverse: its result offers a revert
+    run_at: datetime | None = None  # a scheduled change runs then
 
     @property
     def at_approval(self) -> str | None:
@@ -133,4 +136,13 @@ def view_of(record: ChangeRequestRecord) -> RequestView:
         approval_kinds=tuple(str(k) for k in approvals.get("kinds", record.kinds)),
         approval_by_rule=bool(approvals.get("by_rule", False)),
         override=_override(record),
+        revert_of=record.revert_of,
+        revertible=revertible(record),
+        run_at=record.run_at,
     )
+
+
+def revertible(record: ChangeRequestRecord) -> bool:
+    """Succeeded, with an inverse recorded just before it was sent."""
+    prior = record.prior_values or {}
+    return record.state is RequestState.SUCCEEDED and bool(prior.get("inverse"))

@@ -331,7 +331,24 @@ def _v6_workflow_steps(conn: Connection) -> None:
     metadata.create_all(conn)
 
 
-def _v7_request_approvals(conn: Connection) -> None:
+def _v7_time(conn: Connection) -> None:
+    # Follow-ups that outlive a process, scheduled changes, reverts and their old values.
+    postgres = conn.dialect.name == "postgresql"
+    timestamp = "TIMESTAMP WITH TIME ZONE" if postgres else "DATETIME"
+    table = "gpuops_change_requests"
+    conn.execute(text(f"ALTER TABLE {table} ADD COLUMN follow_until {timestamp}"))
+    conn.execute(text(f"ALTER TABLE {table} ADD COLUMN run_at {timestamp}"))
+    conn.execute(text(f"ALTER TABLE {table} ADD COLUMN revert_of VARCHAR(16)"))
+    conn.execute(
+        text(f"ALTER TABLE {table} ADD COLUMN prior_values {'JSONB' if postgres else 'JSON'}")
+    )
+    conn.execute(
+        text(f"CREATE INDEX ix_gpuops_change_requests_follow_until ON {table} (follow_until)")
+    )
+    conn.execute(text(f"CREATE INDEX ix_gpuops_change_requests_run_at ON {table} (run_at)"))
+
+
+def _v8_request_approvals(conn: Connection) -> None:
     # Who approved a request that needs several approvers, and what it needed (SPEC §8).
     kind = "JSONB" if conn.dialect.name == "postgresql" else "JSON"
     conn.execute(text(f"ALTER TABLE gpuops_change_requests ADD COLUMN approvals {kind}"))
@@ -347,7 +364,8 @@ MIGRATIONS: tuple[Migration, ...] = (
         5, "audit hash chain, chain head, audit time index", _v5_audit_chain, extra_seconds=600
     ),
     Migration(6, "workflow steps (function executions)", _v6_workflow_steps),
-    Migration(7, "change requests: approvals so far", _v7_request_approvals),
+    Migration(7, "change requests: follow-up, schedule, revert", _v7_time),
+    Migration(8, "change requests: approvals so far", _v8_request_approvals),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -68,6 +68,10 @@ class ChangeRequestRecord(BaseModel):
     result_message: str | None
     expires_at: datetime | None
     version: int
+    follow_until: datetime | None = None  # a follow-up of the cluster runs until then
+    run_at: datetime | None = None  # a scheduled change is sent then
+    revert_of: str | None = None  # the request this one reverts
+    prior_values: dict[str, Any] | None = None  # the changed fields' values just before sending
     # Requests needing approval: {"needed", "usergroups", "kinds", "by_rule", "by": [ids]}.
     approvals: dict[str, Any] | None = None
 
@@ -138,6 +142,8 @@ class MutableFields(BaseModel):
     summary_ts: str | None = None
     root_ts: str | None = None
     prompt_ts: str | None = None
+    follow_until: datetime | None = None
+    prior_values: dict[str, Any] | None = None
 
 
 # No 0/O, 1/I/L or U: ids are read aloud and typed from screenshots.

@@ -77,11 +77,14 @@ class RequestsMixin(StoreBase):
         expires_at: datetime | None,
         state: RequestState = RequestState.PENDING,
         step: str | None = None,
+        revert_of: str | None = None,
+        run_at: datetime | None = None,
         approvals: Mapping[str, Any] | None = None,
     ) -> ChangeRequestRecord:
         """Store a new request; with ``step`` (a workflow step's execution id), link that
         running step to it in the same transaction, or raise StepTaken and store nothing."""
         require_aware("expires_at", expires_at)
+        require_aware("run_at", run_at)
         now = utcnow()
         values: dict[str, Any] = {
             "created_at": now,
@@ -101,6 +104,8 @@ class RequestsMixin(StoreBase):
             "break_glass": False,
             "expires_at": expires_at,
             "version": 1,
+            "revert_of": revert_of,
+            "run_at": run_at,
             "approvals": dict(approvals) if approvals is not None else None,
         }
         for _ in range(_REQUEST_ID_ATTEMPTS):
@@ -283,6 +288,63 @@ class RequestsMixin(StoreBase):
             )
         statement = statement.order_by(change_requests.c.created_at, change_requests.c.id).limit(
             limit
+        )
+        async with self._begin() as conn:
+            rows = (await conn.execute(statement)).mappings().all()
+        return [ChangeRequestRecord.model_validate(dict(row)) for row in rows]
+
+    async def list_following(self, now: datetime, *, limit: int = 100) -> list[ChangeRequestRecord]:
+        """Requests whose cluster is to be followed after ``now`` (an indexed query)."""
+        require_aware("now", now)
+        statement = (
+            select(change_requests)
+            .where(change_requests.c.follow_until.is_not(None))
+            .where(change_requests.c.follow_until > now)
+            .order_by(change_requests.c.follow_until)
+            .limit(limit)
+        )
+        async with self._begin() as conn:
+            rows = (await conn.execute(statement)).mappings().all()
+        return [ChangeRequestRecord.model_validate(dict(row)) for row in rows]
+
+    async def list_reverts(self, request_id: str) -> list[ChangeRequestRecord]:
+        """The requests made to revert ``request_id``, oldest first."""
+        statement = (
+            select(change_requests)
+            .where(change_requests.c.revert_of == normalize_request_id(request_id))
+            .order_by(change_requests.c.created_at)
+        )
+        async with self._begin() as conn:
+            rows = (await conn.execute(statement)).mappings().all()
+        return [ChangeRequestRecord.model_validate(dict(row)) for row in rows]
+
+    async def list_due(self, now: datetime, *, limit: int = 100) -> list[ChangeRequestRecord]:
+        """Scheduled requests whose time has come and that were neither sent nor ended
+        (one query on the run_at index)."""
+        require_aware("now", now)
+        waiting = [RequestState.PENDING.value, RequestState.APPROVED.value]
+        statement = (
+            select(change_requests)
+            .where(change_requests.c.run_at.is_not(None))
+            .where(change_requests.c.run_at <= now)
+            .where(change_requests.c.state.in_(waiting))
+            .order_by(change_requests.c.run_at)
+            .limit(limit)
+        )
+        async with self._begin() as conn:
+            rows = (await conn.execute(statement)).mappings().all()
+        return [ChangeRequestRecord.model_validate(dict(row)) for row in rows]
+
+    async def list_scheduled(self, requester: str, *, limit: int = 20) -> list[ChangeRequestRecord]:
+        """``requester``'s scheduled requests not sent or ended yet, soonest first."""
+        waiting = [RequestState.PENDING.value, RequestState.APPROVED.value]
+        statement = (
+            select(change_requests)
+            .where(change_requests.c.run_at.is_not(None))
+            .where(change_requests.c.requester == requester)
+            .where(change_requests.c.state.in_(waiting))
+            .order_by(change_requests.c.run_at)
+            .limit(limit)
         )
         async with self._begin() as conn:
             rows = (await conn.execute(statement)).mappings().all()

@@ -47,10 +47,16 @@ change_requests = Table(
     Column("result_message", Text()),
     Column("expires_at", UTCDateTime()),
     Column("version", Integer(), nullable=False),
+    Column("follow_until", UTCDateTime()),
+    Column("run_at", UTCDateTime()),
+    Column("revert_of", String(16)),
+    Column("prior_values", json_type()),
     Column("approvals", json_type()),
     Index("ix_gpuops_change_requests_state", "state"),
     Index("ix_gpuops_change_requests_project", "project"),
     Index("ix_gpuops_change_requests_expires_at", "expires_at"),
+    Index("ix_gpuops_change_requests_follow_until", "follow_until"),
+    Index("ix_gpuops_change_requests_run_at", "run_at"),
 )
 
 audit = Table(

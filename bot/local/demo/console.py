@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import shlex
 import sys
 from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +82,10 @@ You are dave (operator) in #incident. A short tour:
                                                      a decommission: two approvers (bob, carol)
  10. /gpu action e2e-delhi 101 restart_cluster       frozen; as alice add override="why"
                                                      (announced in #gpu-audit; then bob approves)
+ 11. /gpu update together-prod tc-h200-ondemand num_gpus=24 in=2h, then clock +2h
+                                                     a scheduled change: sent at its time (the
+                                                     demo's clock jumps ahead; production's never)
+ 12. press Revert on its result, then as bob approve  the revert: num_gpus back as it was
 /gpu policy shows the guardrails.
 Also try: /gpu update together-prod tc-h100-reserved (a form), /gpu list, /gpu help,
 as erin (a viewer), as alice then /gpu audit.  Type `help` for the console's commands.
@@ -101,11 +107,14 @@ Console commands:
   remediate <cluster>    Together proposes a node remediation (it awaits approval)
   step <project> <cluster> <change…>   a Workflow Builder step (request_gpu_change) asks
                          for the change as you, here: e.g. step together-prod c-1 num_gpus=16
+  clock +<N>m|+<N>h      the demo's clock jumps ahead (scheduled changes come due); the
+                         demo only: a production gpuops always runs on the real time
   expect <text> / expect-not <text>   (scripts) check what the last step showed
   help, quit
 """
 
 _QUIET_SECONDS = 0.35
+_CLOCK_JUMP = re.compile(r"^\+([0-9]{1,4})([mh])$")
 _HOME_PREFIX = "home:"  # the "channel" of a button drawn from a Home tab
 _HOME_TS = "home"  # … and its "message"
 _SETTLE_LIMIT = 10.0
@@ -127,6 +136,7 @@ class DemoConsole:
         self.failures: list[str] = []
         self.quitting = False  # "quit" typed at a form prompt: close it, then stop
         self.steps = 0
+        self.clock_ahead = timedelta()  # how far `clock` moved the demo bot's clock
         self._last_event = 0.0
         self._handled_views: set[tuple[str, str]] = set()
         self._shown: dict[tuple[str, str], list[str]] = {}
@@ -317,6 +327,8 @@ class DemoConsole:
                 await self._watched_since(provider, polls)
         elif word == "step":
             await self.run_step(rest)
+        elif word == "clock":
+            await self.jump_clock(rest)
         elif word == "help":
             self.console.print(HELP, markup=False, highlight=False)
         else:
@@ -521,6 +533,20 @@ class DemoConsole:
                 self.fail(f"the watcher did not poll {provider} within {_WATCH_LIMIT:.0f} s")
                 return
             await asyncio.sleep(DEMO_WATCH_EVERY_SECONDS / 10)
+
+    async def jump_clock(self, rest: str) -> None:
+        """Move the demo bot's clock ahead and let its scheduler look at once."""
+        match = _CLOCK_JUMP.match(rest.strip())
+        if match is None:
+            self.fail(f"clock takes +<N>m or +<N>h, not {rest!r}")
+            return
+        self.clock_ahead += timedelta(
+            minutes=int(match.group(1)) * (60 if match.group(2) == "h" else 1)
+        )
+        ahead = self.clock_ahead
+        self.stack.runtime.workflow.clock = lambda: datetime.now(UTC) + ahead
+        self.emit(f"(the demo's clock is now {ahead} ahead)", "dim")
+        await self.stack.runtime.workflow.scheduler.run_due()
 
     async def _wait(self, rest: str) -> None:
         try:

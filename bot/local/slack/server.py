@@ -217,6 +217,9 @@ class FakeSlack:
         self.users: dict[str, str] = dict(users or {})
         self.usergroups: dict[str, list[str]] = {k: list(v) for k, v in (usergroups or {}).items()}
         self.trigger_ttl = trigger_ttl
+        self.token_refusal: str | None = None
+        """When set (``token_revoked``, ``account_inactive`` …), Slack refuses the bot token
+        on every method with that error, as it does once a token is revoked."""
 
         self.functions = FunctionRuns(app_id)
         """Workflow runs of the app's custom steps (``function_executed``)."""
@@ -576,7 +579,9 @@ class FakeSlack:
             return None if is_app else ("not_allowed_token_type" if is_bot else "invalid_auth")
         if is_app:
             return "not_allowed_token_type"
-        return None if is_bot else "invalid_auth"
+        if is_bot:
+            return self.token_refusal
+        return "invalid_auth"
 
     # -- custom steps (functions) -----------------------------------------------------------
 

@@ -17,9 +17,11 @@ from bot.providers.base import (
     ClusterState,
     ClusterSummary,
     FieldSpec,
+    Inverse,
     PreviewLine,
     ProviderChanges,
     ProviderName,
+    same_value,
 )
 from bot.providers.e2e.client import E2EClient
 from bot.providers.e2e.models import (
@@ -95,6 +97,29 @@ def _preview(action: str, values: Mapping[str, Any], state: ClusterState) -> lis
     return [
         PreviewLine(field="remove_security_group: security group", before=group, after="removed")
     ]
+
+
+def inverse_action(
+    action: str, body: Mapping[str, Any], prior: Mapping[str, Any]
+) -> Inverse | None:
+    """attach_ip ↔ detach_ip, one security group added ↔ removed, the image and the keys
+    back to the ones before (when known); scaling and restarts have none."""
+    if action in ("attach_ip", "detach_ip"):
+        back = "detach_ip" if action == "attach_ip" else "attach_ip"
+        return Inverse(action=back, inputs={"reserved_ip_id": str(body["reserved_ip_id"])})
+    if action == "add_security_group" and len(body["security_groups_ids"]) == 1:
+        group = str(body["security_groups_ids"][0])
+        return Inverse(action="remove_security_group", inputs={"security_group_id": group})
+    if action == "remove_security_group":
+        group = str(body["security_group_id"])
+        return Inverse(action="add_security_group", inputs={"security_groups_ids": group})
+    if action == "update_image" and prior.get("image_version_id") is not None:
+        image = str(prior["image_version_id"])
+        return Inverse(action="update_image", inputs={"image_version_id": image})
+    if action == "update_ssh_keys" and prior.get("ssh_key_ids"):
+        keys = ",".join(str(key) for key in prior["ssh_key_ids"])
+        return Inverse(action="update_ssh_keys", inputs={"ssh_key_ids": keys})
+    return None
 
 
 def _current_of(cluster: E2EClusterDetail) -> dict[str, Any]:
@@ -199,6 +224,18 @@ class E2EAdapter:
             note = f"{message} (the cluster could not be read afterwards: {exc.user_message})"
             return ApplyOutcome(message=note, summary=None)
         return ApplyOutcome(message=message, summary=self._summary(cluster))
+
+    def inverse(self, plan: ChangePlan, prior: Mapping[str, Any]) -> Inverse | None:
+        return inverse_action(plan.action, plan.body, prior)
+
+    def shows(self, plan: ChangePlan, state: ClusterState) -> bool:
+        # Only the image and the keys are visible on the cluster; an IP or a security group
+        # that is gone is refused by E2E itself when the inverse is sent.
+        return all(
+            same_value(state.current.get(name), plan.body[name])
+            for name in ("image_version_id", "ssh_key_ids")
+            if name in plan.body
+        )
 
     async def aclose(self) -> None:
         await self.client.aclose()

@@ -67,6 +67,9 @@ FIELD_SPECS: dict[str, FieldSpec] = {
     ),
 }
 
+# Fields an action's body always has with one value (not asked for, accepted as given).
+FIXED_FIELDS: dict[str, dict[str, str]] = {"detach_ip": {"ip_type": "reserved"}}
+
 ACTION_FIELDS: dict[str, tuple[str, ...]] = {
     "update_ssh_keys": ("ssh_key_ids",),
     "update_image": ("image_version_id",),
@@ -142,7 +145,10 @@ def parse_action_fields(action: str, raw: Mapping[str, Any]) -> dict[str, Any]:
                 values[name] = parse_whole_number(value)
         except ValueError as exc:
             errors[name] = str(exc)
+    fixed = FIXED_FIELDS.get(action, {})
     for name, value in raw.items():
+        if name in fixed and value == fixed[name]:
+            continue  # the body's own constant, as a stored request carries it
         if name != "action" and name not in wanted and not _blank(value):
             errors[name] = unknown_field(name, wanted, action)
     if errors:

@@ -20,10 +20,12 @@ from bot.providers.base import (
     ClusterState,
     ClusterSummary,
     FieldSpec,
+    Inverse,
     PreviewLine,
     ProviderChanges,
     ProviderName,
     example_time,
+    same_value,
 )
 from bot.providers.errors import (
     ProviderNotFound,
@@ -159,6 +161,16 @@ class TogetherAdapter:
         return ApplyOutcome(
             message="Together accepted the update", summary=to_summary(cluster, self.project)
         )
+
+    def inverse(self, plan: ChangePlan, prior: Mapping[str, Any]) -> Inverse | None:
+        """Each changed field back to its value just before the change (all must be known)."""
+        inputs = {name: prior.get(name) for name in plan.body}
+        if not inputs or any(value is None for value in inputs.values()):
+            return None
+        return Inverse(action="update", inputs={k: shown(v) for k, v in inputs.items()})
+
+    def shows(self, plan: ChangePlan, state: ClusterState) -> bool:
+        return all(same_value(state.current.get(k), v) for k, v in plan.body.items())
 
     async def aclose(self) -> None:
         await self.client.aclose()

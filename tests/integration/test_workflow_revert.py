@@ -1,0 +1,137 @@
+"""Reverting a change (SPEC §9): the result of a succeeded change offers ``revert_request``;
+pressing it opens the inverse as a new request by the presser, under the normal policy,
+linked both ways; a cluster that no longer shows the change's result is refused as stale;
+changes without an inverse offer no button."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from bot.core.store import ChangeRequestRecord
+from bot.core.store import RequestState as S
+from bot.local.demo.stack import LocalStack
+from tests.support.workflow_kit import (
+    BOB,
+    CHANNEL,
+    DAVE,
+    Opened,
+    buttons,
+    click,
+    find_prompt,
+    next_ephemeral,
+    poll_until,
+    request,
+    wait_reply,
+    wait_root,
+    wait_state,
+)
+
+SCALE_UP = "update together-prod tc-h200-ondemand num_gpus=16"  # 8 → 16, needs no approval
+
+
+async def succeeded(stack: LocalStack, opened: Opened) -> ChangeRequestRecord:
+    """The request once it succeeded and its result (the summary) is in its thread."""
+    store = stack.runtime.store
+    await wait_state(store, opened.id, S.SUCCEEDED)
+
+    async def shown() -> ChangeRequestRecord | None:
+        record = await store.get_request(opened.id)
+        return record if record is not None and record.summary_ts else None
+
+    await poll_until(shown)
+    record = await shown()
+    assert record is not None
+    return record
+
+
+async def press_revert(stack: LocalStack, record: ChangeRequestRecord, user: str) -> str:
+    """``user`` presses Revert on the result; the ephemeral answer they get."""
+    seen = len(stack.slack.ephemerals_for(user))
+    result = await stack.sender.block_action(
+        user,
+        CHANNEL,
+        action_id="revert_request",
+        value=record.id,
+        message_ts=record.summary_ts or "",
+    )
+    assert result.status == 200 and result.acked_in_time, result
+    return (await next_ephemeral(stack, user, seen)).text
+
+
+async def wait_ready(stack: LocalStack, cluster_id: str) -> None:
+    await poll_until(lambda: stack.together.view(cluster_id)["status"] == "Ready")
+
+
+async def test_a_together_revert_sends_the_old_values_after_approval(stack: LocalStack) -> None:
+    opened = await request(stack, DAVE, SCALE_UP, approval=False)
+    original = await succeeded(stack, opened)
+    assert original.prior_values is not None
+    assert original.prior_values["fields"] == {"num_gpus": 8}
+    result = stack.slack.message(CHANNEL, original.summary_ts or "")
+    assert result is not None and buttons(result) == {"revert_request": original.id}
+    await wait_ready(stack, "tc-h200-ondemand")
+
+    told = await press_revert(stack, original, DAVE)
+    assert "waiting for approval" in told  # scaling back down needs its approval
+    note = await wait_reply(stack, opened, "asked to revert this change")
+    reverts = await stack.runtime.store.list_reverts(original.id)
+    assert len(reverts) == 1 and reverts[0].id in note.text
+    revert = reverts[0]
+    assert revert.requester == DAVE and revert.state is S.PENDING
+    assert revert.plan["inputs"] == {"num_gpus": 8}
+    root = stack.slack.message(CHANNEL, revert.root_ts or "")
+    assert root is not None and f"reverts request `{original.id}`" in str(root.blocks)
+    prompt = find_prompt(stack, CHANNEL, revert.root_ts or "")
+    assert prompt is not None
+    puts = len(stack.together.calls("update", "PUT"))
+
+    await click(stack, Opened(revert.id, CHANNEL, revert.root_ts or "", prompt.ts), BOB)
+    await wait_state(stack.runtime.store, revert.id, S.SUCCEEDED)
+    bodies = [c.body for c in stack.together.calls("update", "PUT")[puts:]]
+    assert bodies == [{"num_gpus": 8}]
+    assert stack.together.view("tc-h200-ondemand")["num_gpus"] == 8
+
+
+async def test_a_revert_of_a_changed_cluster_is_refused_as_stale(stack: LocalStack) -> None:
+    first = await succeeded(stack, await request(stack, DAVE, SCALE_UP, approval=False))
+    await wait_ready(stack, "tc-h200-ondemand")
+    again = "update together-prod tc-h200-ondemand num_gpus=24"
+    await succeeded(stack, await request(stack, DAVE, again, approval=False))
+    told = await press_revert(stack, first, DAVE)
+    assert "stale" in told and "no longer shows the result" in told
+    assert await stack.runtime.store.list_reverts(first.id) == []
+
+
+async def test_a_revert_is_refused_once_under_way_and_after_its_window(stack: LocalStack) -> None:
+    original = await succeeded(stack, await request(stack, DAVE, SCALE_UP, approval=False))
+    await wait_ready(stack, "tc-h200-ondemand")
+    assert "waiting for approval" in await press_revert(stack, original, DAVE)
+    assert "already has a revert" in await press_revert(stack, original, DAVE)
+    stack.runtime.workflow.clock = lambda: datetime.now(UTC) + timedelta(hours=25)
+    assert "that time has passed" in await press_revert(stack, original, DAVE)
+
+
+async def test_e2e_attach_ip_reverts_to_detach_ip_and_scaling_has_no_button(
+    stack: LocalStack,
+) -> None:
+    attach = "action e2e-delhi 101 attach_ip reserved_ip_id=501"  # needs no approval
+    opened = await request(stack, DAVE, attach, approval=False)
+    attached = await succeeded(stack, opened)
+    await wait_root(stack, opened, "done")
+    assert "waiting for approval" in await press_revert(stack, attached, DAVE)  # detach does
+    (revert,) = await stack.runtime.store.list_reverts(attached.id)
+    assert revert.action == "detach_ip"
+    prompt = find_prompt(stack, CHANNEL, revert.root_ts or "")
+    assert prompt is not None
+    await click(stack, Opened(revert.id, CHANNEL, revert.root_ts or "", prompt.ts), BOB)
+    done = await wait_state(stack.runtime.store, revert.id, S.SUCCEEDED, S.FAILED)
+    assert done.state is S.SUCCEEDED, done.result_message
+    last = stack.e2e.calls("action", "PUT")[-1].body
+    assert last == {"action": "detach_ip", "reserved_ip_id": 501, "ip_type": "reserved"}
+
+    scaled = await request(stack, DAVE, "action e2e-delhi 103 scale_cluster additional_nodes=1")
+    await click(stack, scaled, BOB)
+    record = await succeeded(stack, scaled)
+    summary = stack.slack.message(CHANNEL, record.summary_ts or "")
+    assert summary is not None and "revert_request" not in buttons(summary)
+    assert "has no revert" in await press_revert(stack, record, DAVE)
