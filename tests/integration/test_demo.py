@@ -76,7 +76,7 @@ def test_the_example_script_passes_and_shows_every_path() -> None:
     # a scheduled change sent at its time (the demo's clock jumps), then reverted
     assert "⏰ scheduled for" in out and "(the demo's clock is now 2:00:00 ahead)" in out
     assert "asked to revert this change" in out and "• `num_gpus 32 → 24`" in out
-    assert out.rstrip().endswith("script: NN steps, all passed")
+    assert out.rstrip().endswith("script: 42 steps, all passed")
 
 
 def test_the_example_script_passes_over_socket_mode() -> None:
@@ -90,7 +90,7 @@ def test_the_example_script_passes_over_socket_mode() -> None:
     assert "Freeze override: @alice overrode restart-freeze" in out
     assert "📎 gpuops-timeline-C0INCIDENT-" in out  # the file upload, over Socket Mode too
     assert "[workflow step request_gpu_change] ended: succeeded" in out
-    assert out.rstrip().endswith("script: NN steps, all passed")
+    assert out.rstrip().endswith("script: 42 steps, all passed")
 
 
 def test_a_form_validation_error_is_shown_on_the_field(tmp_path: Path) -> None:
