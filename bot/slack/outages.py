@@ -103,7 +103,7 @@ async def tell(messenger: Messenger, body: Mapping[str, Any], reply: Reply) -> N
                 await messenger.ephemeral(channel, user, message)
                 return
             except SlackDeliveryError:
-                pass
+                pass  # not_in_channel and the like: the person is told by DM below instead
         await messenger.post(user, message)
     except SlackDeliveryError as exc:
         log.error("could not tell %s the store is unavailable (%s)", user, exc.code)

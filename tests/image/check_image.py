@@ -123,7 +123,7 @@ async def wait_healthy(url: str, container: str) -> None:
                 if (await client.get(url)).status_code == 200:
                     return
             except httpx.TransportError:
-                pass
+                pass  # not listening yet: the container is running, so wait and ask again
             await asyncio.sleep(0.5)
     pytest.fail(f"{url} not healthy within {START_WITHIN} s:\n" + podman("logs", container).stderr)
 

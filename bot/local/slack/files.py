@@ -170,7 +170,7 @@ def _file_list(raw: Any) -> list[JsonDict]:
 
 
 class _TooLarge(Exception):
-    pass
+    """An upload longer than the length its URL was issued for (Slack refuses it whole)."""
 
 
 async def _body(request: web.Request, *, limit: int) -> bytes:
