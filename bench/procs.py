@@ -85,7 +85,7 @@ class Child:
             )
         return cls(name, proc, port, log_path, started)
 
-    async def wait_ready(self, within: float = 20.0) -> float:
+    async def wait_ready(self, within: float = 60.0) -> float:
         """Poll ``/healthz`` until 200; the seconds from spawn to that answer."""
         deadline = self.started + within
         async with httpx.AsyncClient(timeout=1.0) as client:

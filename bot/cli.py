@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from bot.logs import LOG_FORMATS, configure_logging
 
 if TYPE_CHECKING:
+    from aiohttp.web import AppRunner
+
     from bot.signals import Hangup
 
 DEFAULT_PORT = 3000
@@ -112,6 +114,14 @@ def _freeze_startup_heap() -> None:
     gc.freeze()
 
 
+def _listening(runner: AppRunner, host: str, port: int) -> int:
+    """Log where the server listens (before it is ready) and return its port: the one the
+    system chose when ``--port 0`` asked it to."""
+    bound = next((int(a[1]) for a in runner.addresses if isinstance(a, tuple)), port)
+    logging.getLogger("gpuops").info("listening on http://%s:%d", host, bound)
+    return bound
+
+
 async def _serve(host: str, port: int) -> None:
     from bot.config import Settings
     from bot.runtime import Runtime
@@ -129,6 +139,7 @@ async def _serve(host: str, port: int) -> None:
     try:
         stop = _stop_signal(runtime.hangup)
         await LimitedSite(runner, host, port, max_connections=limits.max_connections).start()
+        port = _listening(runner, host, port)
         if not await _unless_stopped(runtime.start(), stop):
             return
         _freeze_startup_heap()
@@ -161,6 +172,7 @@ async def _socket(host: str, port: int) -> None:
     try:
         stop = _stop_signal(runtime.hangup)
         await web.TCPSite(runner, host, port).start()
+        port = _listening(runner, host, port)
         if not await _unless_stopped(runtime.start(), stop):
             return
         _freeze_startup_heap()

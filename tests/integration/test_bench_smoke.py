@@ -34,7 +34,7 @@ async def test_the_benchmark_runs_end_to_end_at_concurrency_2(tmp_path: Path) ->
     assert gpuops["puts"] == 8 and gpuops["unmatched_puts"] == 0  # one PUT per update
     assert bare["commands"] == 10 and bare["ack"]["n"] == 10 and bare["ack_errors"] == 0
     assert level["ack_p99_ratio"] > 0 and level["attempts"] == 1
-    assert 0 < report["ready_seconds"] < 20 and report["peak_rss_mb"] > 20
+    assert 0 < report["ready_seconds"] < 60 and report["peak_rss_mb"] > 20
     checks = {c["target"]: c for c in report["checks"]}
     assert checks["0 lost / 0 duplicated @2"]["ok"]
     assert {"ready", "peak RSS", "ack p99 ratio @2", "1000 updates @2"} <= set(checks)

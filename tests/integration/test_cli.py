@@ -73,7 +73,7 @@ async def run_gpuops(args: list[str], env: dict[str, str], cwd: Path) -> Finishe
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    out, err = await asyncio.wait_for(process.communicate(), 30)
+    out, err = await asyncio.wait_for(process.communicate(), 120)
     assert process.returncode is not None
     return Finished(process.returncode, out.decode(), err.decode())
 

@@ -147,7 +147,8 @@ async def start_server() -> AsyncIterator[StartServer]:
     servers: list[Server] = []
 
     async def start(command: str, env: dict[str, str], cwd: Path, *extra: str) -> Server:
-        port = free_port()
+        # Port 0: the system gives the server a port no other test holds (a probed free port
+        # can be taken by another worker before the server binds it), and the log says which.
         process = await asyncio.create_subprocess_exec(
             GPUOPS,
             *extra,
@@ -155,15 +156,19 @@ async def start_server() -> AsyncIterator[StartServer]:
             "--host",
             "127.0.0.1",
             "--port",
-            str(port),
+            "0",
             env=env,
             cwd=cwd,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
         )
-        server = Server(process, f"http://127.0.0.1:{port}")
+        server = Server(process, "")
         server._reader = asyncio.create_task(server._read())
         servers.append(server)
+        listening = await server.wait_line(lambda line: "listening on http://" in line)
+        found = re.search(r"listening on (http://127\.0\.0\.1:[0-9]+)", listening)
+        assert found is not None, listening
+        server.base = found.group(1)
         return server
 
     yield start

@@ -87,7 +87,7 @@ async def socket_bot(tmp_path: Path, world: World) -> AsyncIterator[SocketBot]:
         stderr=asyncio.subprocess.PIPE,
     )
     try:
-        await wait_healthy(f"http://127.0.0.1:{port}/healthz", process, within=30.0)
+        await wait_healthy(f"http://127.0.0.1:{port}/healthz", process, within=90.0)
         await world.slack.socket_mode.wait_connected(within=10.0)
         async with SlackSender.over_socket_mode(world.slack) as sender:
             yield SocketBot(world, sender, process)

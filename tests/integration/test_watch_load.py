@@ -51,6 +51,12 @@ async def ack_p99(stack: LocalStack) -> float:
     return statistics.quantiles(elapsed, n=100)[98]
 
 
+async def quietest_ack_p99(stack: LocalStack, rounds: int = 3) -> float:
+    """The lowest of a few rounds' p99: other processes' load comes in bursts and only ever
+    adds latency, while polls that held acks back would slow every round."""
+    return min([await ack_p99(stack) for _ in range(rounds)])
+
+
 async def form_open_seconds(stack: LocalStack) -> float:
     started = time.monotonic()
     result = await stack.sender.command(DAVE, "C0INCIDENT", "update together-prod tc-b200-pool")
@@ -68,7 +74,7 @@ async def form_open_seconds(stack: LocalStack) -> float:
 async def test_acks_and_forms_do_not_wait_behind_polls(make_stack: StackFactory) -> None:
     assert "watch:" not in DEMO_POLICY and "watch:" in WATCH_POLICY
     quiet = await make_stack()
-    baseline = await ack_p99(quiet)
+    baseline = await quietest_ack_p99(quiet)
 
     stack = await watched_stack(make_stack, extra_settings={"gpuops_watch_every_seconds": 1.0})
     fifty_clusters(stack)
@@ -76,6 +82,6 @@ async def test_acks_and_forms_do_not_wait_behind_polls(make_stack: StackFactory)
     # A whole poll ran (every cluster's remediations listed) and the next one is at work.
     await until(lambda: len(stack.together.calls("remediations")) >= CLUSTERS, within=30)
     assert stack.runtime.watcher.projects[0].polling is not None
-    watched = await ack_p99(stack)
+    watched = await quietest_ack_p99(stack)
     assert watched <= max(1.3 * baseline, baseline + 0.05), (watched, baseline)
     assert await form_open_seconds(stack) < 2.0

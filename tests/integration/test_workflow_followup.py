@@ -35,7 +35,12 @@ SCALE_UP = "update together-prod tc-h200-ondemand num_gpus=16"  # needs no appro
 async def test_follow_up_edits_the_summary_until_the_cluster_is_ready(
     database_url: str, make_stack: StackFactory
 ) -> None:
-    stack = await make_stack(database_url=database_url, poll_seconds=0.2, transition_seconds=0.6)
+    stack = await make_stack(
+        database_url=database_url,
+        poll_seconds=0.2,
+        transition_seconds=0.6,
+        stepwise_transitions=True,
+    )
     opened = await request(stack, DAVE, SCALE_UP, approval=False)
     ready = await wait_reply(stack, opened, "infer-h200 is Ready.")
     record = await wait_state(stack.runtime.store, opened.id, S.SUCCEEDED)

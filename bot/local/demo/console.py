@@ -14,7 +14,7 @@ import contextlib
 import re
 import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -138,6 +138,7 @@ class DemoConsole:
         self.steps = 0
         self.clock_ahead = timedelta()  # how far `clock` moved the demo bot's clock
         self._last_event = 0.0
+        self._emitted = asyncio.Event()  # set by every line shown
         self._handled_views: set[tuple[str, str]] = set()
         self._shown: dict[tuple[str, str], list[str]] = {}
         stack.slack.subscribe(self.on_event)
@@ -145,6 +146,7 @@ class DemoConsole:
     # -- output -------------------------------------------------------------------------
     def emit(self, line: str, style: str | None = None) -> None:
         self.transcript.append(line)
+        self._emitted.set()
         self.console.print(Text(line, style=style or ""), soft_wrap=True)
 
     def _where(self, channel: str, ts: str, thread_ts: str | None) -> str:
@@ -281,7 +283,7 @@ class DemoConsole:
         if word in ("quit", "exit"):
             return False
         if word in ("expect", "expect-not"):
-            self._expect(rest.strip(), present=word == "expect")
+            await self._expect(rest.strip(), present=word == "expect")
             return True
         self.steps += 1
         self.mark = len(self.transcript)
@@ -404,7 +406,10 @@ class DemoConsole:
             self.emit(f"    {line}", "cyan")
 
     async def press(self, which: str) -> None:
-        button = self.board.buttons.get(int(which)) if which.strip().isdigit() else None
+        number = int(which) if which.strip().isdigit() else None
+        if number is not None and not self.interactive:  # a script's button may be on its way
+            await self._wait_until(lambda: number in self.board.buttons)
+        button = self.board.buttons.get(number) if number is not None else None
         if button is None:
             self.fail(f"there is no button {which!r}")
             return
@@ -556,11 +561,28 @@ class DemoConsole:
             return
         await asyncio.sleep(seconds)
 
-    def _expect(self, needle: str, *, present: bool) -> None:
+    async def _expect(self, needle: str, *, present: bool) -> None:
+        """Check the last step's output. What is expected may still be on its way (a busy
+        machine delays the bot's work past the quiet moment ``settle`` waits for), so it is
+        awaited up to the watch limit; what is not expected is judged on what came."""
         needle = needle.strip().strip('"')
-        shown = "\n".join(self.transcript[self.mark :])
-        if (needle in shown) != present:
+
+        def shown() -> bool:
+            return needle in "\n".join(self.transcript[self.mark :])
+
+        if present:
+            await self._wait_until(shown)
+        if shown() != present:
             self.fail(f"expected {'' if present else 'no '}{needle!r} in the last step's output")
+
+    async def _wait_until(self, condition: Callable[[], bool]) -> None:
+        """Wait for what the stack's events make true (each event is a line or a button),
+        at most the watch limit."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(_WATCH_LIMIT):
+                while not condition():
+                    self._emitted.clear()
+                    await self._emitted.wait()
 
     # -- interactive forms ----------------------------------------------------------------
     async def _maybe_fill_form(self) -> None:

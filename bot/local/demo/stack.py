@@ -100,6 +100,7 @@ class StackOptions:
     poll_seconds: float = 1.0
     followup_minutes: float = 30.0
     transition_seconds: float = 3.0
+    stepwise_transitions: bool = False  # see TogetherSimulator.stepwise
     sweep_seconds: float = 30.0
     total_timeout: float = 30.0
     provider_attempts: int = 4
@@ -184,7 +185,9 @@ class LocalStack:
             tmp = tempfile.TemporaryDirectory(prefix="gpuops-")
             workdir = Path(tmp.name)
         together = TogetherSimulator(
-            api_key=options.together_key, transition_seconds=options.transition_seconds
+            api_key=options.together_key,
+            transition_seconds=options.transition_seconds,
+            stepwise=options.stepwise_transitions,
         )
         e2e = E2ESimulator(
             api_key=options.e2e_key,

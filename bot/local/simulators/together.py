@@ -560,9 +560,13 @@ class TogetherSimulator(SimulatorServer):
         api_key: str = "sim-together-key",
         transition_seconds: float = 3.0,
         remediation_seconds: float | None = None,
+        stepwise: bool = False,
     ) -> None:
         self.api_key = api_key
         self.transition_seconds = transition_seconds
+        # A read advances a transition by at most one status, however late it comes: a test
+        # of what a poller sees on the way gets every status on a busy machine too.
+        self.stepwise = stepwise
         self.clusters: dict[str, dict[str, Any]] = {}
         self._transitions: dict[str, _Transition] = {}
         self._healthy_status: dict[str, str] = {}
@@ -843,6 +847,8 @@ class TogetherSimulator(SimulatorServer):
         step = self.transition_seconds / (len(_PROGRESS) - 1)
         elapsed = time.monotonic() - transition.started
         index = len(_PROGRESS) - 1 if step <= 0 else min(int(elapsed / step), len(_PROGRESS) - 1)
+        if self.stepwise:
+            index = min(index, transition.reached + 1)
         for reached in range(transition.reached + 1, index + 1):
             status, phase = _PROGRESS[reached]
             at = transition.started_at + timedelta(seconds=step * reached)

@@ -147,7 +147,7 @@ class SlackSender:
         team_id: str | None = None,
         api_app_id: str = "A0GPUOPS",
         http: httpx.AsyncClient | None = None,
-        timeout: float = 10.0,
+        timeout: float = 30.0,
         transport: Transport = "http",
         event_retry_delays: tuple[float, ...] = EVENT_RETRY_DELAYS,
     ) -> None:
@@ -167,7 +167,7 @@ class SlackSender:
 
     @classmethod
     def over_socket_mode(
-        cls, fake: FakeSlack, *, timeout: float = 10.0, api_app_id: str = "A0GPUOPS"
+        cls, fake: FakeSlack, *, timeout: float = 30.0, api_app_id: str = "A0GPUOPS"
     ) -> SlackSender:
         """A sender that delivers every request as a Socket Mode envelope to the app
         connected to ``fake`` (no URL, no signature)."""
