@@ -284,3 +284,23 @@ async def test_break_glass_leaves_the_rules_groups_to_the_other_approvers(
     await click(stack, opened, CAROL)  # in S0PLATFORM: the second of two
     await wait_root(stack, opened, "done")
     assert len(stack.together.calls("update", "PUT")) == 1
+
+
+async def test_a_break_glass_stops_counting_once_the_policy_turns_break_glass_off(
+    make_stack: StackFactory,
+) -> None:
+    stack = await make_stack(policy_yaml=guard_policy())
+    opened = await request(stack, ALICE, DECOMMISSION)
+    await _break_glass(stack, opened, "reservation must end before the renewal at midnight")
+    path = stack.runtime.settings.gpuops_policy
+    path.write_text(guard_policy().replace("break_glass: true", "break_glass: false"))
+    assert await stack.runtime.reload_policy() == "reloaded"
+    seen = len(stack.slack.ephemerals_for(BOB))
+    await click(stack, opened, BOB)
+    counted = await next_ephemeral(stack, BOB, seen)
+    assert f"Your approval of {opened.id} is recorded: 1 of 2." in counted.text  # not 2 of 2
+    record = await wait_state(stack.runtime.store, opened.id, S.PENDING)
+    assert record.approvers == [ALICE, BOB] and stack.together.calls("update", "PUT") == []
+    await click(stack, opened, CAROL)
+    await wait_root(stack, opened, "done")
+    assert len(stack.together.calls("update", "PUT")) == 1
