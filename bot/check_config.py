@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TextIO
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.config import ConfigError, Settings
+from bot.core.guardrails.config import Freeze
+from bot.core.guardrails.freezes import current_or_next, when
 from bot.core.policy import (
     E2EProject,
     Policy,
@@ -52,11 +55,12 @@ def check_offline(settings: Settings) -> Checked:
     return Checked(errors, policy)
 
 
-def run_check_config(settings: Settings, out: TextIO) -> int:
-    """Check everything, print a report to ``out``; 0 when all is well, else 1."""
+def run_check_config(settings: Settings, out: TextIO, now: datetime | None = None) -> int:
+    """Check everything, print a report to ``out`` (freezes as of ``now``, default the
+    present); 0 when all is well, else 1."""
     checked = check_offline(settings)
     if checked.policy is not None:
-        _print_policy(settings, checked.policy, out)
+        _print_policy(settings, checked.policy, out, now or datetime.now(UTC))
     return _print_errors(checked.errors, out)
 
 
@@ -64,7 +68,7 @@ async def run_check_config_online(settings: Settings, out: TextIO) -> int:
     """The offline check, then one line per check against Slack and the providers."""
     checked = check_offline(settings)
     if checked.policy is not None:
-        _print_policy(settings, checked.policy, out)
+        _print_policy(settings, checked.policy, out, datetime.now(UTC))
     print("\nonline checks:", file=out)
     failed = 0
     for check in await online_checks(settings, checked.policy):
@@ -214,7 +218,7 @@ def _missing_credentials(settings: Settings, policy: Policy) -> list[str]:
     ]
 
 
-def _print_policy(settings: Settings, policy: Policy, out: TextIO) -> None:
+def _print_policy(settings: Settings, policy: Policy, out: TextIO, now: datetime) -> None:
     print(f"policy: {settings.gpuops_policy}", file=out)
     print("\nprojects:", file=out)
     project_rows = [
@@ -249,6 +253,67 @@ def _print_policy(settings: Settings, policy: Policy, out: TextIO) -> None:
         f"break glass {'on' if approvals.break_glass else 'off'}",
         file=out,
     )
+    _print_rules(policy, out)
+    _print_freezes(policy, now, out)
+
+
+def _print_rules(policy: Policy, out: TextIO) -> None:
+    """The approval rules, in the order they are tried (the first match decides)."""
+    rules = policy.approvals.rules
+    if not rules:
+        print("  rules: none (a change that needs approval needs one approver)", file=out)
+        return
+    print("  rules (the first that matches decides; no match: one approver):", file=out)
+    rows = [
+        [
+            ", ".join(rule.projects),
+            ", ".join(rule.kinds),
+            str(rule.approvers),
+            ", ".join(rule.usergroups) or "anyone",
+        ]
+        for rule in rules
+    ]
+    _print_table(["PROJECTS", "KINDS", "APPROVERS", "GROUPS"], rows, out)
+
+
+def _print_freezes(policy: Policy, now: datetime, out: TextIO) -> None:
+    if not policy.freezes:
+        print("\nfreezes: none", file=out)
+        return
+    print(f"\nfreezes (as of {when(now)}):", file=out)
+    rows = [
+        [
+            freeze.name,
+            ", ".join(freeze.projects),
+            ", ".join(freeze.kinds),
+            _freeze_window(freeze),
+            _freeze_state(freeze, now),
+        ]
+        for freeze in policy.freezes
+    ]
+    _print_table(["NAME", "PROJECTS", "KINDS", "WINDOW", "NOW"], rows, out)
+
+
+def _freeze_window(freeze: Freeze) -> str:
+    """``2026-12-24 00:00 UTC to 2027-01-02 00:00 UTC`` or ``weekly sat, sun 00:00-24:00
+    Europe/Berlin``."""
+    if freeze.weekly is None:
+        assert freeze.start is not None and freeze.end is not None  # the model checks it
+        return f"{when(freeze.start)} to {when(freeze.end)}"
+    weekly = freeze.weekly
+    return f"weekly {', '.join(weekly.days)} {weekly.start}-{weekly.end} {weekly.timezone}"
+
+
+def _freeze_state(freeze: Freeze, now: datetime) -> str:
+    """``ACTIVE until …``, ``next …`` (a weekly freeze's next occurrence) or ``over``."""
+    window = current_or_next(freeze, now)
+    if window is None:
+        return "over"
+    if window.start <= now:
+        return f"ACTIVE until {when(window.end)}"
+    if freeze.weekly is None:
+        return "upcoming"
+    return f"next {when(window.start)} to {when(window.end)}"
 
 
 def _project_detail(project: TogetherProject | E2EProject) -> str:

@@ -151,7 +151,7 @@ class Runtime:
             services={
                 "gpuops": ops,
                 "messenger": messenger,
-                "home": HomeActions(access, workflow.decide),
+                "home": HomeActions(access, workflow.decide, workflow.decisions.may_deny),
                 "home_refresher": home_refresher,
                 "watch": desk,
                 "steps": steps,

@@ -54,12 +54,38 @@ async def handle_home_decision(ack: Any, body: dict[str, Any], context: Any) -> 
         return
     user, click = action.user.id, action.actions[0]
     request_id = str(click.value)
+    if click.action_id == "deny_request":
+        if await _ask_why_deny(home, messenger, action, request_id):
+            refresher.schedule(user, delay=0.0)  # refused: the tab may be out of date
+        return  # else the form's submission decides; the tab is republished when it does
     result = await home.decide(user, request_id, DECISIONS[click.action_id])  # type: ignore[arg-type]
     if isinstance(result, NeedsBreakGlass):
         await _ask_break_glass(home, messenger, action, request_id)
     if isinstance(result, Reply):
         await tell_by_dm(messenger, user, result)
     refresher.schedule(user, delay=0.0)  # whatever happened, show it on their tab
+
+
+async def _ask_why_deny(
+    home: HomeActions, messenger: Messenger, action: BlockAction, request_id: str
+) -> bool:
+    """Deny asks for an optional reason first, as in the request's thread (the form decides
+    in the request's channel); a refusal is told at once by DM, no form. True if refused."""
+    channel, refused = await home.may_deny(action.user.id, request_id)
+    if refused is not None:
+        await tell_by_dm(messenger, action.user.id, refused)
+        return True
+    try:
+        if not action.trigger_id:
+            raise SlackDeliveryError("views.open", "no_trigger", None)
+        await messenger.open_view(action.trigger_id, render.deny_modal(request_id, channel, None))
+    except SlackDeliveryError as exc:
+        await tell_by_dm(
+            messenger,
+            action.user.id,
+            error(f"I could not open the deny form ({exc.code}); try again."),
+        )
+    return False
 
 
 async def _ask_break_glass(

@@ -28,11 +28,10 @@ async def handle_step(event: dict[str, Any], context: Any) -> None:
     if executed is None:
         log.warning("ignored a function_executed event that did not fit the expected shape")
         return
-    register_secret(executed.bot_access_token)
+    register_secret(executed.bot_access_token)  # never used nor kept, never logged either
     inputs = executed.inputs
     start = StepStart(
         execution_id=executed.function_execution_id,
-        token=executed.bot_access_token,
         project=inputs.project,
         cluster_id=inputs.cluster_id,
         change=inputs.change,

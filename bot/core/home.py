@@ -266,6 +266,7 @@ class HomeBuilder:
 
 
 DecideFn = Callable[..., Awaitable[Reply | NeedsBreakGlass | None]]
+MayDenyFn = Callable[..., Awaitable[Reply | None]]
 
 
 class HomeActions:
@@ -273,9 +274,10 @@ class HomeActions:
     request's own channel (as a click in its thread), a cluster is shown only on a grant that
     holds in every channel (as the tab lists it)."""
 
-    def __init__(self, access: Access, decide: DecideFn) -> None:
+    def __init__(self, access: Access, decide: DecideFn, may_deny: MayDenyFn) -> None:
         self.access = access
         self._decide = decide
+        self._may_deny = may_deny
 
     async def decide(
         self, user: str, request_id: str, decision: Decision
@@ -289,6 +291,17 @@ class HomeActions:
         return await self._decide(
             user=user, channel=channel, request_id=request_id, decision=decision
         )
+
+    async def may_deny(self, user: str, request_id: str) -> tuple[str, Reply | None]:
+        """The request's channel, and None when ``user`` may deny it there (a form asks why
+        next) or the refusal (audited) — before a form is opened for nothing."""
+        try:
+            record = await self.access.store.get_request(request_id)
+            channel = record.channel if record is not None else ""  # unknown: refused
+            return channel, await self._may_deny(user=user, channel=channel, request_id=request_id)
+        except StoreUnavailable as exc:
+            log.warning("refused a Home deny: %s", exc)
+            return "", store_unavailable()
 
     async def request_channel(self, request_id: str) -> str | None:
         record = await self.access.store.get_request(request_id)

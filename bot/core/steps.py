@@ -47,10 +47,11 @@ _STOPPED_BEFORE_REQUEST = (
 
 @dataclass(frozen=True)
 class StepStart:
-    """A step as the chat platform starts it: its execution, its token and its inputs."""
+    """A step as the chat platform starts it: its execution and its inputs. (The platform's
+    short-lived token for it is not needed: the app completes its own steps with its own
+    token, so none is kept.)"""
 
     execution_id: str
-    token: str
     project: str
     cluster_id: str
     change: str
@@ -166,7 +167,6 @@ class StepCompleter:
         now = self.clock()
         step = StepRecord(
             execution_id=start.execution_id,
-            token=start.token,
             requester=start.requester,
             channel=start.channel,
             request_id=None,
@@ -259,9 +259,7 @@ class WorkflowSteps:
 
     async def run(self, start: StepStart) -> None:
         try:
-            claimed = await self.steps.claim(
-                start.execution_id, start.token, start.requester, start.channel
-            )
+            claimed = await self.steps.claim(start.execution_id, start.requester, start.channel)
         except StoreUnavailable as exc:
             log.warning("refused workflow step %s: %s", start.execution_id, exc)
             await self.completer.fail_unclaimed(start, store_unavailable())

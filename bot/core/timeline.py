@@ -181,6 +181,12 @@ def _request_text(event: ChannelEvent) -> str | None:
         glass = " (break glass: their own request)" if detail.get("break_glass") else ""
         reason = f" · {md(detail['reason'])}" if detail.get("reason") else ""
         return f"{rid} approved by {who}{glass}{reason}"
+    if event_name == "break_glass":
+        reason = f" · {md(detail['reason'])}" if detail.get("reason") else ""
+        return (
+            f"{rid} break glass by {who}: their own request, one approval "
+            f"({md(entry.outcome or '?')}){reason}"
+        )
     simple = {
         "denied": f"{rid} denied by {who}",
         "cancelled": f"{rid} cancelled by {who}",

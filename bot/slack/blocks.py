@@ -258,7 +258,7 @@ def _state_line(r: RequestView) -> str:
         line += f" · approved by {who}" if r.needs_approval else ""
     elif r.decided_by and r.state in ("denied", "cancelled"):
         line += f" by {user_ref(r.decided_by)}"
-    if r.break_glass:
+    if r.break_glass or (r.glass_by is not None and r.glass_by in r.approvers):
         line += " · :rotating_light: break glass"
     return line
 
@@ -321,9 +321,22 @@ def approval_why(r: RequestView) -> str:
         line += " from " + " or ".join(usergroup_ref(g) for g in r.approval_groups)
     line += f" ({'approval rule' if r.approval_by_rule else 'default'} of {escape(r.project)})"
     if r.approvers or r.approvals_needed > 1:
-        done = ", ".join(user_ref(u) for u in r.approvers) or "none yet"
-        line += f" · {len(r.approvers)} of {r.approvals_needed}: {done}"
+        line += " · " + approval_progress(r)
     return line
+
+
+def approval_progress(r: RequestView) -> str:
+    """``1 of 2: @bob``; after a break glass ``break glass by @alice · 1 of 2: needs 1
+    more from @oncall`` (the requester's own approval counts as one, never as all)."""
+    progress = f"{len(r.approvers)} of {r.approvals_needed}"
+    others = [user_ref(u) for u in r.approvers if u != r.glass_by]
+    if r.glass_by is None or r.glass_by not in r.approvers:
+        return f"{progress}: {', '.join(others) or 'none yet'}"
+    left = r.approvals_needed - len(r.approvers)
+    said = others + ([f"needs {left} more"] if left > 0 else [])
+    if left > 0 and r.approval_groups:
+        said[-1] += " from " + " or ".join(usergroup_ref(g) for g in r.approval_groups)
+    return f"break glass by {user_ref(r.glass_by)} · {progress}: {', '.join(said)}"
 
 
 def approval_prompt(r: RequestView, *, expire_minutes: int) -> SlackMessage:
@@ -391,6 +404,15 @@ def thread_note(text: str, *, icon: str = "", mentions: Iterable[str] = ()) -> S
     """A note in a request's thread; ``<@id>`` of the given user ids stay mentions."""
     safe = composed_text(text, mentions)
     return SlackMessage(text=safe, blocks=[section(f"{icon} {safe}".strip())])
+
+
+def break_glass_note(r: RequestView) -> SlackMessage:
+    """The thread's note for a requester's break glass that is one approval of several."""
+    text = (
+        f":rotating_light: {approval_progress(r)}. Their own request; reason: "
+        f"{escape(r.glass_reason or '')}"
+    )
+    return SlackMessage(text=text, blocks=[section(text)])
 
 
 def decision_note(icon: str, what: str, user: str, detail: str | None = None) -> SlackMessage:

@@ -190,8 +190,8 @@ class Messenger:
         self, execution_id: str, *, outputs: dict[str, str] | None = None, error: str | None = None
     ) -> None:
         """End a workflow step: ``functions.completeSuccess`` with ``outputs``, else
-        ``functions.completeError`` with ``error`` (call it on a client holding the step's
-        own token, as Bolt's complete/fail do)."""
+        ``functions.completeError`` with ``error`` (the bot token may end the app's own
+        steps)."""
         if outputs is not None:
             await self._call(
                 "functions.completeSuccess",

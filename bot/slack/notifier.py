@@ -83,13 +83,17 @@ class SlackNotifier:
     async def _approval_added(self, record: ChangeRequestRecord, event: RequestEvent) -> None:
         """One more of several approvals: the prompt shows the progress, keeping its
         buttons, and the thread says who approved."""
+        view = view_of(record)
         if record.prompt_ts:
             minutes = _prompt_minutes(record)
-            prompt = blocks.approval_prompt(view_of(record), expire_minutes=minutes)
+            prompt = blocks.approval_prompt(view, expire_minutes=minutes)
             await self._edit(record.channel, record.prompt_ts, prompt)
-        note = blocks.decision_note(
-            ":white_check_mark:", "Approved", event.actor, f"({event.text})"
-        )
+        if view.glass_by == event.actor:
+            note = blocks.break_glass_note(view)
+        else:
+            note = blocks.decision_note(
+                ":white_check_mark:", "Approved", event.actor, f"({event.text})"
+            )
         await self._post_or_log(record.channel, note, thread_ts=record.root_ts)
 
     @staticmethod

@@ -1,6 +1,10 @@
 """SlackStepPort: the core's StepPort — ends a Workflow Builder step with
-``functions.completeSuccess`` / ``functions.completeError``, using the token Slack gave
-with the step's ``function_executed`` event (as Bolt's ``complete`` and ``fail`` do)."""
+``functions.completeSuccess`` / ``functions.completeError`` and the bot token.
+
+Slack takes the bot token of the app that owns the function for these methods; the token
+it sends with ``function_executed`` would do too, but it expires 15 minutes after it is
+issued, long before most approvals, and keeping it would store a secret. So no step
+token is used or kept."""
 
 from __future__ import annotations
 
@@ -8,9 +12,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.core.steps import CompletionFailed
 from bot.core.store.steps import StepOutcome, StepRecord
-from bot.redact import register_secret
 from bot.slack import blocks as render
-from bot.slack.messenger import Messenger, SlackDeliveryError, build_web_client
+from bot.slack.messenger import Messenger, SlackDeliveryError
 from bot.slack.text import escape
 
 # Answers after which telling Slack again cannot help: the execution is over or gone, the
@@ -31,15 +34,13 @@ _FINAL = frozenset(
 
 
 class SlackStepPort:
-    """Ends steps through the Web API of ``client`` (its URL and HTTP session)."""
+    """Ends steps through ``client``: the bot's Web API client (its token, URL, session)."""
 
     def __init__(self, client: AsyncWebClient) -> None:
         self.client = client
 
     async def complete(self, step: StepRecord) -> None:
-        register_secret(step.token)  # read back from the store: never in a log line
-        client = build_web_client(step.token, self.client.base_url, self.client.session)
-        messenger = Messenger(client)
+        messenger = Messenger(self.client)
         payload = step.payload or {}
         try:
             if step.outcome is StepOutcome.SUCCESS:

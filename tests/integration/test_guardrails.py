@@ -17,6 +17,7 @@ from tests.support.workflow_kit import (
     BOB,
     CAROL,
     DAVE,
+    Opened,
     audit_trail,
     click,
     deny,
@@ -201,5 +202,105 @@ async def test_an_approval_stops_counting_when_a_reload_takes_the_approvers_gran
     record = await wait_state(stack.runtime.store, opened.id, S.PENDING)
     assert record.approvers == [BOB, CAROL] and stack.together.calls("update", "PUT") == []
     await click(stack, opened, ALICE)
+    await wait_root(stack, opened, "done")
+    assert len(stack.together.calls("update", "PUT")) == 1
+
+
+async def _break_glass(stack: LocalStack, opened: Opened, reason: str) -> str:
+    """The requester (Alice, an admin) presses Approve and gives a break-glass reason; what
+    she is told."""
+    await click(stack, opened, ALICE)
+    view = await stack.slack.wait_for(lambda: stack.slack.last_view_for(ALICE, open_only=True))
+    assert view.callback_id == "gpu_break_glass"
+    seen = len(stack.slack.ephemerals_for(ALICE))
+    submitted = await stack.sender.view_submission(ALICE, view.id, {"reason": reason})
+    assert submitted.status == 200 and not submitted.problems, submitted
+    return (await next_ephemeral(stack, ALICE, seen)).text
+
+
+async def test_break_glass_under_a_two_approver_rule_is_one_approval_of_two(
+    make_stack: StackFactory, database_url: str
+) -> None:
+    stack = await make_stack(policy_yaml=guard_policy(), database_url=database_url)
+    opened = await request(stack, ALICE, DECOMMISSION)
+    reason = "reservation must end before the renewal at midnight"
+    told = await _break_glass(stack, opened, reason)
+    assert f"Break glass on {opened.id} counts as one approval: 1 of 2; it needs 1 more" in told
+    record = await wait_state(stack.runtime.store, opened.id, S.PENDING)
+    assert record.approvers == [ALICE] and stack.together.calls("update", "PUT") == []
+    note = await wait_reply(stack, opened, reason)
+    assert f"break glass by <@{ALICE}> · 1 of 2: needs 1 more" in note.text and reason in note.text
+    prompt = stack.slack.message(opened.channel, opened.prompt_ts or "")
+    assert prompt is not None and "approve_request" in str(prompt.blocks)  # still open
+    assert f"break glass by <@{ALICE}> · 1 of 2: needs 1 more" in prompt.text
+    mirrored = [m.text for m in stack.slack.messages.get("C0GPUAUDIT", [])]
+    assert any(t.startswith(f"Break glass: <@{ALICE}>") and "1 of 2" in t for t in mirrored)
+    rows = await stack.runtime.store.list_audit(request_id=opened.id)
+    glass = [e for e in rows if e.event == "break_glass"]
+    assert len(glass) == 1 and glass[0].outcome == "1 of 2"
+    assert glass[0].detail["reason"] == reason and glass[0].actor == ALICE
+
+    opened_views = len(stack.slack.calls_to("views.open"))
+    seen = len(stack.slack.ephemerals_for(ALICE))
+    await click(stack, opened, ALICE)  # the same person again: counted once, no new form
+    again = await next_ephemeral(stack, ALICE, seen)
+    assert "already approved" in again.text and "1 of 2" in again.text
+    assert len(stack.slack.calls_to("views.open")) == opened_views
+    record = await wait_state(stack.runtime.store, opened.id, S.PENDING)
+    assert record.approvers == [ALICE] and stack.together.calls("update", "PUT") == []
+
+    await click(stack, opened, BOB)
+    await wait_root(stack, opened, "done")
+    assert len(stack.together.calls("update", "PUT")) == 1
+    root = stack.slack.message(opened.channel, opened.root_ts)
+    assert root is not None
+    assert f"approved by <@{ALICE}> and <@{BOB}>" in readable_text(root)
+    assert "break glass" in readable_text(root)
+    trail = events(await audit_trail(stack.runtime.store, opened.id))
+    assert trail.count("break_glass") == 1 and trail.count("approved") == 1
+
+
+async def test_break_glass_leaves_the_rules_groups_to_the_other_approvers(
+    make_stack: StackFactory, database_url: str
+) -> None:
+    rule = "      kinds: [decommission, change_type]\n      approvers: 2\n"
+    policy = guard_policy().replace(rule, rule + "      usergroups: [S0PLATFORM]\n")
+    assert policy != guard_policy()
+    stack = await make_stack(policy_yaml=policy, database_url=database_url)
+    opened = await request(stack, ALICE, DECOMMISSION)
+    told = await _break_glass(stack, opened, "the reservation ends tonight, nobody else is up")
+    assert "needs 1 more from user group S0PLATFORM" in told
+    prompt = stack.slack.message(opened.channel, opened.prompt_ts or "")
+    assert prompt is not None
+    assert f"break glass by <@{ALICE}> · 1 of 2: needs 1 more from <!subteam^S0PLATFORM>" in (
+        prompt.text
+    )
+    seen = len(stack.slack.ephemerals_for(BOB))
+    await click(stack, opened, BOB)  # an approver, but not in the rule's group
+    refused = await next_ephemeral(stack, BOB, seen)
+    assert "you must be in" in refused.text and "nothing was recorded" in refused.text
+    record = await wait_state(stack.runtime.store, opened.id, S.PENDING)
+    assert record.approvers == [ALICE] and stack.together.calls("update", "PUT") == []
+    await click(stack, opened, CAROL)  # in S0PLATFORM: the second of two
+    await wait_root(stack, opened, "done")
+    assert len(stack.together.calls("update", "PUT")) == 1
+
+
+async def test_a_break_glass_stops_counting_once_the_policy_turns_break_glass_off(
+    make_stack: StackFactory,
+) -> None:
+    stack = await make_stack(policy_yaml=guard_policy())
+    opened = await request(stack, ALICE, DECOMMISSION)
+    await _break_glass(stack, opened, "reservation must end before the renewal at midnight")
+    path = stack.runtime.settings.gpuops_policy
+    path.write_text(guard_policy().replace("break_glass: true", "break_glass: false"))
+    assert await stack.runtime.reload_policy() == "reloaded"
+    seen = len(stack.slack.ephemerals_for(BOB))
+    await click(stack, opened, BOB)
+    counted = await next_ephemeral(stack, BOB, seen)
+    assert f"Your approval of {opened.id} is recorded: 1 of 2." in counted.text  # not 2 of 2
+    record = await wait_state(stack.runtime.store, opened.id, S.PENDING)
+    assert record.approvers == [ALICE, BOB] and stack.together.calls("update", "PUT") == []
+    await click(stack, opened, CAROL)
     await wait_root(stack, opened, "done")
     assert len(stack.together.calls("update", "PUT")) == 1

@@ -17,7 +17,17 @@ from bot.slack.blocks import BREAK_GLASS_CALLBACK
 from bot.slack.home import NO_PROJECTS
 from tests.conftest import StackFactory
 from tests.support.slack_support import provider_writes, refusals
-from tests.support.workflow_kit import ALICE, BOB, DAVE, ERIN, MALLORY, request, wait_state
+from tests.support.workflow_kit import (
+    ALICE,
+    BOB,
+    DAVE,
+    ERIN,
+    MALLORY,
+    deny,
+    request,
+    wait_reply,
+    wait_state,
+)
 
 FAST = {"gpuops_home_refresh_seconds": 0.2}
 
@@ -230,3 +240,50 @@ async def test_the_requester_cancels_from_home_and_an_admin_self_approval_asks_f
     await stack.sender.view_submission(ALICE, form.id, {"reason": "capacity for the incident"})
     await wait_state(stack.runtime.store, own.id, RequestState.SUCCEEDED)
     assert len(provider_writes(stack)) == 1
+
+
+async def test_deny_from_home_asks_for_a_reason_that_reaches_the_thread_and_the_audit(
+    make_stack: StackFactory, database_url: str
+) -> None:
+    stack = await home_stack(make_stack, database_url)
+    opened = await request(stack, DAVE, "action e2e-delhi 101 scale_cluster additional_nodes=2")
+    assert "deny_request" in text_of(await open_home(stack, BOB))
+    result = await stack.sender.home_action(BOB, action_id="deny_request", value=opened.id)
+    assert result.status == 200, result
+    form = await stack.slack.wait_for(
+        lambda: stack.slack.last_view_for(BOB, open_only=True), within=15
+    )
+    assert form.callback_id == "gpu_deny"  # the thread's deny form, deciding in its channel
+    assert json.loads(form.private_metadata)["channel"] == opened.channel
+    record = await stack.runtime.store.get_request(opened.id)
+    assert record is not None and record.state is RequestState.PENDING  # nothing yet
+
+    reason = "the training run finishes tonight; scale tomorrow"
+    submitted = await stack.sender.view_submission(BOB, form.id, {"reason": reason})
+    assert submitted.status == 200 and not submitted.problems, submitted
+    record = await wait_state(stack.runtime.store, opened.id, RequestState.DENIED)
+    assert record.decided_by == BOB and record.decision_note == reason
+    note = await wait_reply(stack, opened, reason)
+    assert "Denied" in note.text and BOB in note.text
+    denied = await stack.runtime.store.list_audit(request_id=opened.id)
+    assert [e.detail.get("reason") for e in denied if e.event == "denied"] == [reason]
+    assert provider_writes(stack) == []
+
+
+async def test_deny_from_a_home_tab_gone_stale_is_refused_by_dm_without_a_form(
+    make_stack: StackFactory, database_url: str
+) -> None:
+    stack = await home_stack(make_stack, database_url)
+    opened = await request(stack, DAVE, "action e2e-delhi 101 scale_cluster additional_nodes=2")
+    stale = await open_home(stack, BOB)
+    await deny(stack, opened, ALICE)  # in the thread, meanwhile
+    await wait_state(stack.runtime.store, opened.id, RequestState.DENIED)
+    stack.slack.homes[BOB] = stale  # the tab as it was, its Deny button still there
+    await stack.sender.home_action(BOB, action_id="deny_request", value=opened.id)
+    refused = await stack.slack.wait_for(
+        lambda: next(iter(stack.slack.messages.get(stack.slack.dm_channel(BOB), [])), None),
+        within=15,
+    )
+    assert f"{opened.id} was already denied by <@{ALICE}>" in refused.text
+    assert stack.slack.last_view_for(BOB, open_only=True) is None  # no form for nothing
+    assert [e.request_id for e in await refusals(stack, BOB)] == [opened.id]

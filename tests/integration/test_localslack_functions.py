@@ -1,6 +1,7 @@
 """The stand-in's custom steps over real HTTP, driven by slack_sdk: a run's
 ``function_executed`` event and the two completion methods, with Slack's token rules and
-error names (a run's token is revoked once it completes; a run completes once)."""
+error names (a run's token is revoked once it completes or 15 minutes after it was issued,
+and ends only that run; the bot token ends any run of the app; a run completes once)."""
 
 from __future__ import annotations
 
@@ -129,3 +130,28 @@ async def test_unknown_executions_and_tokens_are_refused(fake: FakeSlack) -> Non
     connect = client(fake, run.token).apps_connections_open(app_token=run.token)
     assert await error_of(connect) == "not_allowed_token_type"
     assert run.state == "running"
+
+
+async def test_a_runs_token_expires_after_15_minutes_and_the_bot_token_still_completes(
+    fake: FakeSlack,
+) -> None:
+    run = fake.start_function("request_gpu_change", INPUTS)
+    run.started_at -= 15 * 60 + 1  # issued a quarter of an hour ago: expired while it runs
+    late = client(fake, run.token).functions_completeSuccess(
+        function_execution_id=run.execution_id, outputs=OUTPUTS
+    )
+    assert await error_of(late) == "token_revoked" and run.state == "running"
+    await client(fake, TOKEN).functions_completeSuccess(
+        function_execution_id=run.execution_id, outputs=OUTPUTS
+    )
+    assert (run.state, run.completed_with) == ("completed", "bot_token")
+
+
+async def test_a_runs_token_ends_that_run_only(fake: FakeSlack) -> None:
+    first = fake.start_function("request_gpu_change", INPUTS)
+    second = fake.start_function("request_gpu_change", INPUTS)
+    crossed = client(fake, first.token).functions_completeError(
+        function_execution_id=second.execution_id, error="not mine"
+    )
+    assert await error_of(crossed) == "access_denied"
+    assert (first.state, second.state) == ("running", "running")

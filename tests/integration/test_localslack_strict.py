@@ -505,3 +505,17 @@ async def test_response_urls_expire_run_out_and_want_json(h: Harness) -> None:
     assert uses[-1].text == "used_url"
     assert (unknown.status_code, unknown.text) == (404, "no_service")
     assert (expired.status_code, expired.text) == (404, "expired_url")
+
+
+async def test_a_token_in_a_json_body_is_not_auth_as_slack_says(h: Harness) -> None:
+    url = f"{h.fake.api_url}chat.postMessage"
+    async with httpx.AsyncClient() as http:
+        in_json = await http.post(url, json={"token": TOKEN, "channel": CHANNEL, "text": "a"})
+        in_form = await http.post(url, data={"token": TOKEN, "channel": CHANNEL, "text": "b"})
+        header = {"Authorization": f"Bearer {TOKEN}"}
+        wrong_in_json = {"token": "xoxb-wrong", "channel": CHANNEL, "text": "c"}
+        with_header = await http.post(url, json=wrong_in_json, headers=header)
+    assert in_json.json() == {"ok": False, "error": "not_authed"}
+    assert in_form.json()["ok"] is True  # a form-encoded body may carry it
+    assert with_header.json()["ok"] is True  # the header is the token; the body's is ignored
+    assert [m.text for m in h.fake.messages[CHANNEL]] == ["b", "c"]

@@ -5,10 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import MetaData, Table, insert
+from sqlalchemy import MetaData, Table, insert, text
 
 import bot.core.store.migrations
 from bot.core.store import Store, change_requests
+from bot.core.store.steps import StepStore
 
 
 async def test_a_v1_database_gains_the_prompt_column_and_keeps_its_requests(
@@ -63,5 +64,39 @@ async def test_a_v1_database_gains_the_prompt_column_and_keeps_its_requests(
                 .all()
             )
         assert sorted(versions) == [m.version for m in bot.core.store.migrations.MIGRATIONS]
+    finally:
+        await store.close()
+
+
+async def test_a_v8_database_loses_the_step_tokens_it_kept(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with monkeypatch.context() as patched:
+        patched.setattr(
+            bot.core.store.migrations, "MIGRATIONS", bot.core.store.migrations.MIGRATIONS[:8]
+        )
+        old = await Store.open(database_url)
+        now = datetime.now(UTC)
+        async with old.engine.begin() as conn:  # a waiting step as version 8 kept it
+            await conn.execute(
+                text(
+                    "INSERT INTO gpuops_workflow_steps (execution_id, token, requester, "
+                    "channel, request_id, state, created_at, updated_at) VALUES "
+                    "('FxOLD', 'xwfp-1-kept-in-clear', 'U04DAVE', 'C0INCIDENT', 'CR-OLD234', "
+                    "'running', :now, :now)"
+                ),
+                {"now": now},
+            )
+        await old.close()
+
+    store = await Store.open(database_url)
+    try:
+        async with store.engine.connect() as conn:
+            every_column = text("SELECT * FROM gpuops_workflow_steps")
+            rows = [dict(r) for r in (await conn.execute(every_column)).mappings().all()]
+        assert [r["execution_id"] for r in rows] == ["FxOLD"]
+        assert "token" not in rows[0] and "xwfp-1-kept-in-clear" not in str(rows[0])
+        step = await StepStore(store).get("FxOLD")
+        assert step is not None and step.request_id == "CR-OLD234"  # still completed later
     finally:
         await store.close()

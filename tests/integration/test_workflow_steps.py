@@ -1,8 +1,9 @@
 """The Workflow Builder step ``request_gpu_change`` end to end (SPEC §11), over real HTTP
 and Socket Mode: the stand-in runs the step (``function_executed`` with its own token), the
 request is made as a command would make it, and the step ends once with
-``functions.completeSuccess`` (final state) or ``functions.completeError`` (refusal) —
-after an approval, a redelivery, a second replica, a restart or an expiry."""
+``functions.completeSuccess`` (final state) or ``functions.completeError`` (refusal), sent
+with the bot token (no step token is kept) — after an approval, a redelivery, a second
+replica, a restart or an expiry."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from bot.core.store import RequestState as S
 from bot.core.store import StepTaken
@@ -114,7 +116,7 @@ async def test_a_step_waits_for_approval_and_ends_with_the_outputs(any_stack: Lo
 
     await click(stack, opened, BOB)
     done = await ended(stack, run)
-    assert done.state == "completed" and done.completed_with == "function_token"
+    assert done.state == "completed" and done.completed_with == "bot_token"
     assert done.outputs is not None
     assert (done.outputs["request_id"], done.outputs["state"]) == (opened.id, "succeeded")
     assert done.outputs["summary"].startswith(f"{opened.id} done: scale_cluster: 2 → 4 nodes")
@@ -147,7 +149,7 @@ async def test_a_refusal_ends_the_step_with_what_a_person_would_read(
     stack = any_stack
     run = await run_step(stack, inputs("e2e-delhi", "103", "restart_cluster", requester=ERIN))
     await ended(stack, run)
-    assert run.state == "failed" and run.completed_with == "function_token"
+    assert run.state == "failed" and run.completed_with == "bot_token"
     assert run.error is not None and "needs operator" in run.error
     typed = await request_refusal(stack, "action e2e-delhi 103 restart_cluster")
     assert run.error == typed
@@ -243,21 +245,32 @@ async def test_a_step_waiting_for_approval_survives_a_restart_over_socket_mode(
     assert stack.sender.transport == "socket"
 
 
+async def stored_steps(stack: LocalStack) -> list[dict[str, Any]]:
+    """Every column of every stored step, as the database holds it."""
+    async with stack.runtime.store.engine.connect() as conn:
+        every_column = text("SELECT * FROM gpuops_workflow_steps")
+        return [dict(row) for row in (await conn.execute(every_column)).mappings().all()]
+
+
 async def survives_a_restart(stack: LocalStack) -> None:
     run = await run_step(stack, inputs(*SCALE_101))
     opened = await opened_by_step(stack)
     await stack.restart_bot(instance_id="demo-2")
     step = await stack.runtime.steps.steps.get(run.execution_id)
     assert step is not None and step.state is StepState.RUNNING and step.request_id == opened.id
+    waiting = await stored_steps(stack)  # while the request waits, no row holds a token
+    assert [row["execution_id"] for row in waiting] == [run.execution_id]
+    assert "token" not in waiting[0] and run.token not in str(waiting)
 
+    run.started_at -= 16 * 60  # approved after the step's own token expired, as on Slack
     await click(stack, opened, BOB)
     await ended(stack, run)
     assert run.outputs is not None and run.outputs["state"] == "succeeded"
-    assert run.completed_with == "function_token"  # the token kept in the store
+    assert run.completed_with == "bot_token"
     await stack.runtime.workflow.drain()
     done = await stack.runtime.steps.steps.get(run.execution_id)
     assert done is not None and done.state is StepState.COMPLETED
-    assert done.token == ""  # revoked by Slack now: not kept
+    assert run.token not in str(await stored_steps(stack))
     requested = [
         e for e in await stack.runtime.store.list_audit(limit=20) if e.event == "requested"
     ]
@@ -336,7 +349,7 @@ async def test_reconcile_fails_a_step_that_never_got_its_request(sqlite_stack: L
     stack = sqlite_stack
     run = stack.slack.start_function(STEP, inputs(*GROW_H200))
     steps = stack.runtime.steps.steps
-    assert await steps.claim(run.execution_id, run.token, DAVE, CHANNEL)
+    assert await steps.claim(run.execution_id, DAVE, CHANNEL)
     completer = stack.runtime.steps.completer
     assert await completer.reconcile() == 0  # it may still be on its way
     completer.clock = lambda: datetime.now(UTC) + timedelta(minutes=11)

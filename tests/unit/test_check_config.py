@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -208,3 +209,83 @@ def test_a_missing_token_names_the_command_check_config(
     monkeypatch.delenv("SLACK_BOT_TOKEN")
     _, text = run(tmp_path, POLICY)
     assert "SLACK_BOT_TOKEN is not set; `gpuops check-config` needs it (xoxb-…)" in text
+
+
+GUARDED = (
+    POLICY
+    + """\
+approvals:
+  break_glass: true
+  rules:
+    - projects: [together-prod]
+      kinds: [decommission, change_type]
+      approvers: 2
+      usergroups: [S0ONCALL, S0PLATFORM]
+    - projects: ["*"]
+      approvers: 1
+freezes:
+  - name: year-end
+    projects: ["*"]
+    from: "2026-12-24T00:00:00Z"
+    to: "2027-01-02T00:00:00Z"
+  - name: weekend
+    projects: [together-prod]
+    kinds: [scale_down]
+    weekly: {days: [sat, sun], from: "00:00", to: "24:00", timezone: "Europe/Berlin"}
+  - name: summer
+    projects: [e2e-delhi]
+    from: "2026-07-01T00:00:00Z"
+    to: "2026-07-02T00:00:00Z"
+  - name: spring
+    projects: [e2e-delhi]
+    from: "2027-03-01T00:00:00Z"
+    to: "2027-03-02T00:00:00Z"
+"""
+)
+
+
+def _rows(text: str) -> list[str]:
+    return [" ".join(line.split()) for line in text.splitlines()]
+
+
+def test_the_approval_rules_and_the_freezes_are_shown_with_the_active_one_flagged(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "policy.yml").write_text(GUARDED)
+    out = io.StringIO()
+    friday_noon = datetime(2026, 12, 25, 12, 0, tzinfo=UTC)
+    assert run_check_config(Settings(), out, now=friday_noon) == 0, out.getvalue()
+    lines = _rows(out.getvalue())
+    assert "PROJECTS KINDS APPROVERS GROUPS" in lines
+    assert "together-prod decommission, change_type 2 S0ONCALL, S0PLATFORM" in lines
+    assert "* * 1 anyone" in lines
+    assert "freezes (as of 2026-12-25 12:00 UTC):" in lines
+    assert (
+        "year-end * * 2026-12-24 00:00 UTC to 2027-01-02 00:00 UTC "
+        "ACTIVE until 2027-01-02 00:00 UTC"
+    ) in lines
+    # Saturday and Sunday in Berlin: the next weekend, from Friday 23:00 UTC, as one window
+    assert (
+        "weekend together-prod scale_down weekly sat, sun 00:00-24:00 Europe/Berlin "
+        "next 2026-12-25 23:00 UTC to 2026-12-27 23:00 UTC"
+    ) in lines
+    assert "summer e2e-delhi * 2026-07-01 00:00 UTC to 2026-07-02 00:00 UTC over" in lines
+    assert "spring e2e-delhi * 2027-03-01 00:00 UTC to 2027-03-02 00:00 UTC upcoming" in lines
+
+
+def test_a_weekly_freeze_in_force_is_flagged_until_its_end(tmp_path: Path) -> None:
+    (tmp_path / "policy.yml").write_text(GUARDED)
+    out = io.StringIO()
+    sunday = datetime(2027, 1, 10, 9, 30, tzinfo=UTC)
+    assert run_check_config(Settings(), out, now=sunday) == 0, out.getvalue()
+    weekend = next(line for line in _rows(out.getvalue()) if line.startswith("weekend "))
+    assert weekend.endswith("ACTIVE until 2027-01-10 23:00 UTC")
+    year_end = next(line for line in _rows(out.getvalue()) if line.startswith("year-end "))
+    assert year_end.endswith(" over")
+
+
+def test_no_rules_and_no_freezes_say_so(tmp_path: Path) -> None:
+    code, text = run(tmp_path, POLICY)
+    assert code == 0, text
+    assert "rules: none (a change that needs approval needs one approver)" in text
+    assert "freezes: none" in text

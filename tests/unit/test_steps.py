@@ -61,7 +61,7 @@ def test_what_a_step_lacks_where_a_command_opens_a_form() -> None:
 
 
 def test_empty_inputs_are_named() -> None:
-    start = StepStart("Fx1", "xwfp-1", "p", " ", "num_gpus=16", "", "U1", "")
+    start = StepStart("Fx1", "p", " ", "num_gpus=16", "", "U1", "")
     assert start.missing() == ["cluster_id", "channel"]
 
 

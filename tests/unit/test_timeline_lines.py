@@ -46,6 +46,10 @@ def event(event_name: str, *, request: bool = True, **fields: Any) -> ChannelEve
             "**CR-PFXSA6** approved by U02BOB (break glass: their own request) · sev1",
         ),
         (
+            event("break_glass", outcome="1 of 2", detail={"break_glass": True, "reason": "sev1"}),
+            "**CR-PFXSA6** break glass by U02BOB: their own request, one approval (1 of 2) · sev1",
+        ),
+        (
             event("refused", outcome="stale", detail={"reason": "the cluster changed"}),
             "**CR-PFXSA6** failed before it was sent (stale): the cluster changed",
         ),

@@ -92,6 +92,13 @@ def freezes_soon(
     return sorted(found, key=lambda w: (w.start, w.freeze.name))
 
 
+def current_or_next(freeze: Freeze, now: datetime) -> FreezeWindow | None:
+    """The freeze's window holding now, else its next one (within a week for a weekly
+    freeze); None when it is over."""
+    ahead = [FreezeWindow(freeze, start, end) for start, end in _spans(freeze, now) if end > now]
+    return min(ahead, key=lambda w: w.start, default=None)
+
+
 def when(moment: datetime) -> str:
     """``2027-01-02 00:00 UTC``."""
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")

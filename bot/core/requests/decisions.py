@@ -16,7 +16,7 @@ from bot.core.notifier import EventKind, RequestEvent
 from bot.core.policy import Role
 from bot.core.requests.execution import Execution
 from bot.core.requests.presend import stale_text
-from bot.core.requests.settle import Change, RequestDeps, settle
+from bot.core.requests.settle import Change, RequestDeps, mirror, settle
 from bot.core.requests.sweeper import Sweeper
 from bot.core.requests.view import (
     REFUSED_AT_APPROVAL,
@@ -224,6 +224,8 @@ class Decisions:
             await self._in_rule_groups(user, record, decision)
             return False
         if decision == "approve" and self.deps.policy.approvals.break_glass and role >= Role.admin:
+            if user in record.approvers:  # counted once already: no second reason asked
+                return True
             if break_glass_reason and break_glass_reason.strip():
                 return True
             raise _AskBreakGlass()
@@ -288,10 +290,9 @@ class Decisions:
         refused = await self._recheck(record, user)
         if refused is not None:
             return refused
-        if not break_glass:
-            counted = await self._count_approval(record, user)
-            if counted is not None:
-                return counted
+        counted = await self._count_approval(record, user, reason if break_glass else None)
+        if counted is not None:
+            return counted
         note = f"Break glass: <@{user}> approved their own request. Reason: {reason}"
         approved = Change(
             "break_glass" if break_glass else "approved",
@@ -317,15 +318,21 @@ class Decisions:
         await self.execution.execute(record.id, actor=user)
         return None
 
-    async def _count_approval(self, record: ChangeRequestRecord, user: str) -> Reply | None:
-        """Record this approval; None when it is the last one needed (approve now), else
-        what the approver is told (counted, or already counted)."""
+    async def _count_approval(
+        self, record: ChangeRequestRecord, user: str, glass_reason: str | None = None
+    ) -> Reply | None:
+        """Record this approval (with ``glass_reason``, the requester's break glass: one
+        approval, no more); None when it is the last one needed (approve now), else what
+        the approver is told (counted, or already counted)."""
         requirement = self.requirement(record)
-        updated, added = await self.deps.store.add_approver(record.id, user, requirement.as_json())
+        wanted = requirement.as_json()
+        if glass_reason is not None:
+            wanted["break_glass"] = {"by": user, "reason": glass_reason}
+        updated, added = await self.deps.store.add_approver(record.id, user, wanted)
         if updated is None or updated.state is not RequestState.PENDING:
             return already_decided_refusal(updated or record).reply()
         counted = [
-            u for u in updated.approvers if u == user or await self._still_eligible(u, record)
+            u for u in updated.approvers if u == user or await self._still_eligible(u, updated)
         ]
         count = len(counted)
         progress = f"{count} of {requirement.needed}"
@@ -333,24 +340,44 @@ class Decisions:
             return notice(f"You already approved {record.id} ({progress}); it counts once.")
         if count >= requirement.needed:
             return None  # the last one: approved now, audited as such
+        glass = {"break_glass": True, "reason": glass_reason} if glass_reason is not None else {}
         await self.deps.access.audit(
             user,
-            "approval_added",
+            "break_glass" if glass else "approval_added",
             project=record.project,
             cluster_id=record.cluster_id,
             request_id=record.id,
             outcome=progress,
+            **glass,
         )
         event = RequestEvent("approval_added", user, progress)
         await self.deps.notifier.request_changed(updated, event)
-        return notice(f"Your approval of {record.id} is recorded: {progress}.")
+        if glass_reason is None:
+            return notice(f"Your approval of {record.id} is recorded: {progress}.")
+        more = f"needs {requirement.needed - count} more"
+        if requirement.usergroups:
+            more += " from user group " + " or ".join(requirement.usergroups)
+        await mirror(
+            self.deps,
+            updated,
+            f"Break glass: <@{user}> approved their own request ({progress}: {more}). "
+            f"Reason: {glass_reason}",
+        )
+        return notice(f"Break glass on {record.id} counts as one approval: {progress}; it {more}.")
 
     async def _still_eligible(self, approver: str, record: ChangeRequestRecord) -> bool:
         """An earlier approval counts while its approver could still give it (a reloaded
-        policy may have taken the grant or the group away)."""
+        policy may have taken the grant, the group or break glass away); the requester's
+        only by break glass."""
         authorizer = self.deps.access.authorizer
+        if approver == record.requester:
+            glass = (record.approvals or {}).get("break_glass") or {}
+            if glass.get("by") != approver or not self.deps.policy.approvals.break_glass:
+                return False
+            check = await authorizer.check(approver, record.project, record.channel, Role.admin)
+            return check.allowed
         check = await authorizer.check(approver, record.project, record.channel, Role.approver)
-        if not check.allowed or approver == record.requester:
+        if not check.allowed:
             return False
         groups = self.requirement(record).usergroups
         return not groups or await authorizer.in_any_group(approver, groups)

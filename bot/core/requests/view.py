@@ -75,6 +75,9 @@ class RequestView:
     approval_groups: tuple[str, ...] = ()  # each approver must be in one of these
     approval_kinds: tuple[str, ...] = ()  # why approval is needed: these kinds
     approval_by_rule: bool = False  # an approval rule says so (else the default table)
+    # The requester's own approval by break glass, counted as one of those needed: who, why.
+    glass_by: str | None = None
+    glass_reason: str | None = None
     # An admin's freeze override: (freeze name, admin's user id, reason).
     override: tuple[str, str, str] | None = None
     revert_of: str | None = None  # the request this one undoes
@@ -111,6 +114,7 @@ def _override(record: ChangeRequestRecord) -> tuple[str, str, str] | None:
 def view_of(record: ChangeRequestRecord) -> RequestView:
     plan = ChangePlan.model_validate(record.plan["plan"])
     approvals = record.approvals or {}
+    glass = {k: str(v) for k, v in (approvals.get("break_glass") or {}).items()}
     return RequestView(
         id=record.id,
         state=str(record.state),
@@ -135,6 +139,8 @@ def view_of(record: ChangeRequestRecord) -> RequestView:
         approval_groups=tuple(str(g) for g in approvals.get("usergroups", [])),
         approval_kinds=tuple(str(k) for k in approvals.get("kinds", record.kinds)),
         approval_by_rule=bool(approvals.get("by_rule", False)),
+        glass_by=glass.get("by"),
+        glass_reason=glass.get("reason"),
         override=_override(record),
         revert_of=record.revert_of,
         revertible=revertible(record),

@@ -354,6 +354,13 @@ def _v8_request_approvals(conn: Connection) -> None:
     conn.execute(text(f"ALTER TABLE gpuops_change_requests ADD COLUMN approvals {kind}"))
 
 
+def _v9_no_step_token(conn: Connection) -> None:
+    # A waiting step kept Slack's function token in clear; steps are completed with the
+    # bot token now (SPEC §1.3: no secret stored). Blank the values, then drop the column.
+    conn.execute(text("UPDATE gpuops_workflow_steps SET token = ''"))
+    conn.execute(text("ALTER TABLE gpuops_workflow_steps DROP COLUMN token"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "change requests, audit, deliveries, cluster locks, leases", _v1_initial_tables),
     Migration(2, "change requests: approval prompt ts", _v2_approval_prompt_ts),
@@ -366,6 +373,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "workflow steps (function executions)", _v6_workflow_steps),
     Migration(7, "change requests: follow-up, schedule, revert", _v7_time),
     Migration(8, "change requests: approvals so far", _v8_request_approvals),
+    Migration(9, "workflow steps: no step token kept", _v9_no_step_token),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

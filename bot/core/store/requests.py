@@ -187,7 +187,9 @@ class RequestsMixin(StoreBase):
                 return None, False
             if current.state is not RequestState.PENDING or approver in current.approvers:
                 return current, False
-            values = {"approvals": {**requirement, "by": [*current.approvers, approver]}}
+            # What it needs now, over what earlier approvals noted (a break glass among them).
+            noted = {**(current.approvals or {}), **requirement}
+            values = {"approvals": {**noted, "by": [*current.approvers, approver]}}
             won = await self._update_request(
                 request_id,
                 values,

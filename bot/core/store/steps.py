@@ -33,12 +33,11 @@ class StepOutcome(enum.StrEnum):
 
 
 class StepRecord(BaseModel):
-    """One function execution as stored. ``token`` is Slack's token for completing it."""
+    """One function execution as stored (no token: the app completes it with its own)."""
 
     model_config = ConfigDict(frozen=True)
 
     execution_id: str
-    token: str
     requester: str
     channel: str
     request_id: str | None
@@ -59,14 +58,13 @@ class StepStore:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    async def claim(self, execution_id: str, token: str, requester: str, channel: str) -> bool:
+    async def claim(self, execution_id: str, requester: str, channel: str) -> bool:
         """True for the one caller (across replicas and redeliveries) that runs the step."""
         now = _now()
         statement = (
             self.store._insert(workflow_steps)
             .values(
                 execution_id=execution_id,
-                token=token,
                 requester=requester,
                 channel=channel,
                 state=StepState.RUNNING.value,
@@ -110,8 +108,8 @@ class StepStore:
         )
 
     async def completed(self, execution_id: str) -> None:
-        """The step is over; its token (revoked by Slack now) is not kept."""
-        await self._move(execution_id, {StepState.COMPLETING}, StepState.COMPLETED, token="")
+        """The step is over."""
+        await self._move(execution_id, {StepState.COMPLETING}, StepState.COMPLETED)
 
     async def unfinished(self, limit: int = 200) -> list[StepRecord]:
         """Steps not completed yet, oldest first."""

@@ -127,7 +127,6 @@ workflow_steps = Table(
     "gpuops_workflow_steps",
     metadata,
     Column("execution_id", Text(), primary_key=True),
-    Column("token", Text(), nullable=False),
     Column("requester", Text(), nullable=False),
     Column("channel", Text(), nullable=False),
     Column("request_id", String(16)),

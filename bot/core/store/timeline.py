@@ -20,6 +20,7 @@ REQUEST_EVENTS = frozenset(
     {
         "requested",
         "approved",
+        "break_glass",  # a requester's own approval, one of several needed
         "denied",
         "cancelled",
         "withdrawn",

@@ -3,10 +3,11 @@
 
 Each run gets a ``function_execution_id`` (``Fx…``) and its own short-lived token, sent as
 ``bot_access_token`` in the ``function_executed`` event: the token is good while the run
-is in progress and revoked once it completes (``token_revoked`` after). The completion
-methods take that token or the bot token; a run completes once
-(``execution_not_in_running_state`` after), and the outputs must fit the function's
-output parameters (``parameter_validation_failed``)."""
+is in progress, for at most 15 minutes after it was issued, and revoked once the run
+completes (``token_revoked`` after either). The completion methods take the bot token of
+the app that owns the function, or a run's own token for that run only (``access_denied``
+for another run); a run completes once (``execution_not_in_running_state`` after), and
+the outputs must fit the function's output parameters (``parameter_validation_failed``)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from pydantic import BaseModel
 from bot.local.slack.models import JsonDict, random_id
 
 RunState = Literal["running", "completed", "failed"]
+FUNCTION_TOKEN_SECONDS = 15 * 60  # a run's own token expires then, even while it runs
 
 
 class FunctionParameter(BaseModel):
@@ -152,14 +154,24 @@ class FunctionRuns:
 
     def token_state(self, token: str) -> Literal["valid", "revoked"] | None:
         """A function token's standing; None when it is not one."""
+        run = self._run_of(token)
+        if run is None:
+            return None
+        fresh = time.time() - run.started_at < FUNCTION_TOKEN_SECONDS
+        return "valid" if run.state == "running" and fresh else "revoked"
+
+    def _run_of(self, token: str) -> FunctionRun | None:
         for run in self.runs.values():
             if hmac.compare_digest(token.encode(), run.token.encode()):
-                return "valid" if run.state == "running" else "revoked"
+                return run
         return None
 
     def complete(self, args: JsonDict, token: str, *, success: bool) -> JsonDict:
         """``functions.completeSuccess`` (``success``) or ``functions.completeError``."""
         run = self._running(args.get("function_execution_id"))
+        owner = self._run_of(token)
+        if owner is not None and owner is not run:
+            raise FunctionCallError("access_denied")  # a run's token ends that run only
         if success:
             outputs = args.get("outputs")
             if outputs is None:

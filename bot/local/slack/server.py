@@ -145,14 +145,18 @@ def _decode_json_fields(args: JsonDict) -> JsonDict:
 
 
 async def _read_api_args(request: web.Request) -> tuple[JsonDict, str | None]:
-    """The call's arguments (query, form or JSON body) and its token, kept apart."""
+    """The call's arguments (query, form or JSON body) and its token, kept apart.
+
+    As Slack: a JSON body never carries the token (only the Authorization header does; a
+    ``token`` in it is ignored, so a call with no header is ``not_authed``), a form-encoded
+    body or the query may."""
     args: JsonDict = dict(request.query)
     if request.method == "POST" and request.can_read_body:
         if request.content_type == "application/json":
             body = await request.json()
             if not isinstance(body, dict):
                 raise ValueError("the JSON body is not an object")
-            args.update(body)
+            args.update({k: v for k, v in body.items() if k != "token"})
         else:
             form = await request.post()
             args.update({k: v for k, v in form.items() if isinstance(v, str)})
