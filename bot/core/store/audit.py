@@ -20,7 +20,7 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, RowMapping, func, select, update
+from sqlalchemy import ColumnElement, bindparam, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from bot.core.store.chain import (
@@ -33,7 +33,7 @@ from bot.core.store.chain import (
 )
 from bot.core.store.engine import StoreBase, require_aware, utcnow
 from bot.core.store.errors import StoreUnavailable, is_unavailable, unavailable_from
-from bot.core.store.records import AuditEntry
+from bot.core.store.records import AuditEntry, AuditRow
 from bot.core.store.tables import audit, audit_chain
 
 EXPORT_PAGE = 500
@@ -44,6 +44,48 @@ _TAKE_HEAD = (
     .values(entries=audit_chain.c.entries + 1)
     .returning(audit_chain.c.last_hash)
 )
+
+
+_ENTRY_COLUMNS = [c for c in audit.c if c.key != "id"]
+# Built once: each append only binds its values (bot.core.store.requests says why).
+_INSERT_ENTRY = audit.insert().returning(*audit.c)
+_MOVE_HEAD = (
+    update(audit_chain)
+    .where(audit_chain.c.name == CHAIN_NAME)
+    .values(last_hash=bindparam("b_hash"), last_id=bindparam("b_last_id"))
+)
+_appended = (
+    audit.insert()
+    .values({c.key: bindparam(f"b_{c.key}", type_=c.type) for c in _ENTRY_COLUMNS})
+    .returning(*audit.c)
+    .cte("appended")
+)
+_moved = (
+    update(audit_chain)
+    .where(audit_chain.c.name == CHAIN_NAME)
+    .values(last_hash=bindparam("b_hash"), last_id=select(_appended.c.id).scalar_subquery())
+    .cte("moved")
+)
+# PostgreSQL: the entry and the head's move in one statement (one WITH).
+_APPEND_AND_MOVE = select(_appended).add_cte(_moved)
+
+
+async def append_entry(conn: AsyncConnection, row: AuditRow, dialect: str) -> AuditEntry:
+    """Append ``row`` at the end of the chain inside the caller's transaction (see the
+    module docstring): the head is taken first and held until that transaction ends."""
+    prev_hash = (await conn.execute(_TAKE_HEAD)).scalar_one()
+    fields: dict[str, Any] = row.model_dump()
+    fields["detail"] = stored_detail(row.detail)
+    fields["at"] = utcnow()  # under the head's lock: chain order is time order
+    fields["prev_hash"] = prev_hash
+    fields["hash"] = entry_hash(fields, prev_hash)
+    if dialect == "postgresql":
+        params = {f"b_{key}": value for key, value in fields.items()}
+        entry = (await conn.execute(_APPEND_AND_MOVE, params)).mappings().one()
+    else:
+        entry = (await conn.execute(_INSERT_ENTRY, fields)).mappings().one()
+        await conn.execute(_MOVE_HEAD, {"b_hash": fields["hash"], "b_last_id": entry["id"]})
+    return AuditEntry.model_validate(dict(entry))
 
 
 class AuditMixin(StoreBase):
@@ -59,37 +101,17 @@ class AuditMixin(StoreBase):
         detail: Mapping[str, Any] | None = None,
     ) -> AuditEntry:
         """Append one entry at the end of the chain (see the module docstring)."""
-        fields: dict[str, Any] = {
-            "actor": actor,
-            "event": event,
-            "project": project,
-            "cluster_id": cluster_id,
-            "request_id": request_id,
-            "outcome": outcome,
-            "detail": stored_detail(detail),
-        }
+        row = AuditRow(
+            actor=actor,
+            event=event,
+            project=project,
+            cluster_id=cluster_id,
+            request_id=request_id,
+            outcome=outcome,
+            detail=dict(detail or {}),
+        )
         async with self._begin() as conn:
-            prev_hash = (await conn.execute(_TAKE_HEAD)).scalar_one()
-            fields["at"] = utcnow()  # under the head's lock: chain order is time order
-            row = await self._insert_chained(conn, fields, prev_hash)
-        return AuditEntry.model_validate(dict(row))
-
-    async def _insert_chained(
-        self, conn: AsyncConnection, fields: dict[str, Any], prev_hash: str
-    ) -> RowMapping:
-        digest = entry_hash(fields, prev_hash)
-        insert = audit.insert().values(**fields, prev_hash=prev_hash, hash=digest)
-        move_head = update(audit_chain).where(audit_chain.c.name == CHAIN_NAME)
-        if self._engine.dialect.name == "postgresql":
-            appended = insert.returning(*audit.c).cte("appended")
-            moved = move_head.values(
-                last_hash=digest, last_id=select(appended.c.id).scalar_subquery()
-            ).cte("moved")
-            statement = select(appended).add_cte(moved)
-            return (await conn.execute(statement)).mappings().one()
-        row = (await conn.execute(insert.returning(*audit.c))).mappings().one()
-        await conn.execute(move_head.values(last_hash=digest, last_id=row["id"]))
-        return row
+            return await append_entry(conn, row, self._engine.dialect.name)
 
     async def list_audit(
         self, *, project: str | None = None, request_id: str | None = None, limit: int = 20

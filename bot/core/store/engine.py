@@ -128,6 +128,7 @@ class StoreBase:
         operation_timeout: float | None = None,
     ) -> None:
         self._engine = engine
+        self._dialect = engine.dialect.name  # "sqlite" or "postgresql"
         self._database = database
         self._connect_timeout = connect_timeout
         # SQLite runs inline, on the loop's thread: a timeout could not interrupt it.

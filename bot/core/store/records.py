@@ -108,6 +108,30 @@ class AuditEntry(BaseModel):
         return self.model_dump(include={"at", *HASHED_FIELDS})
 
 
+class AuditRow(BaseModel):
+    """An audit entry to append, before the chain gives it its time, id and hashes."""
+
+    model_config = ConfigDict(frozen=True)
+
+    actor: str
+    event: str
+    project: str | None = None
+    cluster_id: str | None = None
+    request_id: str | None = None
+    outcome: str | None = None
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class ClusterRef(BaseModel):
+    """Which cluster a change holds (the one-change-per-cluster lock's key)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    provider: str
+    project: str
+    cluster_id: str
+
+
 class Lease(BaseModel):
     """A held lease. ``token`` grows by one each time the lease changes hands (or is taken
     again after it expired), so it fences: a write guarded by an older token is refused."""

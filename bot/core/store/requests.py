@@ -1,19 +1,43 @@
 """Change requests: create, read, list, and the compare-and-set transitions (optionally fenced
-by an execution lease), including the idempotent recording of a provider outcome."""
+by an execution lease), including the idempotent recording of a provider outcome.
+
+Every transition is one transaction: the state's compare-and-set together with its audit
+entry (and the chain head), and for an execution's start and end the lease, the cluster lock
+and the call deadline too. Statements are built once (module level, or cached per set of
+columns a caller sets) with bound parameters; a call only binds its values, and a row a
+statement has just returned (``RETURNING``) is never read again."""
 
 from __future__ import annotations
 
+import enum
+import functools
 from collections.abc import Collection, Mapping
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, exists, select, update
+from sqlalchemy import ColumnElement, Update, bindparam, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from bot.core.store.audit import append_entry
 from bot.core.store.engine import StoreBase, require_aware, utcnow
+from bot.core.store.locks import (
+    fence_holds,
+    fence_params,
+    holder_in,
+    lock_in,
+    release_ended_in,
+    release_lease_in,
+    take_lease_in,
+    unlock_in,
+)
 from bot.core.store.records import (
     KNOWN_OUTCOMES,
+    TERMINAL_STATES,
+    AuditRow,
     ChangeRequestRecord,
+    ClusterRef,
     Lease,
     MutableFields,
     OutcomeRecorded,
@@ -21,10 +45,11 @@ from bot.core.store.records import (
     new_request_id,
     normalize_request_id,
 )
-from bot.core.store.tables import change_requests, leases, workflow_steps
+from bot.core.store.tables import change_requests, workflow_steps
 
 _REQUEST_ID_ATTEMPTS = 8
 _APPROVER_ATTEMPTS = 50
+_EXECUTING = frozenset({RequestState.EXECUTING})
 
 
 class StepTaken(Exception):
@@ -32,31 +57,122 @@ class StepTaken(Exception):
     made its request, or it was ended): no request was created."""
 
 
-def fence_holds(fence: Lease) -> ColumnElement[bool]:
-    """SQL that is true while ``fence`` is still the lease's current holding (same token)."""
-    return exists().where(
-        leases.c.name == fence.name,
-        leases.c.holder == fence.holder,
-        leases.c.token == fence.token,
-    )
+class _Moved(Exception):
+    """The request was not where the transition needs it: leave the transaction by it, so
+    nothing taken in it (lease, lock) stays."""
+
+
+class StartedHow(enum.StrEnum):
+    """What ``start_execution`` did."""
+
+    STARTED = "started"  # executing now, under ``lease``, holding the cluster
+    HELD = "held"  # another executor holds the request's lease: nothing done
+    BUSY = "busy"  # another request holds the cluster (``holder``); the lease is ours
+    MOVED = "moved"  # the request is no longer approved: nothing done
+
+
+@dataclass(frozen=True)
+class Started:
+    how: StartedHow
+    lease: Lease | None = None
+    record: ChangeRequestRecord | None = None
+    holder: str | None = None  # BUSY: the request holding the cluster
 
 
 def _validated_updates(updates: Mapping[str, Any]) -> dict[str, Any]:
     return MutableFields.model_validate(dict(updates)).model_dump(exclude_unset=True)
 
 
-async def _link_step(conn: AsyncConnection, step: str, request_id: str) -> None:
-    linked = await conn.execute(
-        update(workflow_steps)
-        .where(
-            workflow_steps.c.execution_id == step,
-            workflow_steps.c.state == "running",
-            workflow_steps.c.request_id.is_(None),
-        )
-        .values(request_id=request_id, updated_at=utcnow())
+def _record(row: Any) -> ChangeRequestRecord | None:
+    return None if row is None else ChangeRequestRecord.model_validate(dict(row))
+
+
+_GET = select(change_requests).where(change_requests.c.id == bindparam("request_id"))
+_INSERT = {
+    name: dialect.insert(change_requests)
+    .on_conflict_do_nothing(index_elements=[change_requests.c.id])
+    .returning(change_requests)
+    for name, dialect in (("postgresql", postgresql), ("sqlite", sqlite))
+}
+_BESIDE = (
+    select(change_requests)
+    .where(
+        change_requests.c.project == bindparam("project"),
+        change_requests.c.cluster_id == bindparam("cluster"),
+        change_requests.c.state.in_(bindparam("states", expanding=True)),
     )
-    if linked.rowcount != 1:
-        raise StepTaken(step)  # leaving the transaction by it stores no request
+    .order_by(change_requests.c.created_at, change_requests.c.id)
+    .limit(100)
+)
+_LINK_STEP = (
+    update(workflow_steps)
+    .where(
+        workflow_steps.c.execution_id == bindparam("step"),
+        workflow_steps.c.state == "running",
+        workflow_steps.c.request_id.is_(None),
+    )
+    .values(request_id=bindparam("linked_id"), updated_at=bindparam("now"))
+)
+
+
+@functools.lru_cache(maxsize=128)
+def _update(columns: tuple[str, ...], *, states: bool, fenced: bool, versioned: bool) -> Update:
+    """``UPDATE … SET <columns> WHERE id = :request_id [AND state IN :from_states] [AND
+    <fence holds>] [AND version = :expected_version] RETURNING *``, built once per shape."""
+    conditions: list[ColumnElement[bool]] = [change_requests.c.id == bindparam("request_id")]
+    if states:
+        conditions.append(change_requests.c.state.in_(bindparam("from_states", expanding=True)))
+    if fenced:
+        conditions.append(fence_holds())
+    if versioned:
+        conditions.append(change_requests.c.version == bindparam("expected_version"))
+    values: dict[str, Any] = {
+        name: bindparam(f"v_{name}", type_=change_requests.c[name].type) for name in columns
+    }
+    return (
+        update(change_requests)
+        .where(*conditions)
+        .values(**values, version=change_requests.c.version + 1)
+        .returning(change_requests)
+    )
+
+
+async def _update_in(
+    conn: AsyncConnection,
+    request_id: str,
+    values: Mapping[str, Any],
+    *,
+    from_states: Collection[RequestState] | None = None,
+    fence: Lease | None = None,
+    expected_version: int | None = None,
+) -> ChangeRequestRecord | None:
+    fields = {**values, "updated_at": utcnow()}
+    statement = _update(
+        tuple(sorted(fields)),
+        states=from_states is not None,
+        fenced=fence is not None,
+        versioned=expected_version is not None,
+    )
+    params: dict[str, Any] = {f"v_{k}": v for k, v in fields.items()}
+    params["request_id"] = normalize_request_id(request_id)
+    if from_states is not None:
+        params["from_states"] = [RequestState(state).value for state in from_states]
+    if fence is not None:
+        params.update(fence_params(fence))
+    if expected_version is not None:
+        params["expected_version"] = expected_version
+    return _record((await conn.execute(statement, params)).mappings().first())
+
+
+async def _get_in(conn: AsyncConnection, request_id: str) -> ChangeRequestRecord | None:
+    params = {"request_id": normalize_request_id(request_id)}
+    return _record((await conn.execute(_GET, params)).mappings().first())
+
+
+def _transition_values(to: RequestState, updates: Mapping[str, Any]) -> dict[str, Any]:
+    values = _validated_updates(updates)
+    values["state"] = RequestState(to).value
+    return values
 
 
 class RequestsMixin(StoreBase):
@@ -80,56 +196,99 @@ class RequestsMixin(StoreBase):
         revert_of: str | None = None,
         run_at: datetime | None = None,
         approvals: Mapping[str, Any] | None = None,
+        audit: AuditRow | None = None,
     ) -> ChangeRequestRecord:
         """Store a new request; with ``step`` (a workflow step's execution id), link that
-        running step to it in the same transaction, or raise StepTaken and store nothing."""
-        require_aware("expires_at", expires_at)
-        require_aware("run_at", run_at)
+        running step to it in the same transaction, or raise StepTaken and store nothing.
+        ``audit`` (its ``request_id`` filled in) is appended in that transaction too."""
+        record, _ = await self.open_request(
+            provider=provider,
+            project=project,
+            cluster_id=cluster_id,
+            cluster_name=cluster_name,
+            action=action,
+            plan=plan,
+            kinds=kinds,
+            needs_approval=needs_approval,
+            requester=requester,
+            channel=channel,
+            reason=reason,
+            expires_at=expires_at,
+            state=state,
+            step=step,
+            revert_of=revert_of,
+            run_at=run_at,
+            approvals=approvals,
+            audit=audit,
+        )
+        return record
+
+    async def open_request(
+        self,
+        *,
+        beside: Collection[RequestState] = (),
+        audit: AuditRow | None = None,
+        step: str | None = None,
+        state: RequestState = RequestState.PENDING,
+        **columns: Any,
+    ) -> tuple[ChangeRequestRecord, list[ChangeRequestRecord]]:
+        """``create_request``, and in the same transaction the other requests in one of
+        ``beside``'s states on the same cluster (oldest first)."""
+        require_aware("expires_at", columns.get("expires_at"))
+        require_aware("run_at", columns.get("run_at"))
         now = utcnow()
+        approvals = columns.pop("approvals", None)
         values: dict[str, Any] = {
+            **columns,
             "created_at": now,
             "updated_at": now,
             "state": RequestState(state).value,
-            "provider": provider,
-            "project": project,
-            "cluster_id": cluster_id,
-            "cluster_name": cluster_name,
-            "action": action,
-            "plan": dict(plan),
-            "kinds": list(kinds),
-            "needs_approval": needs_approval,
-            "requester": requester,
-            "channel": channel,
-            "reason": reason,
+            "plan": dict(columns["plan"]),
+            "kinds": list(columns["kinds"]),
             "break_glass": False,
-            "expires_at": expires_at,
             "version": 1,
-            "revert_of": revert_of,
-            "run_at": run_at,
             "approvals": dict(approvals) if approvals is not None else None,
         }
+        values.setdefault("revert_of", None)
+        values.setdefault("run_at", None)
         for _ in range(_REQUEST_ID_ATTEMPTS):
-            statement = (
-                self._insert(change_requests)
-                .values(id=new_request_id(), **values)
-                .on_conflict_do_nothing(index_elements=[change_requests.c.id])
-                .returning(change_requests)
-            )
             async with self._begin() as conn:
-                row = (await conn.execute(statement)).mappings().first()
-                if row is not None and step is not None:
-                    await _link_step(conn, step, str(row["id"]))
-            if row is not None:
-                return ChangeRequestRecord.model_validate(dict(row))
+                others = await self._beside_in(conn, values, beside)
+                params = {**values, "id": new_request_id()}
+                row = (await conn.execute(_INSERT[self._dialect], params)).mappings().first()
+                if row is None:
+                    continue
+                if step is not None:
+                    await self._link_step(conn, step, str(row["id"]), now)
+                if audit is not None:
+                    entry = audit.model_copy(update={"request_id": str(row["id"])})
+                    await append_entry(conn, entry, self._dialect)
+            record = ChangeRequestRecord.model_validate(dict(row))
+            return record, others
         raise RuntimeError(f"no free request id after {_REQUEST_ID_ATTEMPTS} attempts")
 
+    async def _beside_in(
+        self, conn: AsyncConnection, values: Mapping[str, Any], beside: Collection[RequestState]
+    ) -> list[ChangeRequestRecord]:
+        if not beside:
+            return []
+        params = {
+            "project": values["project"],
+            "cluster": values["cluster_id"],
+            "states": [RequestState(s).value for s in beside],
+        }
+        rows = (await conn.execute(_BESIDE, params)).mappings().all()
+        return [ChangeRequestRecord.model_validate(dict(row)) for row in rows]
+
+    @staticmethod
+    async def _link_step(conn: AsyncConnection, step: str, request_id: str, now: datetime) -> None:
+        linked = await conn.execute(_LINK_STEP, {"step": step, "linked_id": request_id, "now": now})
+        if linked.rowcount != 1:
+            raise StepTaken(step)  # leaving the transaction by it stores no request
+
     async def get_request(self, request_id: str) -> ChangeRequestRecord | None:
-        statement = select(change_requests).where(
-            change_requests.c.id == normalize_request_id(request_id)
-        )
         async with self._begin() as conn:
-            row = (await conn.execute(statement)).mappings().first()
-        return None if row is None else ChangeRequestRecord.model_validate(dict(row))
+            return await _get_in(conn, request_id)
 
     async def transition(
         self,
@@ -138,10 +297,12 @@ class RequestsMixin(StoreBase):
         from_states: Collection[RequestState],
         to: RequestState,
         fence: Lease | None = None,
+        audit: AuditRow | None = None,
         **updates: Any,
     ) -> ChangeRequestRecord | None:
         """Move the request to ``to`` if, and only if, it is in one of ``from_states`` (and,
-        with ``fence``, that lease is still held with that token).
+        with ``fence``, that lease is still held with that token); ``audit`` is appended in
+        the same transaction when it moves.
 
         Returns the updated record if this call won, None if the request was elsewhere, the
         fence was lost, or there is no such request. ``updates`` may set decided_by,
@@ -150,14 +311,12 @@ class RequestsMixin(StoreBase):
         """
         if not from_states:
             raise ValueError("from_states must name at least one state")
-        values = _validated_updates(updates)
-        values["state"] = RequestState(to).value
-        conditions: list[ColumnElement[bool]] = [
-            change_requests.c.state.in_([RequestState(state).value for state in from_states])
-        ]
-        if fence is not None:
-            conditions.append(fence_holds(fence))
-        return await self._update_request(request_id, values, *conditions)
+        values = _transition_values(to, updates)
+        async with self._begin() as conn:
+            done = await _update_in(conn, request_id, values, from_states=from_states, fence=fence)
+            if done is not None and audit is not None:
+                await append_entry(conn, audit, self._dialect)
+        return done
 
     async def update_fields(
         self, request_id: str, *, fence: Lease | None = None, **updates: Any
@@ -169,8 +328,8 @@ class RequestsMixin(StoreBase):
         values = _validated_updates(updates)
         if not values and fence is None:
             return await self.get_request(request_id)
-        conditions: list[ColumnElement[bool]] = [] if fence is None else [fence_holds(fence)]
-        return await self._update_request(request_id, values, *conditions)
+        async with self._begin() as conn:
+            return await _update_in(conn, request_id, values, fence=fence)
 
     async def add_approver(
         self, request_id: str, approver: str, requirement: Mapping[str, Any]
@@ -182,23 +341,151 @@ class RequestsMixin(StoreBase):
         (record, True) when added; (record, False) when the request is no longer pending or
         already has this approver; (None, False) when there is no such request."""
         for _ in range(_APPROVER_ATTEMPTS):
-            current = await self.get_request(request_id)
-            if current is None:
-                return None, False
-            if current.state is not RequestState.PENDING or approver in current.approvers:
-                return current, False
-            # What it needs now, over what earlier approvals noted (a break glass among them).
-            noted = {**(current.approvals or {}), **requirement}
-            values = {"approvals": {**noted, "by": [*current.approvers, approver]}}
-            won = await self._update_request(
-                request_id,
-                values,
-                change_requests.c.version == current.version,
-                change_requests.c.state == RequestState.PENDING.value,
-            )
+            async with self._begin() as conn:
+                current = await _get_in(conn, request_id)
+                if current is None:
+                    return None, False
+                if current.state is not RequestState.PENDING or approver in current.approvers:
+                    return current, False
+                # What it needs now, over what earlier approvals noted (a break glass among them).
+                noted = {**(current.approvals or {}), **requirement}
+                values = {"approvals": {**noted, "by": [*current.approvers, approver]}}
+                won = await _update_in(
+                    conn,
+                    request_id,
+                    values,
+                    from_states=(RequestState.PENDING,),
+                    expected_version=current.version,
+                )
             if won is not None:
                 return won, True
         raise RuntimeError(f"{request_id}: approvals kept changing; try again")
+
+    async def start_execution(
+        self,
+        request_id: str,
+        *,
+        lease_name: str,
+        holder: str,
+        ttl_seconds: float,
+        cluster: ClusterRef,
+        max_call_seconds: float,
+        audit: AuditRow,
+        fence: Lease | None = None,
+        **updates: Any,
+    ) -> Started:
+        """Start sending an approved change, in one transaction: take its lease (or, with
+        ``fence``, keep the one taken by ``claim_execution``), lock its cluster with the
+        provider call's deadline (``max_call_seconds`` from now: the lock is not taken over
+        before it), move it ``approved`` → ``executing`` under the lease, and audit it.
+
+        BUSY keeps the lease (the caller refuses the change, then releases it); HELD and
+        MOVED leave nothing behind."""
+        if max_call_seconds < 0:
+            raise ValueError("max_call_seconds must not be negative")
+        values = _transition_values(RequestState.EXECUTING, updates)
+        try:
+            async with self._begin() as conn:
+                lease = fence or await take_lease_in(
+                    conn, self._dialect, lease_name, holder, ttl_seconds
+                )
+                if lease is None:
+                    return Started(StartedHow.HELD)
+                deadline = utcnow() + timedelta(seconds=max_call_seconds)
+                busy = await self._lock_in(conn, cluster, request_id, lease_name, deadline)
+                if busy is not None:
+                    return Started(StartedHow.BUSY, lease=lease, holder=busy)
+                done = await _update_in(
+                    conn,
+                    request_id,
+                    values,
+                    from_states=(RequestState.APPROVED,),
+                    fence=lease,
+                )
+                if done is None:
+                    raise _Moved(request_id)
+                await append_entry(conn, audit, self._dialect)
+        except _Moved:
+            return Started(StartedHow.MOVED, lease=fence)
+        return Started(StartedHow.STARTED, lease=lease, record=done)
+
+    async def claim_execution(
+        self,
+        request_id: str,
+        *,
+        lease_name: str,
+        holder: str,
+        ttl_seconds: float,
+        cluster: ClusterRef,
+    ) -> Started:
+        """Take the request's lease and lock its cluster, in one transaction, before checks
+        that must run under the lock (a scheduled change's fetch); ``start_execution`` with
+        the lease as ``fence`` then starts it. STARTED here means claimed (no record)."""
+        async with self._begin() as conn:
+            lease = await take_lease_in(conn, self._dialect, lease_name, holder, ttl_seconds)
+            if lease is None:
+                return Started(StartedHow.HELD)
+            busy = await self._lock_in(conn, cluster, request_id, lease_name, None)
+        if busy is not None:
+            return Started(StartedHow.BUSY, lease=lease, holder=busy)
+        return Started(StartedHow.STARTED, lease=lease)
+
+    async def _lock_in(
+        self,
+        conn: AsyncConnection,
+        cluster: ClusterRef,
+        request_id: str,
+        lease_name: str,
+        calls_until: datetime | None,
+    ) -> str | None:
+        """Lock the cluster for the request: None when held now, else the holder. An ended
+        holder's lock goes once no call of it can still arrive (then it is taken)."""
+        for _ in range(2):
+            if await lock_in(
+                conn,
+                self._dialect,
+                cluster,
+                request_id,
+                lease_name=lease_name,
+                calls_until=calls_until,
+            ):
+                return None
+            holder = await holder_in(conn, cluster)
+            if holder is None:
+                continue  # freed meanwhile
+            current = await _get_in(conn, holder)
+            ended = current is None or current.state in TERMINAL_STATES
+            if not (ended and await release_ended_in(conn, cluster, holder)):
+                return holder
+        return await holder_in(conn, cluster) or request_id
+
+    async def finish_execution(
+        self,
+        request_id: str,
+        fence: Lease | None,
+        *,
+        to: RequestState,
+        result_message: str | None,
+        cluster: ClusterRef,
+        audit: AuditRow,
+        from_states: Collection[RequestState] = _EXECUTING,
+    ) -> tuple[OutcomeRecorded, ChangeRequestRecord | None]:
+        """Record how a change ended, in one transaction: its state (from ``from_states``,
+        under ``fence``), its audit entry, the cluster freed and the lease released. As
+        ``record_outcome`` for a known outcome: a replay is ALREADY_RECORDED, an ``unknown``
+        marked by recovery is corrected. FENCED or MISSING write nothing."""
+        values = _transition_values(to, {"result_message": result_message})
+        async with self._begin() as conn:
+            status, done = await self._outcome_in(conn, request_id, fence, values, from_states)
+            if status not in (OutcomeRecorded.FENCED, OutcomeRecorded.MISSING):
+                await unlock_in(conn, cluster, request_id)
+                if fence is not None:
+                    await release_lease_in(conn, fence.name, fence.holder)
+            # The chain head last, in every transaction: appends queue there, holding nothing
+            # another transaction waits for before it reaches the head itself.
+            if status is OutcomeRecorded.RECORDED or status is OutcomeRecorded.CORRECTED_UNKNOWN:
+                await append_entry(conn, audit, self._dialect)
+        return status, done
 
     async def record_outcome(
         self,
@@ -218,50 +505,36 @@ class RequestsMixin(StoreBase):
         """
         if to not in KNOWN_OUTCOMES:
             raise ValueError(f"an outcome is one of {sorted(KNOWN_OUTCOMES)}, not {to!r}")
-        won = await self.transition(
-            request_id,
-            from_states={RequestState.EXECUTING},
-            to=to,
-            fence=fence,
-            result_message=result_message,
-        )
+        values = _transition_values(to, {"result_message": result_message})
+        async with self._begin() as conn:
+            return await self._outcome_in(conn, request_id, fence, values, _EXECUTING)
+
+    async def _outcome_in(
+        self,
+        conn: AsyncConnection,
+        request_id: str,
+        fence: Lease | None,
+        values: dict[str, Any],
+        from_states: Collection[RequestState],
+    ) -> tuple[OutcomeRecorded, ChangeRequestRecord | None]:
+        won = await _update_in(conn, request_id, values, from_states=from_states, fence=fence)
         if won is not None:
             return OutcomeRecorded.RECORDED, won
-        current = await self.get_request(request_id)
+        current = await _get_in(conn, request_id)
         if current is None:
             return OutcomeRecorded.MISSING, None
-        if current.state == to and current.result_message == result_message:
+        to = RequestState(values["state"])
+        same = to not in KNOWN_OUTCOMES or current.result_message == values["result_message"]
+        if current.state == to and same:
             return OutcomeRecorded.ALREADY_RECORDED, current
-        if current.state == RequestState.UNKNOWN:
-            corrected = await self.transition(
-                request_id,
-                from_states={RequestState.UNKNOWN},
-                to=to,
-                result_message=result_message,
+        if current.state == RequestState.UNKNOWN and to in KNOWN_OUTCOMES:
+            # In this transaction the row is ours (written or read under its write lock).
+            corrected = await _update_in(
+                conn, request_id, values, from_states=(RequestState.UNKNOWN,)
             )
             if corrected is not None:
                 return OutcomeRecorded.CORRECTED_UNKNOWN, corrected
-            return await self.record_outcome(
-                request_id, fence, to=to, result_message=result_message
-            )
         return OutcomeRecorded.FENCED, current
-
-    async def _update_request(
-        self, request_id: str, values: dict[str, Any], *conditions: Any
-    ) -> ChangeRequestRecord | None:
-        statement = (
-            update(change_requests)
-            .where(change_requests.c.id == normalize_request_id(request_id), *conditions)
-            .values(
-                **values,
-                updated_at=utcnow(),
-                version=change_requests.c.version + 1,
-            )
-            .returning(change_requests)
-        )
-        async with self._begin() as conn:
-            row = (await conn.execute(statement)).mappings().first()
-        return None if row is None else ChangeRequestRecord.model_validate(dict(row))
 
     async def list_requests(
         self,
