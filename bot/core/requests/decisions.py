@@ -12,12 +12,13 @@ from bot.core.access import Refusal
 from bot.core.answers import Reply, notice
 from bot.core.guardrails.approvals import Requirement, requirement_for
 from bot.core.guardrails.guard import Guard, stored_override
-from bot.core.notifier import EventKind, RequestEvent
 from bot.core.policy import Role
+from bot.core.requests import transitions
+from bot.core.requests.deps import RequestDeps
 from bot.core.requests.execution import Execution
 from bot.core.requests.presend import stale_text
-from bot.core.requests.settle import Change, RequestDeps, mirror, settle
 from bot.core.requests.sweeper import Sweeper
+from bot.core.requests.transitions import Change, settle
 from bot.core.requests.view import (
     REFUSED_AT_APPROVAL,
     STALE_AT_APPROVAL,
@@ -34,7 +35,6 @@ _DOING: dict[Decision, str] = {
     "deny": "denying a request",
     "cancel": "cancelling a request",
 }
-_PENDING = frozenset({RequestState.PENDING})
 _APPROVED_ONCE = frozenset(
     {
         RequestState.APPROVED,
@@ -104,10 +104,9 @@ class Decisions:
         ``channel`` is where the click came from (audited); the decision is checked in the
         request's own channel, never the one a payload names."""
         deps = self.deps
-        record = await deps.store.get_request(request_id)
-        if record is None:
-            unknown = Refusal(f"there is no change request {request_id}.", kind="unknown_request")
-            return await deps.access.refuse(user, channel, unknown)
+        record = await self._found(user, channel, request_id)
+        if not isinstance(record, ChangeRequestRecord):
+            return record
         try:
             await self._may_see(user, record, decision)
         except Refusal as hidden:
@@ -133,50 +132,57 @@ class Decisions:
         try:
             if decision == "cancel":
                 await self._may_cancel(user, record)
-                return await self._close(
-                    record, user, RequestState.CANCELLED, from_states=frozenset({record.state})
+                cancel = (
+                    transitions.CANCEL_SCHEDULED
+                    if waits_for_its_time(record)
+                    else transitions.CANCEL
                 )
+                return await self._close(record, user, cancel)
             break_glass = await self._may_decide(user, record, decision, break_glass_reason)
         except Refusal as refusal:
-            APPROVAL_DECISIONS.labels("refused").inc()
-            return await deps.access.refuse(
-                user,
-                channel,
-                refusal,
-                project=record.project,
-                cluster_id=record.cluster_id,
-                request_id=record.id,
-            )
+            return await self._refused(user, channel, record, refusal)
         except _AskBreakGlass:
             return NeedsBreakGlass(record.id)
         if decision == "deny":
-            return await self._close(record, user, RequestState.DENIED, (reason or "").strip())
+            return await self._close(record, user, transitions.DENY, (reason or "").strip())
         return await self._approve(record, user, break_glass, break_glass_reason)
 
     async def may_deny(self, *, user: str, channel: str, request_id: str) -> Reply | None:
         """None when ``user`` may deny it here now (a surface then asks why); else the
         refusal (audited) — before a form is opened for nothing."""
-        deps = self.deps
-        record = await deps.store.get_request(request_id)
-        if record is None:
-            unknown = Refusal(f"there is no change request {request_id}.", kind="unknown_request")
-            return await deps.access.refuse(user, channel, unknown)
+        record = await self._found(user, channel, request_id)
+        if not isinstance(record, ChangeRequestRecord):
+            return record
         try:
             await self._may_see(user, record)
             if record.state is not RequestState.PENDING:
                 raise already_decided_refusal(record)
             await self._may_decide(user, record, "deny", None)
         except Refusal as refusal:
-            APPROVAL_DECISIONS.labels("refused").inc()
-            return await deps.access.refuse(
-                user,
-                channel,
-                refusal,
-                project=record.project,
-                cluster_id=record.cluster_id,
-                request_id=record.id,
-            )
+            return await self._refused(user, channel, record, refusal)
         return None
+
+    async def _refused(
+        self, user: str, channel: str, record: ChangeRequestRecord, refusal: Refusal
+    ) -> Reply:
+        """A decision refused (counted, audited, answered)."""
+        APPROVAL_DECISIONS.labels("refused").inc()
+        return await self.deps.access.refuse(
+            user,
+            channel,
+            refusal,
+            project=record.project,
+            cluster_id=record.cluster_id,
+            request_id=record.id,
+        )
+
+    async def _found(self, user: str, channel: str, request_id: str) -> ChangeRequestRecord | Reply:
+        """The request clicked on, or the refusal of a click on none."""
+        record = await self.deps.store.get_request(request_id)
+        if record is not None:
+            return record
+        unknown = Refusal(f"there is no change request {request_id}.", kind="unknown_request")
+        return await self.deps.access.refuse(user, channel, unknown)
 
     async def _may_see(
         self, user: str, record: ChangeRequestRecord, decision: Decision = "approve"
@@ -263,23 +269,19 @@ class Decisions:
         self,
         record: ChangeRequestRecord,
         user: str,
-        to: RequestState,
+        transition: transitions.Transition,
         why: str = "",
-        from_states: frozenset[RequestState] = _PENDING,
     ) -> Reply | None:
-        event: EventKind = "denied" if to is RequestState.DENIED else "cancelled"
-        pending = RequestState.PENDING in from_states
+        """Deny or cancel (``transition``), by ``user``, for ``why``."""
+        event = transition.audit_event
         closed = Change(
-            event,
+            transition,
             user,
-            from_states,
-            to,
-            event,
             outcome=event,
             text=why or None,
             fields={"decided_by": user, "decision_note": why or None},
             detail={"reason": why} if why else {},
-            decision=event if pending else None,
+            decision=event if RequestState.PENDING in transition.from_states else None,
             mirror=f"Change {event}" + (f": {why}" if why else ""),
         )
         return await self._settle_decision(record, closed)
@@ -295,11 +297,8 @@ class Decisions:
             return counted
         note = f"Break glass: <@{user}> approved their own request. Reason: {reason}"
         approved = Change(
-            "break_glass" if break_glass else "approved",
+            transitions.BREAK_GLASS if break_glass else transitions.APPROVE,
             user,
-            _PENDING,
-            RequestState.APPROVED,
-            "approved",
             outcome="approved",
             text=note if break_glass else None,
             fields={
@@ -311,11 +310,12 @@ class Decisions:
             decision="approved",
             mirror=note if break_glass else None,
         )
-        if await settle(self.deps, record, approved) is None:
-            current = await self.deps.store.get_request(record.id) or record
+        done = await settle(self.deps, record, approved)
+        if done is None:
             APPROVAL_DECISIONS.labels("refused").inc()
+            current = await self.deps.store.get_request(record.id) or record
             return already_decided_refusal(current).reply()
-        await self.execution.execute(record.id, actor=user)
+        await self.execution.execute(record.id, actor=user, record=done)
         return None
 
     async def _count_approval(
@@ -341,28 +341,25 @@ class Decisions:
         if count >= requirement.needed:
             return None  # the last one: approved now, audited as such
         glass = {"break_glass": True, "reason": glass_reason} if glass_reason is not None else {}
-        await self.deps.access.audit(
-            user,
-            "break_glass" if glass else "approval_added",
-            project=record.project,
-            cluster_id=record.cluster_id,
-            request_id=record.id,
-            outcome=progress,
-            **glass,
-        )
-        event = RequestEvent("approval_added", user, progress)
-        await self.deps.notifier.request_changed(updated, event)
-        if glass_reason is None:
-            return notice(f"Your approval of {record.id} is recorded: {progress}.")
         more = f"needs {requirement.needed - count} more"
         if requirement.usergroups:
             more += " from user group " + " or ".join(requirement.usergroups)
-        await mirror(
-            self.deps,
-            updated,
-            f"Break glass: <@{user}> approved their own request ({progress}: {more}). "
-            f"Reason: {glass_reason}",
+        added_one = Change(
+            transitions.BREAK_GLASS_PARTIAL if glass else transitions.APPROVE_PARTIAL,
+            user,
+            outcome=progress,
+            text=progress,
+            detail=glass,
+            mirror=(
+                f"Break glass: <@{user}> approved their own request ({progress}: {more}). "
+                f"Reason: {glass_reason}"
+                if glass
+                else None
+            ),
         )
+        await transitions.note(self.deps, record, updated, added_one)
+        if glass_reason is None:
+            return notice(f"Your approval of {record.id} is recorded: {progress}.")
         return notice(f"Break glass on {record.id} counts as one approval: {progress}; it {more}.")
 
     async def _still_eligible(self, approver: str, record: ChangeRequestRecord) -> bool:
@@ -423,11 +420,8 @@ class Decisions:
         names it the same way (``stale at approval: …``)."""
         why = f"{STALE_AT_APPROVAL if kind == 'stale' else REFUSED_AT_APPROVAL}: {detail}"
         failed = Change(
-            "refused",
+            transitions.REFUSE_STALE,
             user,
-            _PENDING,
-            RequestState.FAILED,
-            "refused",
             outcome=kind,
             text=why,
             fields={"decided_by": user, "decision_note": kind, "result_message": why},

@@ -1,9 +1,11 @@
 """Executing an approved change exactly once, fenced.
 
-Take the change's execution lease (kept by a heartbeat), lock its cluster under it, note
-how long the provider call may still arrive, send it, and record the outcome under the
-lease — ``unknown`` only when it may have applied. An outcome the store could not take is
-kept and recorded once it is back; an executor that lost its lease writes nothing."""
+The checks just before sending (bot.core.requests.presend), then the ``start`` transition:
+the change's execution lease (kept by a heartbeat), its cluster's lock with how long the
+provider call may still arrive, and ``executing``, in one transaction. Send it, and record
+the outcome under the lease (freeing lock and lease in the same transaction) — ``unknown``
+only when it may have applied. An outcome the store could not take is kept and recorded
+once it is back; an executor that lost its lease writes nothing."""
 
 from __future__ import annotations
 
@@ -11,24 +13,23 @@ import asyncio
 import contextlib
 import functools
 import logging
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
 
-from bot.core.access import Refusal
-from bot.core.guardrails.guard import Guard, stored_override, stored_size
+from bot.core.requests import transitions
+from bot.core.requests.deps import RequestDeps
 from bot.core.requests.fencing import LeaseKeeper
 from bot.core.requests.followup import FollowUp
 from bot.core.requests.outcomes import PendingOutcomes, Result, Unrecorded
 from bot.core.requests.presend import PreSend, SendRefused
-from bot.core.requests.settle import Change, RequestDeps, announce, mirror, settle
 from bot.core.requests.view import outcome_headline
 from bot.core.store import (
-    KNOWN_OUTCOMES,
     TERMINAL_STATES,
     ChangeRequestRecord,
     Lease,
     OutcomeRecorded,
     RequestState,
+    Started,
+    StartedHow,
     StoreUnavailable,
 )
 from bot.logs import log_context
@@ -44,24 +45,14 @@ _NOT_SENT = (
 )
 
 
-def _start(actor: str, prior: dict[str, Any] | None) -> Change:
-    return Change(
-        "executing",
-        actor,
-        frozenset({RequestState.APPROVED}),
-        RequestState.EXECUTING,
-        "executing",
-        fields={"prior_values": prior},
-    )
-
-
 @dataclass(frozen=True)
 class _Ran:
-    """What one execution produced: its result (None: nothing was attempted), and whether
-    that result waits in memory for the store."""
+    """What one execution produced: its result (None: nothing was attempted), whether that
+    result waits in memory for the store, and whether its lease and lock are freed."""
 
     result: Result | None = None
     kept: bool = False
+    released: bool = False
 
 
 def lease_name(request_id: str) -> str:
@@ -76,80 +67,118 @@ class Execution:
         self.follow_up = follow_up
         self.presend = presend
         self.pending = PendingOutcomes(self._record_late, deps.tasks.spawn)
-        self.guard = Guard(deps.access)
 
-    async def execute(self, request_id: str, *, actor: str) -> Result | None:
-        """Run an approved change; the result this executor knows (recorded or kept for
-        the store), None when it did not run it (not approved, another sender, or the store
-        failed before anything was held)."""
+    async def execute(
+        self, request_id: str, *, actor: str, record: ChangeRequestRecord | None = None
+    ) -> Result | None:
+        """Run an approved change (``record``: as the caller just had it from the store);
+        the result this executor knows (recorded or kept for the store), None when it did
+        not run it (not approved, another sender, or the store failed before anything was
+        held)."""
         with log_context(request_id=request_id):  # every line logged while sending names it
-            return await self._execute(request_id, actor=actor)
+            return await self._execute(request_id, actor, record)
 
-    async def _execute(self, request_id: str, *, actor: str) -> Result | None:
+    async def _execute(
+        self, request_id: str, actor: str, record: ChangeRequestRecord | None
+    ) -> Result | None:
         deps = self.deps
         try:
-            record = await deps.store.get_request(request_id)
+            if record is None:
+                record = await deps.store.get_request(request_id)
             if record is None or record.state is not RequestState.APPROVED:
                 return None
             if record.run_at is not None and record.run_at > deps.clock():
                 return None  # scheduled: the scheduler sends it at its time
-            # The lease comes first: the cluster lock names it, and may only be taken over
-            # once it has lapsed (and the last provider call can no longer arrive).
-            lease = await deps.store.take_lease(
-                lease_name(record.id), deps.instance_id, deps.exec_lease_seconds
-            )
+            return await self._started(record, actor)
         except StoreUnavailable as exc:
             # Nothing sent, nothing held: the sweeper ends it once the store is back.
             log.warning("change %s not started: %s", request_id, exc)
             return None
-        if lease is None:
-            return None  # another replica is sending it
-        keeper = LeaseKeeper(deps.store, lease, deps.exec_lease_seconds)
-        heartbeat = deps.tasks.spawn(keeper.run(), f"heartbeat-{record.id}")
-        deps.in_flight.start(record.id)
-        ran = _Ran()
-        try:
-            ran = await self._locked_and_sent(record, keeper, heartbeat, actor)
-        except StoreUnavailable as exc:
-            log.warning("change %s: the store failed before sending: %s", record.id, exc)
-            not_sent = Result(RequestState.FAILED, _NOT_SENT, "store", sent=False)
-            ran = _Ran(not_sent, kept=self._keep(record, not_sent, keeper, heartbeat))
-        finally:
-            if not ran.kept:  # a kept result stays in hand (in flight) until it is recorded
-                deps.in_flight.done(record.id)
-                heartbeat.cancel()
-                await self._release(record, keeper)
-        return ran.result
 
-    async def _locked_and_sent(
-        self,
-        record: ChangeRequestRecord,
-        keeper: LeaseKeeper,
-        heartbeat: asyncio.Task[None],
-        actor: str,
-    ) -> _Ran:
-        """Lock, start, send and record; kept when the result waits for the store."""
-        if not await self._still_allowed(record):
-            return _Ran()
-        if not await self._lock_cluster(record):
-            return _Ran()
+    async def _started(self, record: ChangeRequestRecord, actor: str) -> Result | None:
+        """Check and start it (``start``: one transaction), then send it under its lease.
+
+        A change that needs the cluster fetched for its checks (a scheduled one) claims the
+        lease and the lock first, so that the checks and the call see the same cluster; any
+        other is checked, then started in one transaction."""
+        fence: Lease | None = None
+        if record.run_at is not None:
+            claim = await self.deps.store.claim_execution(
+                record.id,
+                lease_name=lease_name(record.id),
+                holder=self.deps.instance_id,
+                ttl_seconds=self.deps.exec_lease_seconds,
+                cluster=transitions.cluster_of(record),
+            )
+            if not await self._claimed(record, claim):
+                return None
+            fence = claim.lease
         try:
             prior = await self.presend.check(record)
         except SendRefused as refused:
-            await self._refuse(record, refused.why, refused.kind)
-            return _Ran()
-        running = await settle(self.deps, record, _start(actor, prior), fence=keeper.lease)
-        if running is None:
-            return _Ran()
-        result = await self._send(running, keeper)
-        if result is None:
-            return _Ran()
+            await self._refuse(record, transitions.REFUSE_GUARDRAIL, refused.why, refused.kind)
+            await self._free(record, fence, ended=True)
+            return None
+        change = transitions.Change(
+            transitions.START, actor, fields={"prior_values": prior}, outcome=None
+        )
         try:
-            await self._record(running, keeper.lease, result, late=False)
+            started = await transitions.start(
+                self.deps, record, change, lease_name=lease_name(record.id), fence=fence
+            )
+        except StoreUnavailable as exc:
+            # The start did not commit: nothing was sent, nor will be. Said once it is back.
+            log.warning("change %s: the store failed as it was starting: %s", record.id, exc)
+            not_sent = Result(RequestState.FAILED, _NOT_SENT, "store", sent=False)
+            self.pending.keep(Unrecorded(record, not_sent, None, None))
+            return not_sent
+        if not await self._claimed(record, started):
+            return None
+        assert started.lease is not None and started.record is not None
+        return await self._run(started.record, started.lease)
+
+    async def _claimed(self, record: ChangeRequestRecord, outcome: Started) -> bool:
+        """Whether the lease (and lock) are this executor's; a busy cluster refuses it."""
+        if outcome.how is StartedHow.STARTED:
+            return True
+        if outcome.how is StartedHow.BUSY:
+            why = (
+                f"another change ({outcome.holder}) is running on {record.cluster_id}, or may "
+                "still reach the provider; request again when it has finished."
+            )
+            await self._refuse(record, transitions.REFUSE_BUSY, why, "cluster_busy")
+            await self._free(record, outcome.lease, ended=False)
+        elif outcome.how is StartedHow.MOVED:
+            await self._free(record, outcome.lease, ended=True)
+        return False  # HELD: another replica is sending it
+
+    async def _run(self, running: ChangeRequestRecord, lease: Lease) -> Result | None:
+        deps = self.deps
+        keeper = LeaseKeeper(deps.store, lease, deps.exec_lease_seconds)
+        heartbeat = deps.tasks.spawn(keeper.run(), f"heartbeat-{running.id}")
+        deps.in_flight.start(running.id)
+        ran = _Ran()
+        try:
+            ran = await self._sent_and_recorded(running, keeper, heartbeat)
+        finally:
+            if not ran.kept:  # a kept result stays in hand (in flight) until it is recorded
+                deps.in_flight.done(running.id)
+                heartbeat.cancel()
+                if not ran.released:
+                    await self._free(running, None if keeper.lost else keeper.lease, ended=None)
+        return ran.result
+
+    async def _sent_and_recorded(
+        self, running: ChangeRequestRecord, keeper: LeaseKeeper, heartbeat: asyncio.Task[None]
+    ) -> _Ran:
+        """Send and record; kept when the result waits for the store."""
+        result = await self._send(running)
+        try:
+            released = await self._record(running, keeper, result, late=False)
         except StoreUnavailable as exc:
             log.warning("change %s: could not record its result yet: %s", running.id, exc)
             return _Ran(result, kept=self._keep(running, result, keeper, heartbeat))
-        return _Ran(result)
+        return _Ran(result, released=released)
 
     def _keep(
         self,
@@ -173,88 +202,35 @@ class Execution:
         )
         await self.deps.notifier.follow_up_note(record, text, "warning")
 
-    async def _release(self, record: ChangeRequestRecord, keeper: LeaseKeeper) -> None:
-        """Free the cluster (when the request has ended) and the lease; best effort: a lock
-        left behind becomes free once the lease lapses and the call deadline passes."""
+    async def _free(
+        self, record: ChangeRequestRecord, lease: Lease | None, *, ended: bool | None
+    ) -> None:
+        """Give up the lease (and, when the request has ended, the cluster) outside a
+        finish; ``ended`` None: read whether it has. Best effort: a lock left behind becomes
+        free once the lease lapses and the call deadline passes."""
+        if lease is None:
+            return
         store = self.deps.store
         try:
-            if await self._ended(record.id):
-                await store.unlock_cluster(
-                    record.provider, record.project, record.cluster_id, record.id
-                )
-            if not keeper.lost:
-                await store.release_lease(keeper.lease.name, keeper.lease.holder)
+            if ended is None:
+                current = await store.get_request(record.id)
+                ended = current is not None and current.state in TERMINAL_STATES
+            cluster = transitions.cluster_of(record) if ended else None
+            await store.release_execution(record.id, lease, cluster=cluster)
         except StoreUnavailable as exc:
             log.warning("change %s: could not free its lock or lease: %s", record.id, exc)
 
-    async def _ended(self, request_id: str) -> bool:
-        current = await self.deps.store.get_request(request_id)
-        return current is not None and current.state in TERMINAL_STATES
-
-    async def _lock_cluster(self, record: ChangeRequestRecord) -> bool:
-        store = self.deps.store
-        args = (record.provider, record.project, record.cluster_id)
-        for _ in range(2):
-            if await store.lock_cluster(*args, record.id, lease_name=lease_name(record.id)):
-                return True
-            holder_id = await store.cluster_holder(*args)
-            if holder_id is None:
-                continue  # freed meanwhile
-            holder = await store.get_request(holder_id)
-            ended = holder is None or holder.state in TERMINAL_STATES
-            # An ended holder's provider call may still arrive: only a stale lock goes.
-            if ended and await store.release_ended_cluster_lock(*args, holder_id):
-                continue
-            why = (
-                f"another change ({holder_id}) is running on {record.cluster_id}, or may "
-                "still reach the provider; request again when it has finished."
-            )
-            await self._refuse(record, why, "cluster_busy")
-            return False
-        return False
-
-    async def _still_allowed(self, record: ChangeRequestRecord) -> bool:
-        """The guardrails once more, just before sending (a freeze may have begun since the
-        approval, or the policy changed); a refused change ends failed, nothing sent."""
-        size = stored_size(record.plan)
-        if size is None:  # made before guardrails were recorded with requests
-            return True
-        overridden = stored_override(record.plan) is not None
-        try:
-            self.guard.check(
-                record.project, record.kinds, size, self.deps.clock(), overridden=overridden
-            )
-        except Refusal as refusal:
-            await self._refuse(record, f"not sent: {refusal.message}", refusal.kind)
-            return False
-        return True
-
-    async def _refuse(self, record: ChangeRequestRecord, why: str, outcome: str) -> None:
+    async def _refuse(
+        self, record: ChangeRequestRecord, transition: transitions.Transition, why: str, kind: str
+    ) -> None:
         """End an approved change without sending it."""
-        refused = Change.ended_by_gpuops(
-            "refused",
-            {RequestState.APPROVED},
-            RequestState.FAILED,
-            why,
-            audit_event="refused",
-            outcome=outcome,
-        )
-        await settle(self.deps, record, refused)
+        refused = transitions.Change.ended_by_gpuops(transition, why, outcome=kind)
+        await transitions.settle(self.deps, record, refused)
 
-    async def _send(self, record: ChangeRequestRecord, keeper: LeaseKeeper) -> Result | None:
-        """Send the change; None when this executor no longer holds it (nothing sent)."""
-        deps = self.deps
+    async def _send(self, record: ChangeRequestRecord) -> Result:
+        """Send the change (its start noted how long the call may still arrive)."""
         plan = ChangePlan.model_validate(record.plan["plan"])
-        adapter = deps.access.adapter_for(record.project)
-        if not await deps.store.begin_provider_call(
-            record.provider,
-            record.project,
-            record.cluster_id,
-            keeper.lease,
-            deps.max_call_seconds,
-        ):
-            log.warning("change %s: lost its lease or lock before sending; not sent", record.id)
-            return None
+        adapter = self.deps.access.adapter_for(record.project)
         try:
             outcome = await adapter.apply(plan)
         except ProviderError as exc:
@@ -278,27 +254,51 @@ class Execution:
         return Result(RequestState.SUCCEEDED, outcome.message, summary=outcome.summary)
 
     async def _record_late(self, item: Unrecorded) -> None:
-        await self._record(item.record, item.keeper.lease, item.result, late=True)
-        await self._release(item.record, item.keeper)
+        if not await self._record(item.record, item.keeper, item.result, late=True):
+            lease = None if item.keeper is None or item.keeper.lost else item.keeper.lease
+            await self._free(item.record, lease, ended=None)
 
     async def _record(
-        self, record: ChangeRequestRecord, fence: Lease, result: Result, *, late: bool
-    ) -> None:
-        """Write ``result`` under ``fence`` and report it; nothing when fenced off."""
-        status, done = await self._write(record, fence, result)
+        self, record: ChangeRequestRecord, keeper: LeaseKeeper | None, result: Result, *, late: bool
+    ) -> bool:
+        """Write ``result`` under the keeper's lease (with the lock and lease freed) and
+        report it; nothing when fenced off. True when the finish freed them."""
+        transition = transitions.NOT_SENT if not result.sent else transitions.finished(result.to)
+        change = transitions.Change(
+            transition,
+            record.requester,
+            outcome=str(result.to),
+            fields={"result_message": redact(result.message)},
+            detail={"message": result.message, "kind": result.kind},
+            unmirrored=True,
+        )
+        if keeper is not None:
+            keeper.releasing = True
+        try:
+            status, done = await transitions.finish(
+                self.deps, record, None if keeper is None else keeper.lease, change
+            )
+        except StoreUnavailable:
+            if keeper is not None:
+                keeper.releasing = False
+            raise
         if done is None or status in (OutcomeRecorded.FENCED, OutcomeRecorded.MISSING):
             log.warning(
                 "change %s: result not recorded (%s); another holder has it", record.id, status
             )
-            return
+            return False
         if status is OutcomeRecorded.ALREADY_RECORDED:
-            return
+            return True
+        if status is OutcomeRecorded.CORRECTED_UNKNOWN:
+            change = replace(change, transition=transitions.corrected(result.to))
+        text = self._told(status, result, late=late)
         try:
-            await self._report(record, done, result, self._told(status, result, late=late))
+            await self._report(record, done, replace(change, text=text), result.summary)
         except StoreUnavailable as exc:  # recorded: what is left is told without the store
             log.error(
                 "change %s: recorded; a store write while reporting it failed: %s", record.id, exc
             )
+        return True
 
     @staticmethod
     def _told(status: OutcomeRecorded, result: Result, *, late: bool) -> str:
@@ -315,59 +315,17 @@ class Execution:
             )
         return message
 
-    async def _write(
-        self, record: ChangeRequestRecord, fence: Lease, result: Result
-    ) -> tuple[OutcomeRecorded, ChangeRequestRecord | None]:
-        store = self.deps.store
-        message = redact(result.message)
-        if not result.sent:
-            done = await store.transition(
-                record.id,
-                from_states={RequestState.APPROVED, RequestState.EXECUTING},
-                to=result.to,
-                fence=fence,
-                result_message=message,
-            )
-            if done is not None:
-                return OutcomeRecorded.RECORDED, done
-        if result.to in KNOWN_OUTCOMES:
-            return await store.record_outcome(
-                record.id, fence, to=result.to, result_message=message
-            )
-        done = await store.transition(
-            record.id,
-            from_states={RequestState.EXECUTING},
-            to=result.to,
-            fence=fence,
-            result_message=message,
-        )
-        if done is not None:
-            return OutcomeRecorded.RECORDED, done
-        current = await store.get_request(record.id)
-        if current is not None and current.state is result.to:
-            return OutcomeRecorded.ALREADY_RECORDED, current
-        return OutcomeRecorded.FENCED, current
-
     async def _report(
-        self, record: ChangeRequestRecord, done: ChangeRequestRecord, result: Result, text: str
+        self,
+        record: ChangeRequestRecord,
+        done: ChangeRequestRecord,
+        change: transitions.Change,
+        summary: ClusterSummary | None,
     ) -> None:
-        to = done.state
-        finished = Change(
-            "finished",
-            record.requester,
-            frozenset({RequestState.EXECUTING}),
-            to,
-            "result",
-            outcome=str(to),
-            text=text,
-            fields={"result_message": redact(result.message)},
-            detail={"message": result.message, "kind": result.kind},
-            unmirrored=True,
-        )
-        await announce(self.deps, record, done, finished)
-        await self._show_result(done, result.summary)
+        await transitions.announce(self.deps, record, done, change)
+        await self._show_result(done, summary)
         # Mirrored last: whoever reads the notify channel finds the whole story in the thread.
-        await mirror(self.deps, done, outcome_headline(done))
+        await transitions.mirror(self.deps, done, outcome_headline(done))
 
     async def _show_result(self, done: ChangeRequestRecord, summary: ClusterSummary | None) -> None:
         deps = self.deps

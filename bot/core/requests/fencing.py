@@ -25,6 +25,7 @@ class LeaseKeeper:
         self._renewed_at = time.monotonic()
         self.lost = False  # the store said another holder has it
         self.store_failed = False  # a renewal could not reach the store
+        self.releasing = False  # the executor is giving it up: a renewal refused is no news
         self._warned = False
 
     @property
@@ -56,7 +57,10 @@ class LeaseKeeper:
             return False
         if renewed is None:
             self.lost = True
-            log.warning("lease %s was taken by another holder; stopping writes", self.lease.name)
+            if not self.releasing:
+                log.warning(
+                    "lease %s was taken by another holder; stopping writes", self.lease.name
+                )
             return False
         self.lease = renewed
         self._renewed_at = sent_at

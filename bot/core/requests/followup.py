@@ -12,7 +12,7 @@ import logging
 from datetime import timedelta
 
 from bot.core.notifier import Tone
-from bot.core.requests.settle import RequestDeps
+from bot.core.requests.deps import RequestDeps
 from bot.core.store import ChangeRequestRecord, StoreUnavailable
 from bot.providers.base import ClusterSummary
 from bot.providers.errors import ProviderError

@@ -30,11 +30,12 @@ class Result:
 
 @dataclass
 class Unrecorded:
-    """A result waiting for the store, with the lease (kept alive) it must be written under."""
+    """A result waiting for the store, with the lease (kept alive) it must be written under
+    (None: nothing was sent and no lease was taken; it is written unfenced from approved)."""
 
     record: ChangeRequestRecord
     result: Result
-    keeper: LeaseKeeper
+    keeper: LeaseKeeper | None
     heartbeat: asyncio.Task[None] | None
     kept_at: float = field(default_factory=time.monotonic)
     on_settled: Callable[[], None] | None = None  # recorded or given up: no longer in hand

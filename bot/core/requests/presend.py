@@ -1,9 +1,11 @@
-"""Just before a change is sent: the checks that must hold then, in one place.
+"""Just before a change is sent: the checks that must hold then, in one place (the ``start``
+transition's guard, bot.core.requests.transitions).
 
-Every check in ``PreSend.checks`` may refuse the change then, under the cluster lock
-(nothing is sent); a scheduled change's cluster is fetched again for them. The changed
-fields' values just before sending become the request's ``prior_values``: what a revert
-goes back to (SPEC §9)."""
+Every check in ``PreSend.checks`` may refuse the change then (nothing is sent): the
+guardrails once more (a freeze may have begun since the approval, or the policy changed),
+and for a scheduled change, under its cluster's lock, its grants and preview against the
+cluster fetched again. The changed fields' values just before sending become the
+request's ``prior_values``: what a revert goes back to (SPEC §9)."""
 
 from __future__ import annotations
 
@@ -13,8 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.core.access import Refusal
+from bot.core.guardrails.guard import Guard, stored_override, stored_size
 from bot.core.policy import Role
-from bot.core.requests.settle import RequestDeps
+from bot.core.requests.deps import RequestDeps
 from bot.core.store import ChangeRequestRecord
 from bot.providers.base import ChangePlan, ClusterState
 
@@ -60,8 +63,14 @@ class PreSend:
 
     def __init__(self, deps: RequestDeps, checks: list[Check] | None = None) -> None:
         self.deps = deps
+        self.guard = Guard(deps.access)
         # A scheduled change was checked when it was approved, maybe days ago: again now.
-        self.checks: list[Check] = [self._grants_hold, self._preview_holds, *(checks or [])]
+        self.checks: list[Check] = [
+            self._guardrails_hold,
+            self._grants_hold,
+            self._preview_holds,
+            *(checks or []),
+        ]
 
     async def check(self, record: ChangeRequestRecord) -> dict[str, Any]:
         """The ``prior_values`` to record; SendRefused to stop the change.
@@ -82,6 +91,20 @@ class PreSend:
         except Refusal as refusal:
             log.warning("change %s: not re-fetched before sending: %s", record.id, refusal)
             return None
+
+    async def _guardrails_hold(self, about: AboutToSend) -> None:
+        """The guardrails once more; a refused change ends failed, nothing sent."""
+        record = about.record
+        size = stored_size(record.plan)
+        if size is None:  # made before guardrails were recorded with requests
+            return
+        overridden = stored_override(record.plan) is not None
+        try:
+            self.guard.check(
+                record.project, record.kinds, size, self.deps.clock(), overridden=overridden
+            )
+        except Refusal as refusal:
+            raise SendRefused(f"not sent: {refusal.message}", refusal.kind) from None
 
     async def _grants_hold(self, about: AboutToSend) -> None:
         record = about.record

@@ -13,8 +13,8 @@ from datetime import datetime, timedelta
 from bot.core.access import Refusal
 from bot.core.answers import Notice, Reply
 from bot.core.notifier import RequestEvent
-from bot.core.requests.lifecycle import Lifecycle
-from bot.core.requests.settle import RequestDeps
+from bot.core.requests.deps import RequestDeps
+from bot.core.requests.opening import Opening
 from bot.core.requests.view import revertible, state_words
 from bot.core.store import ChangeRequestRecord, RequestState
 from bot.providers.base import ChangePlan, Inverse
@@ -36,9 +36,9 @@ _LIVE = frozenset(
 class Reverts:
     """Turns a press of ``revert_request`` into the inverse change request."""
 
-    def __init__(self, deps: RequestDeps, lifecycle: Lifecycle) -> None:
+    def __init__(self, deps: RequestDeps, opening: Opening) -> None:
         self.deps = deps
-        self.lifecycle = lifecycle
+        self.opening = opening
 
     async def revert(self, *, user: str, channel: str, request_id: str) -> Reply:
         deps = self.deps
@@ -52,7 +52,7 @@ class Reverts:
             return await deps.access.refuse(
                 user, channel, refusal, project=project, request_id=request_id
             )
-        reply = await self.lifecycle.request_change(
+        reply = await self.opening.request_change(
             user=user,
             channel=original.channel,
             project=original.project,

@@ -11,8 +11,10 @@ import asyncio
 import logging
 from datetime import timedelta
 
+from bot.core.requests import transitions
+from bot.core.requests.deps import RequestDeps
 from bot.core.requests.execution import Execution
-from bot.core.requests.settle import Change, RequestDeps, settle
+from bot.core.requests.transitions import Change, settle
 from bot.core.schedule import utc_text
 from bot.core.store import ChangeRequestRecord, RequestState, StoreUnavailable
 
@@ -62,11 +64,8 @@ class Scheduler:
     async def _expire(self, record: ChangeRequestRecord, why: str, outcome: str) -> int:
         pending = record.state is RequestState.PENDING
         expired = Change(
-            "expired",
+            transitions.EXPIRE if pending else transitions.EXPIRE_MISSED,
             "gpuops",
-            frozenset({record.state}),
-            RequestState.EXPIRED,
-            "expired",
             outcome=outcome,
             text=why,
             fields={"result_message": why},

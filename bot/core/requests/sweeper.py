@@ -9,9 +9,11 @@ import asyncio
 import logging
 from datetime import timedelta
 
+from bot.core.requests import transitions
+from bot.core.requests.deps import RequestDeps
 from bot.core.requests.execution import lease_name
 from bot.core.requests.followup import FollowUp
-from bot.core.requests.settle import Change, RequestDeps, settle
+from bot.core.requests.transitions import Change, settle
 from bot.core.store import ChangeRequestRecord, RequestState, StoreUnavailable
 from bot.metrics import APPROVALS_PENDING
 
@@ -56,11 +58,8 @@ class Sweeper:
                     f"Expired: {record.id} was not approved before its time. Nothing was changed."
                 )
             change = Change(
-                "expired",
+                transitions.EXPIRE,
                 "gpuops",
-                frozenset({RequestState.PENDING}),
-                RequestState.EXPIRED,
-                "expired",
                 outcome="expired",
                 text=text,
                 decision="expired",
@@ -76,7 +75,7 @@ class Sweeper:
         recovered = await self._fail_orphaned_approvals()
         for record in await self.deps.store.list_requests(states={RequestState.EXECUTING}):
             if record.id not in self.deps.in_flight and await self._end_interrupted(
-                record, RequestState.EXECUTING, RequestState.UNKNOWN, _STOPPED_WHILE_SENDING
+                record, transitions.INTERRUPT, _STOPPED_WHILE_SENDING
             ):
                 recovered += 1
         return recovered
@@ -93,14 +92,12 @@ class Sweeper:
                 continue
             if record.run_at is not None:
                 continue  # waiting for its time: the scheduler sends or expires it
-            if await self._end_interrupted(
-                record, RequestState.APPROVED, RequestState.FAILED, _STOPPED_BEFORE_SENDING
-            ):
+            if await self._end_interrupted(record, transitions.ORPHAN, _STOPPED_BEFORE_SENDING):
                 closed += 1
         return closed
 
     async def _end_interrupted(
-        self, record: ChangeRequestRecord, state: RequestState, to: RequestState, why: str
+        self, record: ChangeRequestRecord, transition: transitions.Transition, why: str
     ) -> bool:
         """End a request whose executor is gone (its lease lapsed: taking it fences that
         executor's writes off) and say so in its thread; its cluster is freed only once no
@@ -111,9 +108,7 @@ class Sweeper:
         lease = await deps.store.take_lease(name, deps.instance_id, deps.exec_lease_seconds)
         if lease is None:
             return False  # a live replica is sending it, or about to
-        change = Change.ended_by_gpuops(
-            "interrupted", {state}, to, why, audit_event="result", outcome=str(to)
-        )
+        change = Change.ended_by_gpuops(transition, why, outcome=str(transition.to))
         try:
             done = await settle(deps, record, change, fence=lease)
         finally:

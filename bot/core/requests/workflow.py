@@ -8,29 +8,28 @@ re-run. This module assembles the parts; each lives in its own module of this pa
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import ParamSpec, TypeVar
+from typing import Any
 
 from bot.core.access import Access
+from bot.core.answers import Reply
 from bot.core.notifier import Notifier
 from bot.core.policy import Policy
-from bot.core.requests.decisions import Decisions
+from bot.core.requests.decisions import Decision, Decisions, NeedsBreakGlass
+from bot.core.requests.deps import RequestDeps
 from bot.core.requests.execution import Execution
 from bot.core.requests.followup import FollowUp
-from bot.core.requests.lifecycle import Lifecycle
+from bot.core.requests.opening import Opening
+from bot.core.requests.outcomes import Result
 from bot.core.requests.presend import PreSend
 from bot.core.requests.revert import Reverts
 from bot.core.requests.scheduler import Scheduler
-from bot.core.requests.settle import RequestDeps
 from bot.core.requests.sweeper import Sweeper
 from bot.core.requests.tasks import BackgroundTasks
+from bot.core.schedule import Schedule
 from bot.core.store import Store
 from bot.logs import log_context
-
-P = ParamSpec("P")
-R = TypeVar("R")
 
 
 class ChangeWorkflow:
@@ -72,25 +71,104 @@ class ChangeWorkflow:
         self.presend = PreSend(self.deps)
         self.execution = Execution(self.deps, self.follow_up, self.presend)
         self.sweeper = Sweeper(self.deps, self.follow_up)
-        self.lifecycle = Lifecycle(self.deps, self.execution)
+        self.opening = Opening(self.deps, self.execution)
         self.decisions = Decisions(self.deps, self.execution, self.sweeper)
-        self.reverts = Reverts(self.deps, self.lifecycle)
+        self.reverts = Reverts(self.deps, self.opening)
         self.scheduler = Scheduler(self.deps, self.execution)
-        # Every line logged while a request is opened, decided or sent names it.
-        self.request_change = logged(
-            self.lifecycle.request_change, project="project", cluster="cluster_id"
-        )
-        self.decide = logged(self.decisions.decide, request_id="request_id")
-        self.revert = logged(self.reverts.revert, request_id="request_id")
-        self.execute = self.execution.execute
-        self.expire_due = self.sweeper.expire_due
-        self.recover_interrupted = self.sweeper.recover_interrupted
-        self.refresh_pending_gauge = self.sweeper.refresh_pending_gauge
-        self.sweep_once = self.sweeper.sweep_once
-        self.sweep_forever = self.sweeper.sweep_forever
-        self.wait_for_executions = self.deps.in_flight.wait
-        self.drain = self.deps.tasks.drain
-        self.close = self.deps.tasks.close
+
+    # Every line logged while a request is opened, decided or reverted names it.
+
+    async def request_change(
+        self,
+        *,
+        user: str,
+        channel: str,
+        project: str,
+        cluster_id: str,
+        action: str,
+        inputs: Mapping[str, Any],
+        reason: str | None,
+        command: str = "",
+        step: str | None = None,
+        override: str | None = None,
+        revert_of: str | None = None,
+        schedule: Schedule | None = None,
+    ) -> Reply:
+        """Check, store and show a change request (bot.core.requests.opening)."""
+        with log_context(project=project, cluster=cluster_id):
+            return await self.opening.request_change(
+                user=user,
+                channel=channel,
+                project=project,
+                cluster_id=cluster_id,
+                action=action,
+                inputs=inputs,
+                reason=reason,
+                command=command,
+                step=step,
+                override=override,
+                revert_of=revert_of,
+                schedule=schedule,
+            )
+
+    async def decide(
+        self,
+        *,
+        user: str,
+        channel: str,
+        request_id: str,
+        decision: Decision,
+        break_glass_reason: str | None = None,
+        reason: str | None = None,
+    ) -> Reply | NeedsBreakGlass | None:
+        """Act on a decision (bot.core.requests.decisions)."""
+        with log_context(request_id=request_id):
+            return await self.decisions.decide(
+                user=user,
+                channel=channel,
+                request_id=request_id,
+                decision=decision,
+                break_glass_reason=break_glass_reason,
+                reason=reason,
+            )
+
+    async def revert(self, *, user: str, channel: str, request_id: str) -> Reply:
+        """Request the inverse of a change (bot.core.requests.revert)."""
+        with log_context(request_id=request_id):
+            return await self.reverts.revert(user=user, channel=channel, request_id=request_id)
+
+    async def execute(self, request_id: str, *, actor: str) -> Result | None:
+        """Send an approved change (bot.core.requests.execution)."""
+        return await self.execution.execute(request_id, actor=actor)
+
+    async def expire_due(self) -> int:
+        """Expire the pending requests past their deadline; how many."""
+        return await self.sweeper.expire_due()
+
+    async def recover_interrupted(self) -> int:
+        """End the requests whose executor is gone (never re-run); how many."""
+        return await self.sweeper.recover_interrupted()
+
+    async def refresh_pending_gauge(self) -> None:
+        await self.sweeper.refresh_pending_gauge()
+
+    async def sweep_once(self) -> None:
+        await self.sweeper.sweep_once()
+
+    async def sweep_forever(self, every: float) -> None:
+        await self.sweeper.sweep_forever(every)
+
+    async def wait_for_executions(self, grace: float) -> set[str]:
+        """Let changes being sent finish (on shutdown); the ids still running."""
+        return await self.deps.in_flight.wait(grace)
+
+    async def drain(self) -> None:
+        """Wait for background work (tests, shutdown)."""
+        await self.deps.tasks.drain()
+
+    async def close(self) -> None:
+        """Cancel background work."""
+        await self.deps.tasks.close()
 
     @property
     def clock(self) -> Callable[[], datetime]:
@@ -107,21 +185,3 @@ class ChangeWorkflow:
     @property
     def tasks(self) -> BackgroundTasks:
         return self.deps.tasks
-
-
-def logged(method: Callable[P, Awaitable[R]], **fields: str | int) -> Callable[P, Awaitable[R]]:
-    """``method`` with log context fields bound from its arguments: each field names a
-    keyword argument, or the index of a positional one."""
-
-    @functools.wraps(method)
-    async def bound(*args: P.args, **kwargs: P.kwargs) -> R:
-        values = {
-            field: str(args[arg])
-            if isinstance(arg, int) and arg < len(args)
-            else kwargs.get(str(arg))
-            for field, arg in fields.items()
-        }
-        with log_context(**{k: v for k, v in values.items() if isinstance(v, str)}):
-            return await method(*args, **kwargs)
-
-    return bound

@@ -165,13 +165,13 @@ _BEGIN_CALL: Update = (
 _UNLOCK: Delete = delete(cluster_locks).where(
     *_cluster_is(), cluster_locks.c.request_id == bindparam("b_request_id")
 )
-_FREE_STALE: Delete = (
+_FREE_STALE = (
     delete(cluster_locks)
     .where(*_cluster_is(), _lock_is_stale())
     .returning(cluster_locks.c.request_id)
 )
 _HOLDER = select(cluster_locks.c.request_id).where(*_cluster_is())
-_RELEASE_ENDED: Delete = (
+_RELEASE_ENDED = (
     delete(cluster_locks)
     .where(
         *_cluster_is(),

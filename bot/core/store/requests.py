@@ -459,6 +459,17 @@ class RequestsMixin(StoreBase):
                 return holder
         return await holder_in(conn, cluster) or request_id
 
+    async def release_execution(
+        self, request_id: str, lease: Lease, *, cluster: ClusterRef | None = None
+    ) -> None:
+        """An execution that ended without a finish (refused, moved, fenced off): free the
+        cluster (with ``cluster``: the request has ended) and give the lease up, in one
+        transaction."""
+        async with self._begin() as conn:
+            if cluster is not None:
+                await unlock_in(conn, cluster, request_id)
+            await release_lease_in(conn, lease.name, lease.holder)
+
     async def finish_execution(
         self,
         request_id: str,

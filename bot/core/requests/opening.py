@@ -9,7 +9,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import replace
 from datetime import datetime, timedelta
 from math import ceil
 from typing import Any
@@ -20,14 +19,17 @@ from bot.core.guardrails.approvals import requirement_for
 from bot.core.guardrails.guard import Guard, Override, guard_json
 from bot.core.notifier import NotDelivered
 from bot.core.policy import Role
+from bot.core.requests import transitions
+from bot.core.requests.deps import RequestDeps
 from bot.core.requests.execution import Execution
 from bot.core.requests.outcomes import Result
-from bot.core.requests.settle import Change, RequestDeps, mirror, settle
+from bot.core.requests.transitions import Change, mirror, settle
 from bot.core.requests.view import STALE_AT_APPROVAL, state_words
 from bot.core.schedule import Schedule, ScheduleError, when_text
 from bot.core.store import ChangeRequestRecord, RequestState, StoreUnavailable
 from bot.metrics import APPROVALS_PENDING, CHANGE_REQUESTS
 from bot.providers.base import ChangePlan
+from bot.redact import redact
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +60,9 @@ def ran_without_store(request_id: str, result: Result | None) -> Reply:
 _OPEN = frozenset({RequestState.PENDING, RequestState.APPROVED, RequestState.EXECUTING})
 
 
-class Lifecycle:
-    """Turns a checked change into a request that waits for approval or runs."""
+class Opening:
+    """Turns a checked change into a request that waits for approval or runs (the ``open``
+    transitions)."""
 
     def __init__(self, deps: RequestDeps, execution: Execution) -> None:
         self.deps = deps
@@ -128,7 +131,24 @@ class Lifecycle:
         if run_at is not None:  # approved before its time, or it expires then
             expire_minutes = max(ceil((run_at - deps.clock()).total_seconds() / 60), 1)
             expires_at = run_at
-        record = await deps.store.create_request(
+        opened = Change(
+            transitions.OPEN if needs_approval else transitions.OPEN_APPROVED,
+            user,
+            outcome=str(RequestState.PENDING if needs_approval else RequestState.APPROVED),
+            detail={
+                "preview": plan.preview_text(),
+                "kinds": plan.kinds,
+                "reason": reason or "",
+                "channel": channel,
+                **({"workflow_step": step} if step else {}),
+                "revert_of": revert_of or "",
+                "run_at": run_at.isoformat() if run_at else "",
+            },
+        )
+        record, others = await transitions.open_request(
+            deps,
+            opened,
+            _OPEN,
             provider=plan.provider,
             project=plan.project,
             cluster_id=plan.cluster_id,
@@ -141,30 +161,14 @@ class Lifecycle:
             channel=channel,
             reason=reason,
             expires_at=expires_at if needs_approval else None,
-            state=RequestState.PENDING if needs_approval else RequestState.APPROVED,
             step=step,
             approvals=requirement.as_json() if requirement else None,
             revert_of=revert_of,
             run_at=run_at,
         )
-        await deps.access.audit(
-            user,
-            "requested",
-            project=plan.project,
-            cluster_id=plan.cluster_id,
-            request_id=record.id,
-            outcome=str(record.state),
-            preview=plan.preview_text(),
-            kinds=plan.kinds,
-            reason=reason or "",
-            channel=channel,
-            **({"workflow_step": step} if step else {}),
-            revert_of=revert_of or "",
-            run_at=run_at.isoformat() if run_at else "",
-        )
         if overridden is not None:
             await self._overridden(record, overridden)
-        beside = await self._open_beside(record)
+        beside = _beside_note(record, others)
         try:
             root_ts = await deps.notifier.request_opened(record)
             record = await self._note(record, root_ts=root_ts)
@@ -199,36 +203,19 @@ class Lifecycle:
         of it: never "nothing was changed" because the store went away afterwards."""
         result: Result | None = None
         try:
-            result = await self.execution.execute(record.id, actor=user)
-            final = await self.deps.store.get_request(record.id) or record
+            result = await self.execution.execute(record.id, actor=user, record=record)
+            if result is not None and (record.id in self.deps.in_flight or not result.sent):
+                return ran_without_store(record.id, result)  # kept until the store is back
+            final = _as_ended(record, result) or await self.deps.store.get_request(record.id)
         except StoreUnavailable as exc:
             log.warning("change %s: its outcome could not be read back: %s", record.id, exc)
             return ran_without_store(record.id, result)
+        final = final or record
         outcome = state_words(str(final.state))
         if final.result_message:
             outcome += f": {final.result_message}"
         ran = f"Request {record.id} ran — see the thread for the result ({outcome})."
         return notice(ran + (f"\n{beside}" if beside else ""))
-
-    async def _open_beside(self, record: ChangeRequestRecord) -> str | None:
-        """What to tell about other requests open on the same cluster, None when none is."""
-        others = [
-            other
-            for other in await self.deps.store.list_requests(
-                states=_OPEN, project=record.project, cluster_id=record.cluster_id
-            )
-            if other.id != record.id
-        ]
-        if not others:
-            return None
-        listed = ", ".join(f"{o.id} ({state_words(str(o.state))})" for o in others[:5])
-        more = f" and {len(others) - 5} more" if len(others) > 5 else ""
-        verb = "is" if len(others) == 1 else "are"
-        return (
-            f"Note: {listed}{more} {verb} also open on {record.cluster_name} "
-            f"({record.cluster_id}). Each is re-checked against the cluster when approved: "
-            f"the one approved second may fail as {STALE_AT_APPROVAL}."
-        )
 
     async def _note(self, record: ChangeRequestRecord, **posted: Any) -> ChangeRequestRecord:
         """Store where a message of the request was posted; with the store unavailable,
@@ -273,17 +260,38 @@ class Lifecycle:
         await mirror(self.deps, record, headline)
 
     async def _withdraw(self, record: ChangeRequestRecord, why: str) -> None:
-        withdrawn = Change.ended_by_gpuops(
-            "withdrawn",
-            {RequestState.PENDING, RequestState.APPROVED},
-            RequestState.CANCELLED,
-            why,
-            audit_event="withdrawn",
+        withdrawn = Change(
+            transitions.WITHDRAW,
+            "gpuops",
             outcome="cancelled",
-            decided_by="gpuops",
-            decision_note=why,
+            text=why,
+            fields={"result_message": why, "decided_by": "gpuops", "decision_note": why},
+            detail={"reason": why},
+            unmirrored=True,  # never shown anywhere
         )
-        await settle(self.deps, record, replace(withdrawn, unmirrored=True))
+        await settle(self.deps, record, withdrawn)
+
+
+def _as_ended(record: ChangeRequestRecord, result: Result | None) -> ChangeRequestRecord | None:
+    """The request as its recorded result left it, without reading it back (None when
+    the execution did not say)."""
+    if result is None:
+        return None
+    return record.model_copy(update={"state": result.to, "result_message": redact(result.message)})
+
+
+def _beside_note(record: ChangeRequestRecord, others: list[ChangeRequestRecord]) -> str | None:
+    """What to tell about other requests open on the same cluster, None when none is."""
+    if not others:
+        return None
+    listed = ", ".join(f"{o.id} ({state_words(str(o.state))})" for o in others[:5])
+    more = f" and {len(others) - 5} more" if len(others) > 5 else ""
+    verb = "is" if len(others) == 1 else "are"
+    return (
+        f"Note: {listed}{more} {verb} also open on {record.cluster_name} "
+        f"({record.cluster_id}). Each is re-checked against the cluster when approved: "
+        f"the one approved second may fail as {STALE_AT_APPROVAL}."
+    )
 
 
 def _run_at(schedule: Schedule | None, now: datetime) -> datetime | None:

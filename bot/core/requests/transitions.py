@@ -1,0 +1,426 @@
+"""The life of a change request as one table, and the only code that writes a request's state.
+
+Each ``Transition`` names where a request may come from, where it goes, the audit event it
+records and what people are told (the notifier's ``RequestEvent`` kind). ``TRANSITIONS`` is
+the whole lifecycle; the README draws it (``mermaid()``), and a test checks the drawing,
+that every state is reached, that every open state has a way out and that ended ones have
+none but the correction of ``unknown``.
+
+Every transition is one compare-and-set transaction in the store together with its audit
+entry (``open``: the new row; ``start``: with the lease, the cluster lock and the call
+deadline; a finish: with the lock and lease freed). Only then is it counted, told and
+mirrored (``announce``): a request that moved meanwhile is neither.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from bot.core.notifier import EventKind, RequestEvent
+from bot.core.requests.deps import RequestDeps
+from bot.core.requests.view import outcome_headline
+from bot.core.store import (
+    TERMINAL_STATES,
+    AuditRow,
+    ChangeRequestRecord,
+    ClusterRef,
+    Lease,
+    OutcomeRecorded,
+    RequestState,
+    Started,
+    StartedHow,
+)
+from bot.metrics import APPROVAL_DECISIONS, APPROVALS_PENDING, CHANGE_REQUESTS
+from bot.redact import redact
+
+log = logging.getLogger(__name__)
+
+S = RequestState
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One named step of the lifecycle. ``from_states`` empty: it opens a new request;
+    ``told`` None: the request itself is shown (``Notifier.request_opened``)."""
+
+    name: str
+    from_states: frozenset[RequestState]
+    to: RequestState
+    audit_event: str
+    told: EventKind | None
+    doc: str
+
+
+def _t(
+    name: str,
+    from_states: Iterable[RequestState],
+    to: RequestState,
+    audit_event: str,
+    told: EventKind | None,
+    doc: str,
+) -> Transition:
+    return Transition(name, frozenset(from_states), to, audit_event, told, doc)
+
+
+OPEN = _t("open", (), S.PENDING, "requested", None, "stored and shown; approvers are asked")
+OPEN_APPROVED = _t(
+    "open-approved", (), S.APPROVED, "requested", None, "needs no approval: sent now or at its time"
+)
+APPROVE_PARTIAL = _t(
+    "approve-partial",
+    {S.PENDING},
+    S.PENDING,
+    "approval_added",
+    "approval_added",
+    "one approval of several an N-approver rule needs",
+)
+BREAK_GLASS_PARTIAL = _t(
+    "break-glass-partial",
+    {S.PENDING},
+    S.PENDING,
+    "break_glass",
+    "approval_added",
+    "an admin's own approval, with a reason, counted as one of several needed",
+)
+APPROVE = _t("approve", {S.PENDING}, S.APPROVED, "approved", "approved", "the last approval needed")
+BREAK_GLASS = _t(
+    "break-glass",
+    {S.PENDING},
+    S.APPROVED,
+    "approved",
+    "break_glass",
+    "an admin's own, with a reason",
+)
+DENY = _t("deny", {S.PENDING}, S.DENIED, "denied", "denied", "an approver says no (and why)")
+CANCEL = _t("cancel", {S.PENDING}, S.CANCELLED, "cancelled", "cancelled", "requester or admin")
+CANCEL_SCHEDULED = _t(
+    "cancel-scheduled",
+    {S.APPROVED},
+    S.CANCELLED,
+    "cancelled",
+    "cancelled",
+    "an approved change waiting for its time",
+)
+WITHDRAW = _t(
+    "withdraw",
+    {S.PENDING, S.APPROVED},
+    S.CANCELLED,
+    "withdrawn",
+    "withdrawn",
+    "gpuops could not show it (or its prompt)",
+)
+EXPIRE = _t("expire", {S.PENDING}, S.EXPIRED, "expired", "expired", "nobody decided in time")
+EXPIRE_MISSED = _t(
+    "expire-missed",
+    {S.APPROVED},
+    S.EXPIRED,
+    "expired",
+    "expired",
+    "a scheduled change gpuops could not send within the grace",
+)
+REFUSE_STALE = _t(
+    "refuse-stale",
+    {S.PENDING},
+    S.FAILED,
+    "refused",
+    "refused",
+    "the re-check at approval failed (stale preview, revoked requester, guardrail)",
+)
+START = _t(
+    "start",
+    {S.APPROVED},
+    S.EXECUTING,
+    "executing",
+    "executing",
+    "lease, lock and call deadline taken",
+)
+REFUSE_BUSY = _t(
+    "refuse-busy", {S.APPROVED}, S.FAILED, "refused", "refused", "another change holds the cluster"
+)
+REFUSE_GUARDRAIL = _t(
+    "refuse-guardrail",
+    {S.APPROVED},
+    S.FAILED,
+    "refused",
+    "refused",
+    "a check just before sending failed (freeze, guardrail, grant, stale): nothing sent",
+)
+NOT_SENT = _t(
+    "not-sent",
+    {S.APPROVED, S.EXECUTING},
+    S.FAILED,
+    "result",
+    "finished",
+    "the store failed before the call: nothing sent",
+)
+FINISH_SUCCEEDED = _t(
+    "finish-succeeded", {S.EXECUTING}, S.SUCCEEDED, "result", "finished", "the provider did it"
+)
+FINISH_FAILED = _t(
+    "finish-failed", {S.EXECUTING}, S.FAILED, "result", "finished", "the provider refused it"
+)
+FINISH_UNKNOWN = _t(
+    "finish-unknown", {S.EXECUTING}, S.UNKNOWN, "result", "finished", "it may have been applied"
+)
+CORRECT_SUCCEEDED = _t(
+    "correct-succeeded",
+    {S.UNKNOWN},
+    S.SUCCEEDED,
+    "result",
+    "finished",
+    "the answer kept through an outage replaces 'unknown'",
+)
+CORRECT_FAILED = _t(
+    "correct-failed",
+    {S.UNKNOWN},
+    S.FAILED,
+    "result",
+    "finished",
+    "the answer kept through an outage replaces 'unknown'",
+)
+INTERRUPT = _t(
+    "interrupt",
+    {S.EXECUTING},
+    S.UNKNOWN,
+    "result",
+    "interrupted",
+    "its executor is gone: never re-run",
+)
+ORPHAN = _t(
+    "orphan", {S.APPROVED}, S.FAILED, "result", "interrupted", "its sender died before sending"
+)
+
+TRANSITIONS: tuple[Transition, ...] = (
+    OPEN,
+    OPEN_APPROVED,
+    APPROVE_PARTIAL,
+    BREAK_GLASS_PARTIAL,
+    APPROVE,
+    BREAK_GLASS,
+    DENY,
+    CANCEL,
+    CANCEL_SCHEDULED,
+    WITHDRAW,
+    EXPIRE,
+    EXPIRE_MISSED,
+    REFUSE_STALE,
+    START,
+    REFUSE_BUSY,
+    REFUSE_GUARDRAIL,
+    NOT_SENT,
+    FINISH_SUCCEEDED,
+    FINISH_FAILED,
+    FINISH_UNKNOWN,
+    CORRECT_SUCCEEDED,
+    CORRECT_FAILED,
+    INTERRUPT,
+    ORPHAN,
+)
+_FINISHED = {S.SUCCEEDED: FINISH_SUCCEEDED, S.FAILED: FINISH_FAILED, S.UNKNOWN: FINISH_UNKNOWN}
+_CORRECTED = {S.SUCCEEDED: CORRECT_SUCCEEDED, S.FAILED: CORRECT_FAILED}
+
+
+def finished(to: RequestState) -> Transition:
+    """The finish that ends a sent change in ``to``."""
+    return _FINISHED[to]
+
+
+def corrected(to: RequestState) -> Transition:
+    """The correction of an ``unknown`` by the provider's real answer ``to``."""
+    return _CORRECTED[to]
+
+
+def mermaid() -> str:
+    """The table as a ``stateDiagram-v2`` (the README's drawing)."""
+    edges: dict[tuple[str, str], list[str]] = {}
+    for t in TRANSITIONS:
+        for source in sorted(str(state) for state in t.from_states) or ["[*]"]:
+            edges.setdefault((source, str(t.to)), []).append(t.name)
+    lines = ["stateDiagram-v2"]
+    lines += [f"    {a} --> {b}: {', '.join(names)}" for (a, b), names in edges.items()]
+    lines += [f"    {state} --> [*]" for state in S if state in TERMINAL_STATES]
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One use of a transition: who, and what it records and tells.
+
+    ``decision`` is the approval-decision label when the request leaves ``pending`` by it;
+    a change into a final state is counted in ``gpuops_change_requests_total``."""
+
+    transition: Transition
+    actor: str
+    outcome: str | None = None
+    text: str | None = None
+    fields: Mapping[str, Any] = field(default_factory=dict)
+    detail: Mapping[str, Any] = field(default_factory=dict)
+    decision: str | None = None
+    # The notify channel's headline; a change into a final state is mirrored with
+    # outcome_headline when none is given, unless ``unmirrored``: the caller mirrors it
+    # itself later (a result), or it was never shown anywhere (withdrawn).
+    mirror: str | None = None
+    unmirrored: bool = False
+
+    @classmethod
+    def ended_by_gpuops(
+        cls, transition: Transition, why: str, *, outcome: str, **fields: Any
+    ) -> Change:
+        """gpuops ends a request for a reason of its own, kept as its result message."""
+        return cls(
+            transition,
+            "gpuops",
+            outcome=outcome,
+            text=why,
+            fields={"result_message": why, **fields},
+            detail={"reason": why},
+        )
+
+    def audit_row(self, record: ChangeRequestRecord | None) -> AuditRow:
+        """The audit entry it records (text redacted); the store names a new request."""
+        return AuditRow(
+            actor=self.actor,
+            event=self.transition.audit_event,
+            project=record.project if record else None,
+            cluster_id=record.cluster_id if record else None,
+            request_id=record.id if record else None,
+            outcome=self.outcome,
+            detail={k: redact(v) if isinstance(v, str) else v for k, v in self.detail.items()},
+        )
+
+
+def cluster_of(record: ChangeRequestRecord) -> ClusterRef:
+    return ClusterRef(
+        provider=record.provider, project=record.project, cluster_id=record.cluster_id
+    )
+
+
+async def open_request(
+    deps: RequestDeps, change: Change, beside: Iterable[RequestState], **columns: Any
+) -> tuple[ChangeRequestRecord, list[ChangeRequestRecord]]:
+    """Store a new request and its audit entry (and read the requests ``beside`` it on its
+    cluster) in one transaction; showing it is the caller's."""
+    if change.transition.from_states:
+        raise ValueError(f"{change.transition.name} does not open a request")
+    return await deps.store.open_request(
+        state=change.transition.to, beside=tuple(beside), audit=change.audit_row(None), **columns
+    )
+
+
+async def settle(
+    deps: RequestDeps,
+    record: ChangeRequestRecord,
+    change: Change,
+    *,
+    fence: Lease | None = None,
+) -> ChangeRequestRecord | None:
+    """Apply ``change`` if the request is still in one of its ``from_states`` (and, with
+    ``fence``, that lease is still held), audited in the same transaction; the request as
+    changed, or None when it had moved meanwhile (then nothing is counted or told)."""
+    t = change.transition
+    done = await deps.store.transition(
+        record.id,
+        from_states=t.from_states,
+        to=t.to,
+        fence=fence,
+        audit=change.audit_row(record),
+        **change.fields,
+    )
+    if done is None:
+        return None
+    await announce(deps, record, done, change)
+    return done
+
+
+async def start(
+    deps: RequestDeps,
+    record: ChangeRequestRecord,
+    change: Change,
+    *,
+    lease_name: str,
+    fence: Lease | None = None,
+) -> Started:
+    """The ``start`` transition: lease (or ``fence``, claimed before), cluster lock with the
+    call deadline, ``executing`` and its audit entry in one transaction; told when it
+    started."""
+    if change.transition is not START:
+        raise ValueError("start() applies the start transition only")
+    started = await deps.store.start_execution(
+        record.id,
+        lease_name=lease_name,
+        holder=deps.instance_id,
+        ttl_seconds=deps.exec_lease_seconds,
+        cluster=cluster_of(record),
+        max_call_seconds=deps.max_call_seconds,
+        audit=change.audit_row(record),
+        fence=fence,
+        **change.fields,
+    )
+    if started.how is StartedHow.STARTED and started.record is not None:
+        await announce(deps, record, started.record, change)
+    return started
+
+
+async def finish(
+    deps: RequestDeps, record: ChangeRequestRecord, fence: Lease | None, change: Change
+) -> tuple[OutcomeRecorded, ChangeRequestRecord | None]:
+    """A finish (or ``not-sent``): the outcome under ``fence``, its audit entry, the cluster
+    and the lease freed, in one transaction. Telling it is the caller's (its words depend
+    on what was recorded)."""
+    t = change.transition
+    return await deps.store.finish_execution(
+        record.id,
+        fence,
+        to=t.to,
+        result_message=change.fields.get("result_message"),
+        cluster=cluster_of(record),
+        audit=change.audit_row(record),
+        from_states=t.from_states if fence is not None else t.from_states - {S.EXECUTING},
+    )
+
+
+async def note(
+    deps: RequestDeps, record: ChangeRequestRecord, done: ChangeRequestRecord, change: Change
+) -> None:
+    """A transition that leaves the state as it is (``approve-partial``): audit and tell."""
+    if change.transition.to not in change.transition.from_states:
+        raise ValueError(f"{change.transition.name} changes the state: settle it")
+    await deps.store.append_audit(**change.audit_row(record).model_dump())
+    await announce(deps, record, done, change)
+
+
+async def announce(
+    deps: RequestDeps, record: ChangeRequestRecord, done: ChangeRequestRecord, change: Change
+) -> None:
+    """Count, tell and mirror a change the store has recorded (``done``)."""
+    t = change.transition
+    if change.decision is not None:
+        APPROVALS_PENDING.dec()
+        APPROVAL_DECISIONS.labels(change.decision).inc()
+    if t.to in TERMINAL_STATES and t.to not in t.from_states:
+        CHANGE_REQUESTS.labels(record.provider, str(t.to)).inc()
+    if t.told is not None:
+        event = RequestEvent(
+            t.told, change.actor, change.text, left_pending=change.decision is not None
+        )
+        await deps.notifier.request_changed(done, event)
+    headline = change.mirror
+    if headline is None and t.to in TERMINAL_STATES and not change.unmirrored:
+        headline = outcome_headline(done)  # whatever path ended it, the mirror hears
+    if headline is not None:
+        await mirror(deps, done, headline)
+
+
+async def mirror(deps: RequestDeps, record: ChangeRequestRecord, headline: str) -> None:
+    """Repeat the request in its project's notify channel (if it has one elsewhere)."""
+    project = deps.policy.projects.get(record.project)
+    channel = getattr(project, "notify_channel", None)
+    if not channel or channel == record.channel:
+        return
+    if not await deps.notifier.mirror(record, headline, channel):
+        await deps.access.audit(
+            "gpuops", "mirror_failed", project=record.project, request_id=record.id, channel=channel
+        )
