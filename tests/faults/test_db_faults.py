@@ -21,7 +21,7 @@ import pytest
 
 from bot.core.answers import STORE_UNAVAILABLE_TEXT, Notice
 from bot.core.schedule import Schedule
-from bot.core.store import RequestState, Store
+from bot.core.store import RequestState, Started, Store
 from bot.local.demo.stack import BotReplica, LocalStack
 from bot.local.faults.proxy import FaultProxy
 from bot.local.simulators.base import Fault, FaultKind
@@ -380,14 +380,13 @@ async def test_an_outage_when_recording_the_start_sends_nothing(
         stack, DAVE, "e2e-delhi", "101", "scale_cluster", {"additional_nodes": "1"}
     )
     proxied_store: Store = proxied.runtime.store
-    real_lock = proxied_store.lock_cluster
+    real_start = proxied_store.start_execution
 
-    async def lock_then_lose_the_store(*args: Any, **kwargs: Any) -> bool:
-        locked = await real_lock(*args, **kwargs)
+    async def lose_the_store_then_start(*args: Any, **kwargs: Any) -> Started:
         await stopped(proxy)
-        return locked
+        return await real_start(*args, **kwargs)
 
-    proxied_store.lock_cluster = lock_then_lose_the_store  # type: ignore[method-assign]
+    proxied_store.start_execution = lose_the_store_then_start  # type: ignore[method-assign]
     await _approve_on(stack, proxied, opened)
     # the replica has met the outage and keeps "not sent" for when the store is back
     kept = proxied.runtime.workflow.execution.pending

@@ -16,6 +16,7 @@ from sqlalchemy.engine import Connection
 from bot.core.requests.execution import Execution
 from bot.core.store import RequestState
 from bot.local.demo.stack import LocalStack
+from tests.conftest import StackFactory
 from tests.support.workflow_kit import BOB, DAVE, click, request, wait_mirror
 
 SCALE_UP = "update together-prod tc-h200-ondemand num_gpus=16"  # needs no approval
@@ -74,9 +75,15 @@ def executions_ended(stack: LocalStack) -> Iterator[asyncio.Event]:
         execution.execute = real  # type: ignore[method-assign]
 
 
+async def quiet_stack(database_url: str, make_stack: StackFactory) -> LocalStack:
+    """A stack without its background rounds (sweeper, scheduler): only the change's SQL."""
+    return await make_stack(database_url=database_url, start_background=False)
+
+
 async def test_a_scale_up_without_approval_costs_six_statements_in_four_transactions(
-    stack: LocalStack,
+    database_url: str, make_stack: StackFactory
 ) -> None:
+    stack = await quiet_stack(database_url, make_stack)
     with executions_ended(stack) as ended, counting(stack) as counted:
         opened = await request(stack, DAVE, SCALE_UP, approval=False)
         await ended.wait()
@@ -88,7 +95,10 @@ async def test_a_scale_up_without_approval_costs_six_statements_in_four_transact
     assert counted.transactions <= 4, counted.shown()
 
 
-async def test_an_e2e_request_and_its_approval_cost_few_statements(stack: LocalStack) -> None:
+async def test_an_e2e_request_and_its_approval_cost_few_statements(
+    database_url: str, make_stack: StackFactory
+) -> None:
+    stack = await quiet_stack(database_url, make_stack)
     with executions_ended(stack) as ended, counting(stack) as counted:
         opened = await request(stack, DAVE, E2E_SCALE)
         await click(stack, opened, BOB)

@@ -89,13 +89,21 @@ class Execution:
                 return None
             if record.run_at is not None and record.run_at > deps.clock():
                 return None  # scheduled: the scheduler sends it at its time
-            return await self._started(record, actor)
+            # In flight from before its start: recovery never ends a change being started.
+            deps.in_flight.start(record.id)
+            ran = _Ran()
+            try:
+                ran = await self._started(record, actor)
+            finally:
+                if not ran.kept:  # a kept result stays in hand until it is recorded
+                    deps.in_flight.done(record.id)
+            return ran.result
         except StoreUnavailable as exc:
             # Nothing sent, nothing held: the sweeper ends it once the store is back.
             log.warning("change %s not started: %s", request_id, exc)
             return None
 
-    async def _started(self, record: ChangeRequestRecord, actor: str) -> Result | None:
+    async def _started(self, record: ChangeRequestRecord, actor: str) -> _Ran:
         """Check and start it (``start``: one transaction), then send it under its lease.
 
         A change that needs the cluster fetched for its checks (a scheduled one) claims the
@@ -111,14 +119,14 @@ class Execution:
                 cluster=transitions.cluster_of(record),
             )
             if not await self._claimed(record, claim):
-                return None
+                return _Ran()
             fence = claim.lease
         try:
             prior = await self.presend.check(record)
         except SendRefused as refused:
             await self._refuse(record, transitions.REFUSE_GUARDRAIL, refused.why, refused.kind)
             await self._free(record, fence, ended=True)
-            return None
+            return _Ran()
         change = transitions.Change(
             transitions.START, actor, fields={"prior_values": prior}, outcome=None
         )
@@ -131,9 +139,9 @@ class Execution:
             log.warning("change %s: the store failed as it was starting: %s", record.id, exc)
             not_sent = Result(RequestState.FAILED, _NOT_SENT, "store", sent=False)
             self.pending.keep(Unrecorded(record, not_sent, None, None))
-            return not_sent
+            return _Ran(not_sent)
         if not await self._claimed(record, started):
-            return None
+            return _Ran()
         assert started.lease is not None and started.record is not None
         return await self._run(started.record, started.lease)
 
@@ -152,21 +160,19 @@ class Execution:
             await self._free(record, outcome.lease, ended=True)
         return False  # HELD: another replica is sending it
 
-    async def _run(self, running: ChangeRequestRecord, lease: Lease) -> Result | None:
+    async def _run(self, running: ChangeRequestRecord, lease: Lease) -> _Ran:
         deps = self.deps
         keeper = LeaseKeeper(deps.store, lease, deps.exec_lease_seconds)
         heartbeat = deps.tasks.spawn(keeper.run(), f"heartbeat-{running.id}")
-        deps.in_flight.start(running.id)
         ran = _Ran()
         try:
             ran = await self._sent_and_recorded(running, keeper, heartbeat)
         finally:
-            if not ran.kept:  # a kept result stays in hand (in flight) until it is recorded
-                deps.in_flight.done(running.id)
+            if not ran.kept:  # a kept result keeps its lease until it is recorded
                 heartbeat.cancel()
                 if not ran.released:
                     await self._free(running, None if keeper.lost else keeper.lease, ended=None)
-        return ran.result
+        return ran
 
     async def _sent_and_recorded(
         self, running: ChangeRequestRecord, keeper: LeaseKeeper, heartbeat: asyncio.Task[None]

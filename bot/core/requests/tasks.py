@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import Awaitable
 from typing import Any
 
@@ -50,10 +51,11 @@ class BackgroundTasks:
 
 
 class InFlight:
-    """The request ids this process is sending to a provider now."""
+    """The request ids this process is starting or sending to a provider now (counted: two
+    executions of one request here, one of which will find it taken, are two)."""
 
     def __init__(self) -> None:
-        self._ids: set[str] = set()
+        self._ids: Counter[str] = Counter()
         self._idle = asyncio.Event()  # set while nothing is being sent
         self._idle.set()
 
@@ -61,11 +63,13 @@ class InFlight:
         return request_id in self._ids
 
     def start(self, request_id: str) -> None:
-        self._ids.add(request_id)
+        self._ids[request_id] += 1
         self._idle.clear()
 
     def done(self, request_id: str) -> None:
-        self._ids.discard(request_id)
+        self._ids[request_id] -= 1
+        if self._ids[request_id] <= 0:
+            del self._ids[request_id]
         if not self._ids:
             self._idle.set()
 

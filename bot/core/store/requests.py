@@ -261,7 +261,8 @@ class RequestsMixin(StoreBase):
                 if step is not None:
                     await self._link_step(conn, step, str(row["id"]), now)
                 if audit is not None:
-                    entry = audit.model_copy(update={"request_id": str(row["id"])})
+                    named = {"request_id": row["id"], "project": row["project"]}
+                    entry = audit.model_copy(update={**named, "cluster_id": row["cluster_id"]})
                     await append_entry(conn, entry, self._dialect)
             record = ChangeRequestRecord.model_validate(dict(row))
             return record, others
