@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
+from bot.core.store import AuditRow, Started, StartedHow
 from bot.core.store import RequestState as S
+from bot.core.store import requests as store_requests
 from bot.local.demo.stack import LocalStack
 from bot.local.simulators.base import Fault, FaultKind
 from tests.conftest import StackFactory
@@ -191,19 +193,19 @@ async def test_a_sweep_at_the_moment_a_change_starts_does_not_call_it_interrupte
     stack: LocalStack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The other replica's sweeper looks right after the request became ``executing``: the
-    executor must already hold its lease then."""
+    executor must already hold its lease then (they are one transaction)."""
     other = await stack.start_replica("replica-b", start_background=False)
     store = stack.runtime.store
     swept: list[int] = []
-    transition = store.transition
+    start = store.start_execution
 
-    async def then_sweep(request_id: str, **kwargs: Any) -> Any:
-        result = await transition(request_id, **kwargs)
-        if kwargs["to"] is S.EXECUTING and result is not None:
+    async def then_sweep(request_id: str, **kwargs: Any) -> Started:
+        started = await start(request_id, **kwargs)
+        if started.how is StartedHow.STARTED:
             swept.append(await other.runtime.workflow.recover_interrupted())
-        return result
+        return started
 
-    monkeypatch.setattr(store, "transition", then_sweep)
+    monkeypatch.setattr(store, "start_execution", then_sweep)
     opened = await request(stack, DAVE, SCALE_101)
     await click(stack, opened, BOB)
     await poll_until(lambda: swept)
@@ -282,27 +284,33 @@ async def test_one_change_at_a_time_per_cluster(stack: LocalStack) -> None:
 async def test_a_failure_while_starting_a_change_leaves_it_to_recovery(
     sqlite_stack: LocalStack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The start's audit entry fails: the whole start (lease, lock, ``executing``) is rolled
+    back with it, nothing is sent, and recovery ends the approved change as never sent."""
     stack = sqlite_stack
     workflow, store = stack.runtime.workflow, stack.runtime.store
     opened = await open_direct(
         stack, DAVE, "e2e-delhi", "101", "scale_cluster", {"additional_nodes": "1"}
     )
-    access = workflow.deps.access
-    real_audit = access.audit
+    real_append = store_requests.append_entry
 
-    async def audit(actor: str, event: str, **fields: Any) -> None:
-        if event == "executing":
+    async def append(conn: Any, row: AuditRow, dialect: str) -> Any:
+        if row.event == "executing":
             raise RuntimeError("the audit table went away")
-        await real_audit(actor, event, **fields)
+        return await real_append(conn, row, dialect)
 
-    monkeypatch.setattr(access, "audit", audit)
+    monkeypatch.setattr(store_requests, "append_entry", append)
     with pytest.raises(RuntimeError):
         await workflow.decide(user=BOB, channel=CHANNEL, request_id=opened.id, decision="approve")
     assert e2e_puts(stack) == []  # never sent
-    # this process no longer counts it as being sent, and its lease is free: recovery ends it
+    # this process no longer counts it as being sent, and holds neither lease nor lock
     assert await workflow.wait_for_executions(grace=0.1) == set()
+    record = await store.get_request(opened.id)
+    assert record is not None and record.state is S.APPROVED
+    assert await store.cluster_holder("e2e", "e2e-delhi", "101") is None
+    assert await store.get_lease(f"exec:{opened.id}") is None
+    real_clock = workflow.clock
+    workflow.clock = lambda: real_clock() + timedelta(seconds=workflow.deps.exec_lease_seconds + 1)
     assert await workflow.recover_interrupted() == 1
-    record = await wait_state(store, opened.id, S.UNKNOWN)
-    assert record.result_message and RESTART_NOTE in record.result_message
-    await wait_unlocked(store, "e2e", "e2e-delhi", "101")
+    record = await wait_state(store, opened.id, S.FAILED)
+    assert record.result_message and "nothing was sent" in record.result_message
     assert e2e_puts(stack) == []

@@ -14,6 +14,7 @@ import contextlib
 import functools
 import logging
 from dataclasses import dataclass, replace
+from typing import Any
 
 from bot.core.requests import transitions
 from bot.core.requests.deps import RequestDeps
@@ -55,6 +56,18 @@ class _Ran:
     released: bool = False
 
 
+@dataclass
+class Posted:
+    """Where a new request's messages were posted, not stored yet: written with the change's
+    first transition here (its start, or its refusal), saving a transaction."""
+
+    fields: dict[str, Any]
+    stored: bool = False
+
+    def take(self) -> dict[str, Any]:
+        return dict(self.fields)
+
+
 def lease_name(request_id: str) -> str:
     return f"exec:{request_id}"
 
@@ -69,17 +82,23 @@ class Execution:
         self.pending = PendingOutcomes(self._record_late, deps.tasks.spawn)
 
     async def execute(
-        self, request_id: str, *, actor: str, record: ChangeRequestRecord | None = None
+        self,
+        request_id: str,
+        *,
+        actor: str,
+        record: ChangeRequestRecord | None = None,
+        posted: Posted | None = None,
     ) -> Result | None:
-        """Run an approved change (``record``: as the caller just had it from the store);
-        the result this executor knows (recorded or kept for the store), None when it did
-        not run it (not approved, another sender, or the store failed before anything was
-        held)."""
+        """Run an approved change (``record``: as the caller just had it from the store;
+        ``posted``: fields to store with its first transition, marked stored once they
+        are); the result this executor knows (recorded or kept for the store), None when
+        it did not run it (not approved, another sender, or the store failed before
+        anything was held)."""
         with log_context(request_id=request_id):  # every line logged while sending names it
-            return await self._execute(request_id, actor, record)
+            return await self._execute(request_id, actor, record, posted or Posted({}))
 
     async def _execute(
-        self, request_id: str, actor: str, record: ChangeRequestRecord | None
+        self, request_id: str, actor: str, record: ChangeRequestRecord | None, posted: Posted
     ) -> Result | None:
         deps = self.deps
         try:
@@ -93,7 +112,7 @@ class Execution:
             deps.in_flight.start(record.id)
             ran = _Ran()
             try:
-                ran = await self._started(record, actor)
+                ran = await self._started(record, actor, posted)
             finally:
                 if not ran.kept:  # a kept result stays in hand until it is recorded
                     deps.in_flight.done(record.id)
@@ -103,7 +122,7 @@ class Execution:
             log.warning("change %s not started: %s", request_id, exc)
             return None
 
-    async def _started(self, record: ChangeRequestRecord, actor: str) -> _Ran:
+    async def _started(self, record: ChangeRequestRecord, actor: str, posted: Posted) -> _Ran:
         """Check and start it (``start``: one transaction), then send it under its lease.
 
         A change that needs the cluster fetched for its checks (a scheduled one) claims the
@@ -118,17 +137,19 @@ class Execution:
                 ttl_seconds=self.deps.exec_lease_seconds,
                 cluster=transitions.cluster_of(record),
             )
-            if not await self._claimed(record, claim):
+            if not await self._claimed(record, claim, posted):
                 return _Ran()
             fence = claim.lease
         try:
             prior = await self.presend.check(record)
         except SendRefused as refused:
-            await self._refuse(record, transitions.REFUSE_GUARDRAIL, refused.why, refused.kind)
+            await self._refuse(
+                record, transitions.REFUSE_GUARDRAIL, refused.why, refused.kind, posted
+            )
             await self._free(record, fence, ended=True)
             return _Ran()
         change = transitions.Change(
-            transitions.START, actor, fields={"prior_values": prior}, outcome=None
+            transitions.START, actor, fields={"prior_values": prior, **posted.take()}
         )
         try:
             started = await transitions.start(
@@ -140,12 +161,13 @@ class Execution:
             not_sent = Result(RequestState.FAILED, _NOT_SENT, "store", sent=False)
             self.pending.keep(Unrecorded(record, not_sent, None, None))
             return _Ran(not_sent)
-        if not await self._claimed(record, started):
+        if not await self._claimed(record, started, posted):
             return _Ran()
+        posted.stored = True
         assert started.lease is not None and started.record is not None
         return await self._run(started.record, started.lease)
 
-    async def _claimed(self, record: ChangeRequestRecord, outcome: Started) -> bool:
+    async def _claimed(self, record: ChangeRequestRecord, outcome: Started, posted: Posted) -> bool:
         """Whether the lease (and lock) are this executor's; a busy cluster refuses it."""
         if outcome.how is StartedHow.STARTED:
             return True
@@ -154,7 +176,7 @@ class Execution:
                 f"another change ({outcome.holder}) is running on {record.cluster_id}, or may "
                 "still reach the provider; request again when it has finished."
             )
-            await self._refuse(record, transitions.REFUSE_BUSY, why, "cluster_busy")
+            await self._refuse(record, transitions.REFUSE_BUSY, why, "cluster_busy", posted)
             await self._free(record, outcome.lease, ended=False)
         elif outcome.how is StartedHow.MOVED:
             await self._free(record, outcome.lease, ended=True)
@@ -227,11 +249,17 @@ class Execution:
             log.warning("change %s: could not free its lock or lease: %s", record.id, exc)
 
     async def _refuse(
-        self, record: ChangeRequestRecord, transition: transitions.Transition, why: str, kind: str
+        self,
+        record: ChangeRequestRecord,
+        transition: transitions.Transition,
+        why: str,
+        kind: str,
+        posted: Posted,
     ) -> None:
         """End an approved change without sending it."""
-        refused = transitions.Change.ended_by_gpuops(transition, why, outcome=kind)
-        await transitions.settle(self.deps, record, refused)
+        refused = transitions.Change.ended_by_gpuops(transition, why, outcome=kind, **posted.take())
+        if await transitions.settle(self.deps, record, refused) is not None:
+            posted.stored = True
 
     async def _send(self, record: ChangeRequestRecord) -> Result:
         """Send the change (its start noted how long the call may still arrive)."""

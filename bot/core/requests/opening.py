@@ -21,7 +21,7 @@ from bot.core.notifier import NotDelivered
 from bot.core.policy import Role
 from bot.core.requests import transitions
 from bot.core.requests.deps import RequestDeps
-from bot.core.requests.execution import Execution
+from bot.core.requests.execution import Execution, Posted
 from bot.core.requests.outcomes import Result
 from bot.core.requests.transitions import Change, mirror, settle
 from bot.core.requests.view import STALE_AT_APPROVAL, state_words
@@ -171,7 +171,10 @@ class Opening:
         beside = _beside_note(record, others)
         try:
             root_ts = await deps.notifier.request_opened(record)
-            record = await self._note(record, root_ts=root_ts)
+            if needs_approval or run_at is not None:
+                record = await self._note(record, root_ts=root_ts)
+            else:  # run now: stored with its start (or refusal), one transaction fewer
+                record = record.model_copy(update={"root_ts": root_ts})
             if needs_approval:
                 # Without the prompt nobody can approve it: withdraw it rather than let it
                 # wait for an approval that cannot come.
@@ -202,14 +205,20 @@ class Opening:
         reach by now). Once the call may have been sent, the answer says only what is known
         of it: never "nothing was changed" because the store went away afterwards."""
         result: Result | None = None
+        posted = Posted({"root_ts": record.root_ts})
         try:
-            result = await self.execution.execute(record.id, actor=user, record=record)
+            result = await self.execution.execute(
+                record.id, actor=user, record=record, posted=posted
+            )
             if result is not None and (record.id in self.deps.in_flight or not result.sent):
                 return ran_without_store(record.id, result)  # kept until the store is back
             final = _as_ended(record, result) or await self.deps.store.get_request(record.id)
         except StoreUnavailable as exc:
             log.warning("change %s: its outcome could not be read back: %s", record.id, exc)
             return ran_without_store(record.id, result)
+        finally:
+            if not posted.stored:  # it did not start here: where it was posted, on its own
+                await self._note(record, **posted.fields)
         final = final or record
         outcome = state_words(str(final.state))
         if final.result_message:

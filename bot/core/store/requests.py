@@ -333,17 +333,24 @@ class RequestsMixin(StoreBase):
             return await _update_in(conn, request_id, values, fence=fence)
 
     async def add_approver(
-        self, request_id: str, approver: str, requirement: Mapping[str, Any]
+        self,
+        request_id: str,
+        approver: str,
+        requirement: Mapping[str, Any],
+        *,
+        seen: ChangeRequestRecord | None = None,
     ) -> tuple[ChangeRequestRecord | None, bool]:
         """Add ``approver`` to a pending request's approvals (and note what it now needs),
         compare-and-set on the row's version: two approvers at once on two replicas are both
         counted, and whoever completes the count sees it complete.
 
         (record, True) when added; (record, False) when the request is no longer pending or
-        already has this approver; (None, False) when there is no such request."""
+        already has this approver; (None, False) when there is no such request. ``seen``:
+        the request as the caller just read it, tried first without reading it again."""
         for _ in range(_APPROVER_ATTEMPTS):
             async with self._begin() as conn:
-                current = await _get_in(conn, request_id)
+                current = seen or await _get_in(conn, request_id)
+                seen = None  # a version that lost is read afresh
                 if current is None:
                     return None, False
                 if current.state is not RequestState.PENDING or approver in current.approvers:
