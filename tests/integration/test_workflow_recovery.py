@@ -13,6 +13,7 @@ import pytest
 from bot.core.store import AuditRow, Started, StartedHow
 from bot.core.store import RequestState as S
 from bot.core.store import requests as store_requests
+from bot.core.store.audit import append_entry
 from bot.local.demo.stack import LocalStack
 from bot.local.simulators.base import Fault, FaultKind
 from tests.conftest import StackFactory
@@ -291,7 +292,7 @@ async def test_a_failure_while_starting_a_change_leaves_it_to_recovery(
     opened = await open_direct(
         stack, DAVE, "e2e-delhi", "101", "scale_cluster", {"additional_nodes": "1"}
     )
-    real_append = store_requests.append_entry
+    real_append = append_entry
 
     async def append(conn: Any, row: AuditRow, dialect: str) -> Any:
         if row.event == "executing":
