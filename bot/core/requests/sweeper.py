@@ -103,22 +103,11 @@ class Sweeper:
         executor's writes off) and say so in its thread; its cluster is freed only once no
         provider call it started can still arrive. False when a live replica holds it or
         it moved meanwhile."""
-        deps = self.deps
-        name = lease_name(record.id)
-        lease = await deps.store.take_lease(name, deps.instance_id, deps.exec_lease_seconds)
-        if lease is None:
-            return False  # a live replica is sending it, or about to
         change = Change.ended_by_gpuops(transition, why, outcome=str(transition.to))
-        try:
-            done = await settle(deps, record, change, fence=lease)
-        finally:
-            await deps.store.release_lease(name, deps.instance_id)
-        if done is None:
-            return False
-        await deps.store.release_ended_cluster_lock(
-            record.provider, record.project, record.cluster_id, record.id
+        done = await transitions.end_interrupted(
+            self.deps, record, change, lease_name=lease_name(record.id)
         )
-        return True
+        return done is not None
 
     async def refresh_pending_gauge(self) -> None:
         pending = await self.deps.store.list_requests(states={RequestState.PENDING}, limit=10_000)

@@ -8,7 +8,9 @@ none but the correction of ``unknown``.
 
 Every transition is one compare-and-set transaction in the store together with its audit
 entry (``open``: the new row; ``start``: with the lease, the cluster lock and the call
-deadline; a finish: with the lock and lease freed). Only then is it counted, told and
+deadline; a finish: with the lock and lease freed; ``interrupt``/``orphan``: with the gone
+executor's lease taken and given up, and the cluster freed). None needs more than one on
+either backend. Only then is it counted, told and
 mirrored (``announce``): a request that moved meanwhile is neither.
 """
 
@@ -362,6 +364,29 @@ async def start(
     if started.how is StartedHow.STARTED and started.record is not None:
         await announce(deps, record, started.record, change)
     return started
+
+
+async def end_interrupted(
+    deps: RequestDeps, record: ChangeRequestRecord, change: Change, *, lease_name: str
+) -> ChangeRequestRecord | None:
+    """``interrupt`` or ``orphan``: the lease taken from a gone executor, the state, its
+    audit entry, the lease given up and the cluster freed (once no call can arrive), in one
+    transaction; told when it moved."""
+    t = change.transition
+    done = await deps.store.end_interrupted(
+        record.id,
+        lease_name=lease_name,
+        holder=deps.instance_id,
+        ttl_seconds=deps.exec_lease_seconds,
+        from_states=t.from_states,
+        to=t.to,
+        cluster=cluster_of(record),
+        audit=change.audit_row(record),
+        **change.fields,
+    )
+    if done is not None:
+        await announce(deps, record, done, change)
+    return done
 
 
 async def finish(

@@ -467,6 +467,35 @@ class RequestsMixin(StoreBase):
                 return holder
         return await holder_in(conn, cluster) or request_id
 
+    async def end_interrupted(
+        self,
+        request_id: str,
+        *,
+        lease_name: str,
+        holder: str,
+        ttl_seconds: float,
+        from_states: Collection[RequestState],
+        to: RequestState,
+        cluster: ClusterRef,
+        audit: AuditRow,
+        **updates: Any,
+    ) -> ChangeRequestRecord | None:
+        """End a request whose executor is gone, in one transaction: take its lease (which
+        fences that executor's writes off: the token grows), move it under that lease, audit
+        it, give the lease up again, and free its cluster unless a provider call it started
+        may still arrive. None when a live executor holds the lease or the request moved."""
+        values = _transition_values(to, updates)
+        async with self._begin() as conn:
+            lease = await take_lease_in(conn, self._dialect, lease_name, holder, ttl_seconds)
+            if lease is None:
+                return None  # a live replica is sending it, or about to
+            done = await _update_in(conn, request_id, values, from_states=from_states, fence=lease)
+            await release_lease_in(conn, lease.name, lease.holder)
+            if done is not None:
+                await release_ended_in(conn, cluster, request_id)
+                await append_entry(conn, audit, self._dialect)
+        return done
+
     async def release_execution(
         self, request_id: str, lease: Lease, *, cluster: ClusterRef | None = None
     ) -> None:
