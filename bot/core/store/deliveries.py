@@ -5,7 +5,8 @@ from __future__ import annotations
 import secrets
 from datetime import datetime
 
-from sqlalchemy import delete, insert
+from sqlalchemy import bindparam, delete, insert
+from sqlalchemy.dialects import postgresql, sqlite
 
 from bot.core.store.engine import StoreBase, require_aware, utcnow
 from bot.core.store.tables import deliveries
@@ -16,24 +17,28 @@ _ROOM_PROBE_BYTES = 2000
 _ROOM_PROBE_PREFIX = "gpuops:room-probe:"
 
 
+# Built once (every Slack delivery runs it): a call only binds the key and the time.
+_REMEMBER = {
+    name: dialect.insert(deliveries)
+    .on_conflict_do_nothing(index_elements=[deliveries.c.key])
+    .returning(deliveries.c.key)
+    for name, dialect in (("postgresql", postgresql), ("sqlite", sqlite))
+}
+_PRUNE = delete(deliveries).where(deliveries.c.seen_at < bindparam("b_before"))
+
+
 class DeliveriesMixin(StoreBase):
     async def remember_delivery(self, key: str) -> bool:
         """True the first time ``key`` is seen (across replicas), False every time after."""
-        statement = (
-            self._insert(deliveries)
-            .values(key=key, seen_at=utcnow())
-            .on_conflict_do_nothing(index_elements=[deliveries.c.key])
-            .returning(deliveries.c.key)
-        )
+        params = {"key": key, "seen_at": utcnow()}
         async with self._begin() as conn:
-            return (await conn.execute(statement)).first() is not None
+            return (await conn.execute(_REMEMBER[self._dialect], params)).first() is not None
 
     async def prune_deliveries(self, older_than: datetime) -> int:
         """Forget delivery keys first seen before ``older_than``; returns how many."""
         require_aware("older_than", older_than)
-        statement = delete(deliveries).where(deliveries.c.seen_at < older_than)
         async with self._begin() as conn:
-            result = await conn.execute(statement)
+            result = await conn.execute(_PRUNE, {"b_before": older_than})
         return result.rowcount
 
     async def probe_room(self) -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Update, bindparam, select, update
+from sqlalchemy import ColumnElement, Integer, Update, bindparam, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -619,56 +619,59 @@ class RequestsMixin(StoreBase):
     async def list_following(self, now: datetime, *, limit: int = 100) -> list[ChangeRequestRecord]:
         """Requests whose cluster is to be followed after ``now`` (an indexed query)."""
         require_aware("now", now)
-        statement = (
-            select(change_requests)
-            .where(change_requests.c.follow_until.is_not(None))
-            .where(change_requests.c.follow_until > now)
-            .order_by(change_requests.c.follow_until)
-            .limit(limit)
-        )
-        async with self._begin() as conn:
-            rows = (await conn.execute(statement)).mappings().all()
-        return [ChangeRequestRecord.model_validate(dict(row)) for row in rows]
+        return await self._listed(_FOLLOWING, {"b_now": now, "b_limit": limit})
 
     async def list_reverts(self, request_id: str) -> list[ChangeRequestRecord]:
         """The requests made to revert ``request_id``, oldest first."""
-        statement = (
-            select(change_requests)
-            .where(change_requests.c.revert_of == normalize_request_id(request_id))
-            .order_by(change_requests.c.created_at)
-        )
-        async with self._begin() as conn:
-            rows = (await conn.execute(statement)).mappings().all()
-        return [ChangeRequestRecord.model_validate(dict(row)) for row in rows]
+        return await self._listed(_REVERTS, {"b_of": normalize_request_id(request_id)})
 
     async def list_due(self, now: datetime, *, limit: int = 100) -> list[ChangeRequestRecord]:
         """Scheduled requests whose time has come and that were neither sent nor ended
         (one query on the run_at index)."""
         require_aware("now", now)
-        waiting = [RequestState.PENDING.value, RequestState.APPROVED.value]
-        statement = (
-            select(change_requests)
-            .where(change_requests.c.run_at.is_not(None))
-            .where(change_requests.c.run_at <= now)
-            .where(change_requests.c.state.in_(waiting))
-            .order_by(change_requests.c.run_at)
-            .limit(limit)
-        )
-        async with self._begin() as conn:
-            rows = (await conn.execute(statement)).mappings().all()
-        return [ChangeRequestRecord.model_validate(dict(row)) for row in rows]
+        return await self._listed(_DUE, {"b_now": now, "b_limit": limit})
 
     async def list_scheduled(self, requester: str, *, limit: int = 20) -> list[ChangeRequestRecord]:
         """``requester``'s scheduled requests not sent or ended yet, soonest first."""
-        waiting = [RequestState.PENDING.value, RequestState.APPROVED.value]
-        statement = (
-            select(change_requests)
-            .where(change_requests.c.run_at.is_not(None))
-            .where(change_requests.c.requester == requester)
-            .where(change_requests.c.state.in_(waiting))
-            .order_by(change_requests.c.run_at)
-            .limit(limit)
-        )
+        return await self._listed(_SCHEDULED, {"b_requester": requester, "b_limit": limit})
+
+    async def _listed(self, statement: Any, params: dict[str, Any]) -> list[ChangeRequestRecord]:
         async with self._begin() as conn:
-            rows = (await conn.execute(statement)).mappings().all()
+            rows = (await conn.execute(statement, params)).mappings().all()
         return [ChangeRequestRecord.model_validate(dict(row)) for row in rows]
+
+
+_WAITING = [RequestState.PENDING.value, RequestState.APPROVED.value]
+_NOW = bindparam("b_now", type_=change_requests.c.run_at.type)
+_LIMIT = bindparam("b_limit", type_=Integer())
+_FOLLOWING = (
+    select(change_requests)
+    .where(change_requests.c.follow_until.is_not(None), change_requests.c.follow_until > _NOW)
+    .order_by(change_requests.c.follow_until)
+    .limit(_LIMIT)
+)
+_REVERTS = (
+    select(change_requests)
+    .where(change_requests.c.revert_of == bindparam("b_of"))
+    .order_by(change_requests.c.created_at)
+)
+_DUE = (
+    select(change_requests)
+    .where(
+        change_requests.c.run_at.is_not(None),
+        change_requests.c.run_at <= _NOW,
+        change_requests.c.state.in_(_WAITING),
+    )
+    .order_by(change_requests.c.run_at)
+    .limit(_LIMIT)
+)
+_SCHEDULED = (
+    select(change_requests)
+    .where(
+        change_requests.c.run_at.is_not(None),
+        change_requests.c.requester == bindparam("b_requester"),
+        change_requests.c.state.in_(_WAITING),
+    )
+    .order_by(change_requests.c.run_at)
+    .limit(_LIMIT)
+)
