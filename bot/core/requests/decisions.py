@@ -325,6 +325,9 @@ class Decisions:
         approval, no more); None when it is the last one needed (approve now), else what
         the approver is told (counted, or already counted)."""
         requirement = self.requirement(record)
+        wanted = requirement.as_json()
+        if glass_reason is not None:
+            wanted["break_glass"] = {"by": user, "reason": glass_reason}
         updated, added = await self.deps.store.add_approver(record.id, user, wanted, seen=record)
         if updated is None or updated.state is not RequestState.PENDING:
             return already_decided_refusal(updated or record).reply()
