@@ -14,7 +14,7 @@ from slack_bolt.response import BoltResponse
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.slack.deadline import Deadline, dispatch_before_deadline
+from bot.slack.deadline import Deadline, answer_before_deadline
 from bot.slack.middleware import (
     DeduplicateDeliveries,
     DeliveryLog,
@@ -44,6 +44,10 @@ def build_bolt_app(
         signing_secret=signing_secret or "socket-mode-has-no-signing-secret",
         request_verification_enabled=True,
         raise_error_for_unhandled_request=False,
+        # The listener runs in the dispatch itself (no 10 ms poll for its ack): its ack()
+        # writes the answer (bot.slack.deadline.Answer) and clicks and events are
+        # acknowledged by DeduplicateDeliveries before anything else runs.
+        process_before_response=True,
     )
     app.use(DropMalformedPayloads())
     app.use(DeduplicateDeliveries(deliveries))
@@ -69,28 +73,44 @@ class SlackEventsEndpoint:
         self.bolt = bolt
         self.signing_secret = signing_secret
 
-    async def handle(self, request: web.Request) -> web.Response:
+    async def handle(self, request: web.Request) -> web.StreamResponse:
         # Bolt (its built-in middleware too) indexes some payload fields unguarded
         # (view.type, event.type …): such a payload gets an answer, not a 500 — after the
         # signature check Bolt did not get to.
         deadline = Deadline()
+        written: list[web.StreamResponse] = []
+
+        async def send(bolt_response: BoltResponse) -> None:
+            written.append(await self._write(request, bolt_response))
+
         try:
             bolt_request = await to_bolt_request(request)
             problem = malformed_interaction(bolt_request.body)
             if problem is None:
-                bolt_response = await dispatch_before_deadline(self.bolt, bolt_request, deadline)
+                await answer_before_deadline(self.bolt, bolt_request, deadline, send)
         except Exception as exc:
             problem = type(exc).__name__
-        if problem is not None:
-            if not self._signed(await request.text(), request.headers):
-                return web.Response(status=401)
-            log.warning("ignored a Slack request Bolt could not read (%s)", problem)
-            return web.Response(status=200)
+        if written:
+            return written[0]
+        if problem is not None and not self._signed(await request.text(), request.headers):
+            return web.Response(status=401)
+        log.warning("ignored a Slack request Bolt could not read (%s)", problem)
+        return web.Response(status=200)
+
+    @staticmethod
+    async def _write(request: web.Request, bolt_response: BoltResponse) -> web.StreamResponse:
+        """Write the answer now (aiohttp sends nothing more for a prepared response)."""
         if bolt_response.status == 404:
             # Signed, but no listener wants it (an event type or a button of an older
             # version): acknowledge it, or Slack retries events and shows people an error.
             bolt_response = BoltResponse(status=200, body="")
-        return await to_aiohttp_response(bolt_response)
+        response = await to_aiohttp_response(bolt_response)
+        try:
+            await response.prepare(request)
+            await response.write_eof()
+        except ConnectionError as exc:  # the listener that acked goes on regardless
+            log.info("Slack went away before its answer was written (%s)", type(exc).__name__)
+        return response
 
     def _signed(self, body: str, headers: Mapping[str, Any]) -> bool:
         if self.signing_secret is None:

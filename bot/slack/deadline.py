@@ -1,12 +1,15 @@
 """One answer deadline for every Slack request: over HTTP and over Socket Mode, Slack gets
 an answer within 2.5 s of arrival whatever the listener is waiting on; the listener goes on
-and reports in the thread, the view or ephemerally."""
+and reports in the thread, the view or ephemerally. A listener's ``ack()`` writes the answer
+before it returns: no work after the ack runs before Slack has it."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from asyncio import FIRST_COMPLETED
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +17,7 @@ from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.adapter.socket_mode.async_internals import send_async_response
 from slack_bolt.adapter.socket_mode.internals import build_headers
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.context.ack.async_ack import AsyncAck
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 from slack_sdk.socket_mode.request import SocketModeRequest
@@ -41,9 +45,38 @@ class Deadline:
         return self.remaining() <= 0.0
 
 
-class LateListeners:
-    """Listeners still running after their request was answered: kept referenced until they
-    end, and their failures logged."""
+Send = Callable[[BoltResponse], Awaitable[None]]
+
+
+class Answer(AsyncAck):
+    """A request's ``ack()``: its first call hands the response to ``send``, which writes it
+    to Slack before the call returns, so whatever the listener does next runs after Slack
+    has its answer (no poll, no loop turns in between). Once an answer went out (the
+    listener's, Bolt's, or the empty one at the deadline), later calls change nothing."""
+
+    def __init__(self, send: Send) -> None:
+        self.response = None  # AsyncAck's whole __init__ (which is untyped)
+        self._send = send
+        self.sent: asyncio.Future[BoltResponse] = asyncio.get_running_loop().create_future()
+
+    async def __call__(self, *args: Any, **kwargs: Any) -> BoltResponse:
+        if self.sent.done():
+            return self.sent.result()
+        response = await super().__call__(*args, **kwargs)
+        await self.give(response)
+        return response
+
+    async def give(self, response: BoltResponse) -> None:
+        """Send ``response``, unless an answer was sent already."""
+        if self.sent.done():
+            return
+        self.sent.set_result(response)  # first: a second caller during the write sends nothing
+        await self._send(response)
+
+
+class RunningListeners:
+    """Dispatches still running after their request was answered (the listener's work
+    after its ack, or a listener past the deadline): kept referenced until they end."""
 
     def __init__(self) -> None:
         self._tasks: set[asyncio.Task[BoltResponse]] = set()
@@ -55,10 +88,10 @@ class LateListeners:
     def _done(self, task: asyncio.Task[BoltResponse]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            log.error("a listener answered late failed: %s", type(task.exception()).__name__)
+            log.error("a listener answered early failed: %s", type(task.exception()).__name__)
 
 
-LATE_LISTENERS = LateListeners()
+RUNNING_LISTENERS = RunningListeners()
 
 
 def _kind(body: Any) -> str:
@@ -69,26 +102,34 @@ def _kind(body: Any) -> str:
     return str(body.get("type") or "unknown")[:32]
 
 
-async def dispatch_before_deadline(
-    bolt: AsyncApp, request: AsyncBoltRequest, deadline: Deadline
-) -> BoltResponse:
-    """Bolt's answer to ``request`` if it comes before ``deadline``; otherwise an empty 200
-    (the listener keeps running)."""
+async def answer_before_deadline(
+    bolt: AsyncApp, request: AsyncBoltRequest, deadline: Deadline, send: Send
+) -> None:
+    """Dispatch ``request`` to Bolt and ``send`` its answer once: the listener's ``ack()``
+    sends it at once; else Bolt's response when the dispatch ends; else an empty 200 at
+    ``deadline`` (the listener goes on). Returns once an answer was sent."""
+    answer = Answer(send)
+    request.context["ack"] = answer
     request.context["deadline"] = deadline
     # The listener's task (and every task it starts) copies this context: each line it
     # logs names the user and channel.
     with log_context(user=request.context.user_id, channel=request.context.channel_id):
         task = asyncio.create_task(bolt.async_dispatch(request))
-        done, _ = await asyncio.wait({task}, timeout=deadline.remaining())
+        RUNNING_LISTENERS.keep(task)
+        done, _ = await asyncio.wait(
+            {task, answer.sent}, timeout=deadline.remaining(), return_when=FIRST_COMPLETED
+        )
+        if answer.sent.done():
+            return
         if task in done:
-            return task.result()
-        LATE_LISTENERS.keep(task)
+            await answer.give(task.result())
+            return
         kind = _kind(request.body)
         SLACK_ANSWERS_PAST_BUDGET.labels(kind).inc()
         log.warning(
             "answered a %s empty at the %.1f s budget; its listener goes on", kind, deadline.budget
         )
-    return BoltResponse(status=200, body="")
+    await answer.give(BoltResponse(status=200, body=""))
 
 
 class DeadlineSocketModeHandler(AsyncSocketModeHandler):
@@ -106,8 +147,14 @@ class DeadlineSocketModeHandler(AsyncSocketModeHandler):
     async def handle(self, client: Any, req: SocketModeRequest) -> None:
         started, deadline = time.time(), Deadline()
         request = AsyncBoltRequest(mode="socket_mode", body=req.payload, headers=build_headers(req))
-        response = await dispatch_before_deadline(self.app, request, deadline)
-        await send_async_response(client, req, response, started)
+
+        async def send(response: BoltResponse) -> None:
+            try:
+                await send_async_response(client, req, response, started)
+            except Exception as exc:  # the listener that acked must go on regardless
+                log.warning("could not acknowledge a Socket Mode envelope: %s", type(exc).__name__)
+
+        await answer_before_deadline(self.app, request, deadline, send)
 
 
 SOCKET_MODE_LOGGER = "gpuops.socket_mode"

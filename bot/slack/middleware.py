@@ -21,6 +21,9 @@ Next = Callable[[], Awaitable[BoltResponse]]
 # Set in the listener context when the delivery could not be checked for repeats.
 STORE_UNAVAILABLE = "store_unavailable"
 _ACK_MARGIN = 0.5  # seconds left for the listener to ack after a de-dup write gave up
+# Payload types whose answer Slack reads nothing from (a click, an event): acknowledged
+# before their de-duplication write.
+ANSWERED_EMPTY = frozenset({"block_actions", "event_callback"})
 
 
 class DeliveryLog(Protocol):
@@ -82,7 +85,12 @@ class DropMalformedPayloads(AsyncMiddleware):
 
 
 class DeduplicateDeliveries(AsyncMiddleware):
-    """Act once on a Slack request delivered twice (retries, replicas behind one URL)."""
+    """Act once on a Slack request delivered twice (retries, replicas behind one URL).
+
+    The de-dup write stays off the ack path where the answer carries nothing: a slash
+    command's handler checks the key after its ack, clicks and events are acknowledged
+    here before the write. A submission's answer can carry errors or a view: its write
+    comes first, bounded by the deadline."""
 
     def __init__(self, deliveries: DeliveryLog) -> None:
         self.deliveries = deliveries
@@ -113,6 +121,9 @@ class DeduplicateDeliveries(AsyncMiddleware):
             # the key right after (handlers.commands): the write stays off the ack path.
             req.context["delivery_key"] = key
             return await next()
+        if req.body.get("type") in ANSWERED_EMPTY:
+            # Slack reads nothing in these answers: send it now, the write comes after.
+            await req.context.ack()
         if key is None:
             return await next()
         try:

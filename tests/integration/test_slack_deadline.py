@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
+import httpx
 import pytest
 from aiohttp import web
 from slack_bolt.async_app import AsyncApp
@@ -28,6 +29,7 @@ class Listeners:
     def __init__(self) -> None:
         self.finished = asyncio.Event()
         self.remaining_seen: list[float] = []
+        self.work_after_ack_ended: list[float] = []
 
     def register(self, app: AsyncApp) -> None:
         app.command("/gpu")(self.gpu)
@@ -38,6 +40,10 @@ class Listeners:
             await asyncio.sleep(ANSWER_BUDGET_SECONDS + 1.5)  # e.g. a rate-limited look-up
             await ack("too late to be seen")
             self.finished.set()
+        elif command["text"] == "busy":
+            await ack("answered first")
+            time.sleep(0.5)  # work that holds the event loop, e.g. rendering a long list
+            self.work_after_ack_ended.append(time.monotonic())
         else:
             await ack("in time")
 
@@ -63,7 +69,7 @@ async def served() -> AsyncIterator[tuple[str, Listeners]]:
         await runner.cleanup()
 
 
-async def send_command(url: str, text: str) -> tuple[int, str, float]:
+def signed_command(text: str) -> tuple[bytes, dict[str, str]]:
     body = urllib.parse.urlencode(
         {
             "command": "/gpu",
@@ -83,6 +89,11 @@ async def send_command(url: str, text: str) -> tuple[int, str, float]:
             SignatureVerifier(SECRET).generate_signature(timestamp=timestamp, body=body)
         ),
     }
+    return body.encode(), headers
+
+
+async def send_command(url: str, text: str) -> tuple[int, str, float]:
+    body, headers = signed_command(text)
     started = time.monotonic()
     async with (
         aiohttp.ClientSession() as session,
@@ -109,3 +120,20 @@ async def test_a_slow_listener_is_answered_at_the_budget_and_goes_on(
     assert ANSWER_BUDGET_SECONDS - 0.1 <= took < ANSWER_BUDGET_SECONDS + 0.4  # Slack waits 3 s
     assert SLACK_ANSWERS_PAST_BUDGET.labels("command")._value.get() == before + 1
     await asyncio.wait_for(listeners.finished.wait(), timeout=5)
+
+
+def _post_blocking(url: str, body: bytes, headers: dict[str, str]) -> tuple[str, float]:
+    response = httpx.post(url, content=body, headers=headers, timeout=10)
+    return response.text, time.monotonic()
+
+
+async def test_the_answer_is_written_before_the_work_after_the_ack(
+    served: tuple[str, Listeners],
+) -> None:
+    """The client (in a thread of its own) has the answer although the listener held the
+    event loop right after its ack: ack() wrote it before returning."""
+    url, listeners = served
+    body, headers = signed_command("busy")
+    text, received = await asyncio.to_thread(_post_blocking, url, body, headers)
+    assert text == "answered first"
+    assert received < listeners.work_after_ack_ended[0]  # before the loop was free again
