@@ -1,11 +1,15 @@
 """Who may do what: a user's role for a project in a channel, from the policy's grants
-(users and Slack user groups, optionally limited to channels); deny by default."""
+(users and Slack user groups, optionally limited to channels); deny by default. Within
+``one_authorization()`` (the handling of one request) a permission granted once is not
+decided again."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Protocol
@@ -18,12 +22,36 @@ logger = logging.getLogger(__name__)
 class UserGroupResolver(Protocol):
     async def members(self, usergroup_id: str) -> frozenset[str]: ...
 
+    def cached(self, usergroup_id: str) -> frozenset[str] | None:
+        """The members if known without a look-up (fresh in a cache), else None."""
+        ...
+
 
 @dataclass(frozen=True)
 class AccessDecision:
     allowed: bool
     role: Role | None
     reason: str
+
+
+_Permission = tuple[str, str, str | None, Role]  # user, project, channel, role needed
+_GRANTED: ContextVar[dict[_Permission, AccessDecision] | None] = ContextVar(
+    "gpuops_granted", default=None
+)
+
+
+@contextmanager
+def one_authorization() -> Iterator[None]:
+    """The handling of one request: ``Authorizer.check`` decides each permission once in it
+    (a command's check and the same check where the change is opened). Tasks started in
+    it see the decisions only until it ends, then decide again."""
+    granted: dict[_Permission, AccessDecision] = {}
+    token = _GRANTED.set(granted)
+    try:
+        yield
+    finally:
+        granted.clear()
+        _GRANTED.reset(token)
 
 
 def _channel_list(channels: Iterable[str]) -> str:
@@ -65,6 +93,18 @@ class Authorizer:
         action: str = "this",
     ) -> AccessDecision:
         """Decide and say why. ``action`` words the refusal: "approving needs approver"."""
+        granted = _GRANTED.get()
+        permission = (user, project, channel, needed)
+        if granted is not None and permission in granted:
+            return granted[permission]
+        decision = await self._decide(user, project, channel, needed, action)
+        if granted is not None and decision.allowed:
+            granted[permission] = decision
+        return decision
+
+    async def _decide(
+        self, user: str, project: str, channel: str | None, needed: Role, action: str
+    ) -> AccessDecision:
         grants = await self._grants_of(user, project)
         if not grants:
             return AccessDecision(False, None, f"no such project or no access: {project}")
@@ -126,8 +166,7 @@ class Authorizer:
             return []
         candidates = [g for g in self.policy.grants if project is None or g.covers(project)]
         group_ids = sorted({gid for g in candidates if user not in g.users for gid in g.usergroups})
-        member_sets = await asyncio.gather(*(self._members(gid) for gid in group_ids))
-        members = dict(zip(group_ids, member_sets, strict=True))
+        members = await self._memberships(group_ids)
         return [
             g
             for g in candidates
@@ -137,9 +176,25 @@ class Authorizer:
     async def in_any_group(self, user: str, usergroups: Iterable[str]) -> bool:
         """Whether the user is a member of one of these user groups (a group that cannot be
         read counts as empty: deny)."""
-        groups = sorted(set(usergroups))
-        member_sets = await asyncio.gather(*(self._members(gid) for gid in groups))
-        return any(user in members for members in member_sets)
+        members = await self._memberships(sorted(set(usergroups)))
+        return any(user in found for found in members.values())
+
+    async def _memberships(self, group_ids: list[str]) -> dict[str, frozenset[str]]:
+        """Members of each group: cached ones at once (no task), the rest looked up together."""
+        members: dict[str, frozenset[str]] = {}
+        missing: list[str] = []
+        for gid in group_ids:
+            known = self.groups.cached(gid)
+            if known is None:
+                missing.append(gid)
+            else:
+                members[gid] = known
+        if len(missing) == 1:
+            members[missing[0]] = await self._members(missing[0])
+        elif missing:
+            found = await asyncio.gather(*(self._members(gid) for gid in missing))
+            members.update(zip(missing, found, strict=True))
+        return members
 
     async def _members(self, usergroup_id: str) -> frozenset[str]:
         try:

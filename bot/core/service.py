@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 
 from bot.core.access import Access, Refusal, invalid_change
 from bot.core.answers import Reply, error, notice, store_unavailable
+from bot.core.authorizer import one_authorization
 from bot.core.forms import FormKind, FormRequest, Forms, ReadySubmission, SubmissionErrors
 from bot.core.grammar import (
     ActionCommand,
@@ -96,14 +97,15 @@ class CommandService:
     ) -> Reply | NeedsBreakGlass | None:
         """Approve, deny or cancel a request (ChangeWorkflow.decide)."""
         try:
-            return await self.workflow.decide(
-                user=user,
-                channel=channel,
-                request_id=request_id,
-                decision=decision,
-                break_glass_reason=break_glass_reason,
-                reason=reason,
-            )
+            with one_authorization():
+                return await self.workflow.decide(
+                    user=user,
+                    channel=channel,
+                    request_id=request_id,
+                    decision=decision,
+                    break_glass_reason=break_glass_reason,
+                    reason=reason,
+                )
         except StoreUnavailable as exc:
             return _store_down("a decision", exc)
 
@@ -119,14 +121,16 @@ class CommandService:
     async def revert(self, *, user: str, channel: str, request_id: str) -> Reply:
         """Request the inverse of a change (ChangeWorkflow.revert)."""
         try:
-            return await self.workflow.revert(user=user, channel=channel, request_id=request_id)
+            with one_authorization():
+                return await self.workflow.revert(user=user, channel=channel, request_id=request_id)
         except StoreUnavailable as exc:
             return _store_down("a revert", exc)
 
     # -- commands ---------------------------------------------------------------------
     async def handle_command(self, user: str, channel: str, text: str) -> CommandOutcome:
         try:
-            return await self._handle_command(user, channel, text)
+            with one_authorization():
+                return await self._handle_command(user, channel, text)
         except StoreUnavailable as exc:
             COMMANDS.labels("store", "unavailable").inc()
             return _store_down("a command", exc)
@@ -143,7 +147,8 @@ class CommandService:
         """A change parsed elsewhere (a workflow step's inputs), run as ``/gpu`` runs it;
         ``step`` is linked to the request it makes."""
         try:
-            outcome = await self._run(user, channel, command, text, step)
+            with one_authorization():
+                outcome = await self._run(user, channel, command, text, step)
         except StoreUnavailable as exc:
             COMMANDS.labels("store", "unavailable").inc()
             return _store_down("a workflow step", exc)
@@ -267,7 +272,8 @@ class CommandService:
     # -- mentions ---------------------------------------------------------------------
     async def handle_mention(self, user: str, channel: str, text: str) -> Reply | TimelineRequest:
         try:
-            return await self._handle_mention(user, channel, text)
+            with one_authorization():
+                return await self._handle_mention(user, channel, text)
         except StoreUnavailable as exc:
             return _store_down("a mention", exc)
 

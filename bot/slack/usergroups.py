@@ -42,10 +42,15 @@ class SlackUserGroupResolver:
         self._cache: dict[str, _Members] = {}
         self._inflight: dict[str, asyncio.Task[frozenset[str]]] = {}
 
-    async def members(self, usergroup_id: str) -> frozenset[str]:
+    def cached(self, usergroup_id: str) -> frozenset[str] | None:
+        """The members while the cache holds them (or holds off retrying), else None."""
         cached = self._cache.get(usergroup_id)
-        if cached is not None and self._fresh(cached):
-            return cached.users
+        return cached.users if cached is not None and self._fresh(cached) else None
+
+    async def members(self, usergroup_id: str) -> frozenset[str]:
+        known = self.cached(usergroup_id)
+        if known is not None:
+            return known
         task = self._inflight.get(usergroup_id)
         if task is None:
             task = asyncio.create_task(self._fetch(usergroup_id))

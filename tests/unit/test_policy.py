@@ -91,6 +91,9 @@ class FakeGroups:
     broken: set[str] = field(default_factory=lambda: {"S0BROKEN"})
     calls: list[str] = field(default_factory=list)
 
+    def cached(self, usergroup_id: str) -> frozenset[str] | None:
+        return None  # every membership is looked up (and counted in calls)
+
     async def members(self, usergroup_id: str) -> frozenset[str]:
         self.calls.append(usergroup_id)
         if usergroup_id in self.broken:

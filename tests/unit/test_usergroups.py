@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine, Generator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 from aiohttp import web
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.core.authorizer import Authorizer
+from bot.core.authorizer import Authorizer, one_authorization
 from bot.core.policy import Policy, Role, load_policy
 from bot.slack.usergroups import SlackUserGroupResolver
 from tests.unit.test_policy import POLICY
@@ -165,3 +166,61 @@ async def test_authorizer_with_slack_groups(
     auth = Authorizer(policy, SlackUserGroupResolver(client))
     assert await auth.role_for("U03CAROL", "e2e-delhi", None) is Role.viewer
     assert await auth.role_for("U04DAVE", "together-dev", None) is None  # S0BROKEN unknown to Slack
+
+
+T = TypeVar("T")
+
+
+class TaskCount:
+    """Counts the tasks the running loop creates while installed as its task factory."""
+
+    def __init__(self) -> None:
+        self.created = 0
+
+    def __call__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        coro: Generator[Any, None, T] | Coroutine[Any, Any, T],
+        /,
+    ) -> asyncio.Future[T]:
+        self.created += 1
+        return asyncio.Task(coro, loop=loop)
+
+
+async def test_a_cached_group_is_read_without_a_task(
+    slack: tuple[FakeSlack, AsyncWebClient], policy: Policy
+) -> None:
+    fake, client = slack
+    fake.groups["S0PLATFORM"] = ["U03CAROL"]
+    resolver = SlackUserGroupResolver(client)
+    auth = Authorizer(policy, resolver)
+    assert await auth.role_for("U03CAROL", "e2e-delhi", None) is Role.viewer  # fills the cache
+    assert resolver.cached("S0PLATFORM") == frozenset({"U03CAROL"})
+    loop = asyncio.get_running_loop()
+    tasks = TaskCount()
+    loop.set_task_factory(tasks)
+    try:
+        decision = await auth.check("U03CAROL", "e2e-delhi", None, Role.viewer)
+        assert await auth.in_any_group("U03CAROL", ["S0PLATFORM"])
+    finally:
+        loop.set_task_factory(None)
+    assert decision.allowed
+    assert tasks.created == 0
+    assert fake.calls == ["S0PLATFORM"]
+
+
+async def test_one_authorization_decides_a_permission_once(
+    slack: tuple[FakeSlack, AsyncWebClient], policy: Policy
+) -> None:
+    fake, client = slack
+    fake.groups["S0PLATFORM"] = ["U03CAROL"]
+    resolver = SlackUserGroupResolver(client, ttl_seconds=0)  # every decision looks it up
+    auth = Authorizer(policy, resolver)
+    with one_authorization():
+        for _ in range(3):
+            assert (await auth.check("U03CAROL", "e2e-delhi", None, Role.viewer)).allowed
+        refused = [await auth.check("U03CAROL", "e2e-delhi", None, Role.operator) for _ in "ab"]
+    assert fake.calls == ["S0PLATFORM"] * 3  # one grant, decided once; refusals each time
+    assert not any(decision.allowed for decision in refused)
+    assert (await auth.check("U03CAROL", "e2e-delhi", None, Role.viewer)).allowed
+    assert len(fake.calls) == 4  # outside the block: decided again
