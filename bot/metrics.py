@@ -95,6 +95,24 @@ POLICY_RELOADS = Counter(
     registry=REGISTRY,
 )
 
+STORE_STATEMENTS = Counter(
+    "gpuops_store_statements_total",
+    "SQL statements the state store sent (not counting the BEGIN that opens a transaction).",
+    registry=REGISTRY,
+)
+STORE_TRANSACTIONS = Counter(
+    "gpuops_store_transactions_total",
+    "Transactions the state store opened (committed or rolled back).",
+    registry=REGISTRY,
+)
+SLACK_CALLS = Counter(
+    "gpuops_slack_calls_total",
+    "HTTP calls to Slack over the app's session, by Web API method (or response_url, "
+    "file_upload); a retried call counts each attempt.",
+    ["method"],
+    registry=REGISTRY,
+)
+
 
 def render_metrics() -> bytes:
     return generate_latest(REGISTRY)

@@ -21,6 +21,7 @@ from bot.metrics import SLACK_API_ERRORS
 from bot.pacing import waiting_elsewhere
 from bot.redact import redact
 from bot.slack.blocks import SlackMessage, channel_ref
+from bot.slack.calls import counting_slack_calls
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,10 @@ def slack_http_session() -> aiohttp.ClientSession:
     """One HTTP session (kept-alive connections) for every Web API call of the process;
     without one, slack_sdk opens and closes a session and a TCP connection per call.
     Create it inside the running event loop and close it on shutdown."""
-    return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=SLACK_TIMEOUT_SECONDS))
+    return aiohttp.ClientSession(
+        timeout=aiohttp.ClientTimeout(total=SLACK_TIMEOUT_SECONDS),
+        trace_configs=[counting_slack_calls()],
+    )
 
 
 def build_web_client(

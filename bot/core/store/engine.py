@@ -19,6 +19,7 @@ from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
 from bot.core.store.errors import StoreUnavailable, is_unavailable, unavailable_from
 from bot.core.store.migrations import SQLITE_BEGIN_OPTION, SQLITE_BEGIN_STATEMENTS
 from bot.core.store.sqlite_inline import inline_creator
+from bot.metrics import STORE_STATEMENTS, STORE_TRANSACTIONS
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 # PostgreSQL: how long connecting may take, and one transaction end to end (pool wait,
@@ -79,6 +80,29 @@ def _install_sqlite_hooks(engine: AsyncEngine) -> None:
         conn.exec_driver_sql(SQLITE_BEGIN_STATEMENTS[mode])
 
 
+_BEGIN_STATEMENTS = frozenset(SQLITE_BEGIN_STATEMENTS.values())
+
+
+def _install_counters(engine: AsyncEngine) -> None:
+    """Count the statements the store sends and the transactions it opens (/metrics)."""
+
+    @event.listens_for(engine.sync_engine, "before_cursor_execute")
+    def _on_statement(
+        _conn: Connection,
+        _cursor: Any,
+        statement: str,
+        _parameters: Any,
+        _context: Any,
+        _executemany: bool,
+    ) -> None:
+        if statement not in _BEGIN_STATEMENTS:  # SQLite's BEGIN, sent by _install_sqlite_hooks
+            STORE_STATEMENTS.inc()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(_conn: Connection) -> None:
+        STORE_TRANSACTIONS.inc()
+
+
 def create_engine(
     url: URL, *, schema: str | None, echo: bool, connect_timeout: float, statement_timeout: float
 ) -> AsyncEngine:
@@ -92,7 +116,7 @@ def create_engine(
         }
         if schema is not None:
             connect_args["server_settings"] = {"search_path": schema}
-        return create_async_engine(
+        engine = create_async_engine(
             url,
             pool_size=5,
             max_overflow=5,
@@ -102,6 +126,8 @@ def create_engine(
             connect_args=connect_args,
             **common,
         )
+        _install_counters(engine)
+        return engine
     # No pre-ping for SQLite: a local file connection does not go stale. sqlite3 calls run
     # on the loop's thread, not on aiosqlite's worker thread (see bot.core.store.sqlite_inline).
     creator = inline_creator(url, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000)
@@ -113,6 +139,7 @@ def create_engine(
             url, pool_size=2, max_overflow=2, async_creator=creator, **common
         )
     _install_sqlite_hooks(engine)
+    _install_counters(engine)
     return engine
 
 
