@@ -10,15 +10,18 @@ import gc
 import os
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+import httpx
 import psutil  # type: ignore[import-untyped]
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.load import (
     AiohttpSender,
+    AppName,
     LagMonitor,
     Level,
     LevelOutcome,
@@ -27,7 +30,7 @@ from bench.load import (
     count_puts,
     new_session,
 )
-from bench.procs import Child, clean_env, free_port, gpuops_command
+from bench.procs import Child, clean_env, compare_command, free_port, gpuops_command, other_gpuops
 from bench.report import Targets, build_report
 from bot.local.demo.stack import (
     CHANNELS,
@@ -68,6 +71,12 @@ class BenchConfig:
     # every watch_every seconds (the policy minimum): acks must not wait behind its polls.
     watch_clusters: int = 0
     watch_every: float = 15.0  # the policy minimum
+    # Another build's gpuops script (or its checkout, with a .venv), measured beside this
+    # one under the same conditions: every level runs against both ("compare" in the report).
+    compare_gpuops: str | None = None
+    # Shows sent alone before the levels: what one show costs, so that the costs per update
+    # of a level (which mixes in a show every show_every commands) leave the shows out.
+    calibration_shows: int = 10
 
     @property
     def provider_latency(self) -> float:
@@ -88,6 +97,38 @@ def _busy_seconds() -> float:
         + getattr(times, "softirq", 0.0)
         + getattr(times, "steal", 0.0)
     )
+
+
+# The /metrics counters of a level's costs (summed over labels), by the report's name.
+COUNTERS = {
+    "statements": "gpuops_store_statements_total",
+    "transactions": "gpuops_store_transactions_total",
+    "slack_calls": "gpuops_slack_calls_total",
+}
+
+
+async def scrape(child: Child) -> dict[str, float | None]:
+    """The cost counters of ``child``'s /metrics now (None for one its build lacks)."""
+    async with httpx.AsyncClient(timeout=5.0) as client:
+        text = (await client.get(f"{child.base_url}/metrics")).text
+    totals: dict[str, float | None] = dict.fromkeys(COUNTERS)
+    names = {sample: key for key, sample in COUNTERS.items()}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            key = names.get(sample.name)
+            if key is not None:
+                totals[key] = (totals[key] or 0.0) + float(sample.value)
+    return totals
+
+
+def _grown(
+    before: dict[str, float | None], after: dict[str, float | None]
+) -> dict[str, float | None]:
+    grown: dict[str, float | None] = {}
+    for key in COUNTERS:
+        old, new = before[key], after[key]
+        grown[key] = None if old is None or new is None else new - old
+    return grown
 
 
 def _cpu(pid: int, *, children: bool = True) -> float:
@@ -170,12 +211,14 @@ class Bench:
 
     async def level(
         self,
-        app: Literal["gpuops", "bare"],
+        app: AppName,
         label: str,
         concurrency: int,
         total_ops: int,
         sender: AiohttpSender,
         child: Child,
+        *,
+        show_every: int | None = None,
     ) -> LevelOutcome:
         self.slack.reset()
         self.together.requests.clear()
@@ -184,7 +227,7 @@ class Bench:
             label=label,
             concurrency=concurrency,
             total_ops=total_ops,
-            show_every=self.config.show_every,
+            show_every=show_every or self.config.show_every,
             sender=sender,
             fake=self.slack,
             together=self.together,
@@ -192,8 +235,9 @@ class Bench:
             wall_deadline=self.config.wall_deadline,
         )
         level.prepare()
-        tracker = Tracker(set(bench_channels(concurrency))) if app == "gpuops" else None
+        tracker = Tracker(set(bench_channels(concurrency))) if app != "bare" else None
         unsubscribe = self.slack.subscribe(tracker) if tracker is not None else None
+        counted = await scrape(child) if app != "bare" else None
         app_cpu, driver_cpu = _cpu(child.proc.pid), _cpu(os.getpid(), children=False)
         busy = _busy_seconds()
         lag = LagMonitor()
@@ -209,11 +253,13 @@ class Bench:
             gc.enable()
             await lag.stop()
         try:
-            if app == "gpuops":
+            if app != "bare":
                 await asyncio.sleep(self.config.settle_seconds)
         finally:
             if unsubscribe is not None:
                 unsubscribe()
+        if counted is not None:
+            outcome.counted = _grown(counted, await scrape(child))
         outcome.driver_lag = lag.lags
         outcome.cpu_seconds = {
             "app": _cpu(child.proc.pid) - app_cpu,
@@ -223,97 +269,145 @@ class Bench:
         outcome.cpu_seconds["others"] = max(
             0.0, _busy_seconds() - busy - outcome.cpu_seconds["app"] - outcome.cpu_seconds["driver"]
         )
-        if app == "gpuops":
+        if app != "bare":
             count_puts(self.together, outcome)
         for cluster_id in [c for c in self.together.clusters if c.startswith(f"tc-{label}-")]:
             del self.together.clusters[cluster_id]
         return outcome
 
 
+async def _start_apps(
+    config: BenchConfig, env: dict[str, str], workdir: Path, log: Callable[[str], object]
+) -> dict[AppName, Child]:
+    """gpuops serve (this build, and the other one to compare if asked) and the bare app,
+    each ready; started one after the other so that their start-ups do not overlap."""
+    apps: dict[AppName, Child] = {}
+    commands: dict[AppName, tuple[list[str], dict[str, str]]] = {
+        "gpuops": (gpuops_command(port := free_port()), clean_env(env))
+    }
+    ports: dict[AppName, int] = {"gpuops": port}
+    if config.compare_gpuops:
+        script = other_gpuops(Path(config.compare_gpuops))
+        ports["compare"] = free_port()
+        other = {
+            **env,
+            "GPUOPS_DATABASE_URL": f"sqlite:///{workdir / 'compare.db'}",
+            "GPUOPS_INSTANCE_ID": "bench-compare",
+        }
+        commands["compare"] = (compare_command(script, ports["compare"]), clean_env(other))
+    ports["bare"] = free_port()
+    bare = [sys.executable, "-m", "bench.bare_bolt", "--port", str(ports["bare"])]
+    commands["bare"] = (bare, clean_env({**env, "PYTHONPATH": str(REPO_ROOT)}))
+    try:
+        for name, (argv, child_env) in commands.items():
+            child = Child.spawn(name, argv, child_env, ports[name], workdir)
+            apps[name] = child
+            if name != "bare":
+                child.start_sampling()
+            ready = await child.wait_ready()
+            log(f"{name} ready in {ready:.2f} s (pid {child.proc.pid})")
+    except BaseException:
+        for child in apps.values():
+            await child.stop()
+        raise
+    return apps
+
+
+async def _calibrate(
+    bench: Bench, app: AppName, sender: AiohttpSender, child: Child
+) -> LevelOutcome:
+    """Shows alone, one at a time: what a show costs (left out of the costs per update)."""
+    shows = max(1, bench.config.calibration_shows)
+    return await bench.level(app, f"s{app[0]}", 1, shows, sender, child, show_every=1)
+
+
 async def run_benchmark(
     config: BenchConfig, log: Callable[[str], object] = print
 ) -> dict[str, Any]:
-    """Run every level against gpuops and the bare Bolt app; the report (see bench.report)."""
+    """Run every level against gpuops (and the build to compare) and the bare Bolt app;
+    the report (see bench.report)."""
     with tempfile.TemporaryDirectory(prefix="gpuops-bench-") as tmp:
         workdir = Path(tmp)
         bench = Bench(config, workdir)
         env = await bench.start_fakes()
-        children: list[Child] = []
+        apps: dict[AppName, Child] = {}
         session = new_session()
         try:
-            port = free_port()
-            gpuops = Child.spawn("gpuops", gpuops_command(port), clean_env(env), port, workdir)
-            children.append(gpuops)
-            gpuops.start_sampling()
-            ready = await gpuops.wait_ready()
-            log(f"gpuops serve ready in {ready:.2f} s (pid {gpuops.proc.pid})")
-            bare_port = free_port()
-            bare_env = clean_env({**env, "PYTHONPATH": str(REPO_ROOT)})
-            bare = Child.spawn(
-                "bare_bolt",
-                [sys.executable, "-m", "bench.bare_bolt", "--port", str(bare_port)],
-                bare_env,
-                bare_port,
-                workdir,
-            )
-            children.append(bare)
-            bare_ready = await bare.wait_ready()
-            log(f"bare Bolt app ready in {bare_ready:.2f} s (pid {bare.proc.pid})")
+            apps = await _start_apps(config, env, workdir, log)
             senders = {
                 name: AiohttpSender(child.events_url, DEMO_SIGNING_SECRET, bench.slack, session)
-                for name, child in (("gpuops", gpuops), ("bare", bare))
+                for name, child in apps.items()
             }
-            apps: dict[str, Child] = {"gpuops": gpuops, "bare": bare}
-            app_names: tuple[Literal["gpuops", "bare"], ...] = ("bare", "gpuops")
-            for app in app_names:
+            order: tuple[AppName, ...] = tuple(
+                a for a in ("bare", "gpuops", "compare") if a in apps
+            )
+            for app in order:
                 await bench.level(app, f"w{app[0]}", 1, config.warmup_ops, senders[app], apps[app])
-            pairs: list[tuple[LevelOutcome, LevelOutcome]] = []
+            shows: dict[AppName, LevelOutcome] = {
+                app: await _calibrate(bench, app, senders[app], apps[app])
+                for app in order
+                if app != "bare"
+            }
+            levels: list[dict[AppName, LevelOutcome]] = []
             for concurrency in config.levels:
-                kept: dict[str, LevelOutcome] | None = None
-                for attempt in range(1, max(1, config.max_attempts) + 1):
-                    outcomes: dict[str, LevelOutcome] = {}
-                    for app in app_names:
-                        outcome = await bench.level(
-                            app,
-                            f"c{concurrency}{app[0]}",
-                            concurrency,
-                            config.ops_for(concurrency),
-                            senders[app],
-                            apps[app],
-                        )
-                        outcome.attempts = attempt
-                        outcomes[app] = outcome
-                        log(_progress(app, outcome))
-                    if kept is None or _noise(outcomes) < _noise(kept):
-                        kept = outcomes
-                    if _noise(outcomes) <= config.targets.busy_cores:
-                        break
-                    log(
-                        f"  other processes used {_noise(outcomes):.2f} cores during "
-                        f"c={concurrency} (attempt {attempt})"
-                    )
-                assert kept is not None
-                for outcome in kept.values():
-                    outcome.attempts = attempt
-                pairs.append((kept["gpuops"], kept["bare"]))
+                levels.append(await _run_level(bench, concurrency, order, senders, apps, log))
             for sender in senders.values():
                 await sender.aclose()
         finally:
-            for child in children:
+            for child in apps.values():
                 await child.stop()
             await session.close()
             await bench.stop_fakes()
         return build_report(
-            pairs=pairs,
-            ready_seconds=ready,
-            bare_ready_seconds=bare_ready,
-            peak_rss_bytes=gpuops.peak_rss,
+            levels=levels,
+            shows=shows,
+            ready_seconds={name: child.ready_seconds or 0.0 for name, child in apps.items()},
+            peak_rss_bytes={name: child.peak_rss for name, child in apps.items() if name != "bare"},
             config={k: v for k, v in asdict(config).items() if k != "targets"},
             targets=config.targets,
         )
 
 
-def _noise(outcomes: dict[str, LevelOutcome]) -> float:
+async def _run_level(
+    bench: Bench,
+    concurrency: int,
+    order: tuple[AppName, ...],
+    senders: dict[AppName, AiohttpSender],
+    apps: dict[AppName, Child],
+    log: Callable[[str], object],
+) -> dict[AppName, LevelOutcome]:
+    """One level against every app, run again (up to max_attempts) while other processes
+    were busy; the quietest attempt."""
+    config = bench.config
+    kept: dict[AppName, LevelOutcome] | None = None
+    for attempt in range(1, max(1, config.max_attempts) + 1):
+        outcomes: dict[AppName, LevelOutcome] = {}
+        for app in order:
+            outcome = await bench.level(
+                app,
+                f"c{concurrency}{app[0]}",
+                concurrency,
+                config.ops_for(concurrency),
+                senders[app],
+                apps[app],
+            )
+            outcomes[app] = outcome
+            log(_progress(app, outcome))
+        if kept is None or _noise(outcomes) < _noise(kept):
+            kept = outcomes
+        if _noise(outcomes) <= config.targets.busy_cores:
+            break
+        log(
+            f"  other processes used {_noise(outcomes):.2f} cores during "
+            f"c={concurrency} (attempt {attempt})"
+        )
+    assert kept is not None
+    for outcome in kept.values():
+        outcome.attempts = attempt
+    return kept
+
+
+def _noise(outcomes: Mapping[AppName, LevelOutcome]) -> float:
     """The most CPU other processes used, in cores, during either app's run of a level."""
     return max(
         o.cpu_seconds.get("others", 0.0) / o.wall_seconds if o.wall_seconds else 0.0
@@ -325,7 +419,7 @@ def _progress(app: str, outcome: LevelOutcome) -> str:
     acks = sorted(outcome.acks)
     p99 = acks[min(len(acks) - 1, int(len(acks) * 0.99))] if acks else float("nan")
     extra = ""
-    if app == "gpuops":
+    if app != "bare":
         summaries = sorted(outcome.latencies("update"))
         p50 = summaries[len(summaries) // 2] if summaries else float("nan")
         extra = (

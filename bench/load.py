@@ -227,9 +227,12 @@ class LagMonitor:
             self.lags.append(max(0.0, loop.time() - due))
 
 
+AppName = Literal["gpuops", "compare", "bare"]
+
+
 @dataclass
 class LevelOutcome:
-    app: Literal["gpuops", "bare"]
+    app: AppName
     concurrency: int
     ops: list[Op]
     wall_seconds: float
@@ -239,6 +242,8 @@ class LevelOutcome:
     unmatched_puts: int = 0
     not_sent: int = 0
     attempts: int = 1  # runs of this level (others' CPU load makes the bench run it again)
+    # What the app's /metrics counted during the level (None: the build has no such counter)
+    counted: dict[str, float | None] = field(default_factory=dict)
 
     @property
     def acks(self) -> list[float]:
@@ -278,7 +283,7 @@ class Level:
     def __init__(
         self,
         *,
-        app: Literal["gpuops", "bare"],
+        app: AppName,
         label: str,
         concurrency: int,
         total_ops: int,

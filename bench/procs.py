@@ -52,6 +52,23 @@ def gpuops_command(port: int) -> list[str]:
 
 
 _CLI_SHIM = "import sys; from bot.cli import main; main(sys.argv[1:])"
+_COUNT_SHIM = Path(__file__).resolve().parent / "count_shim.py"
+
+
+def other_gpuops(where: Path) -> Path:
+    """The ``gpuops`` script of another build: ``where`` itself, or a checkout's venv's."""
+    script = where / ".venv" / "bin" / "gpuops" if where.is_dir() else where
+    if not script.is_file():
+        raise FileNotFoundError(f"no gpuops script at {script}")
+    return script
+
+
+def compare_command(script: Path, port: int) -> list[str]:
+    """``gpuops serve`` of another build (its own interpreter, next to ``script``), through
+    bench/count_shim.py so that an older build's /metrics has the cost counters too."""
+    python = script.parent / "python"
+    serve = ["--log-level", "WARNING", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    return [str(python), str(_COUNT_SHIM), *serve]
 
 
 @dataclass

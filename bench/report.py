@@ -7,22 +7,23 @@ import json
 import math
 import os
 import platform
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.load import LevelOutcome
+from bench.load import AppName, LevelOutcome
 
 MB = 1024 * 1024
 
 
 @dataclass(frozen=True)
 class Targets:
-    ack_ratio: float = 1.3  # gpuops ack p99 ≤ this times the bare Bolt app's, at every level
+    ack_ratio: float = 1.3  # gpuops ack p99 ≤ this times the bare Bolt app's …
+    ack_ratio_at: tuple[tuple[int, float], ...] = ((1, 1.0), (10, 1.0))  # … or these
     ack_p99_max: float = 3.0  # seconds: Slack's ack deadline
-    summary_overhead_p50: float = 0.025  # seconds above the provider's simulated latency …
+    summary_overhead_p50: float = 0.015  # seconds above the provider's simulated latency …
     overhead_levels: tuple[int, ...] = (1,)  # … at these concurrency levels
     provider_latency: float = 0.0  # seconds the simulators add to each call (none here)
     provider_calls_per_update: int = 2  # GET the cluster, PUT the change
@@ -30,6 +31,18 @@ class Targets:
     peak_rss_mb: float = 150.0
     ready_seconds: float = 2.0
     busy_cores: float = 0.25  # other processes' CPU during a level above this: flagged
+    cpu_ms_per_update: float = 8.0  # gpuops CPU per update (shows left out) …
+    cpu_levels: tuple[int, ...] = (10,)  # … at these concurrency levels
+    # per scale-up (shows left out), at every level: exact counts from gpuops's /metrics
+    statements_per_update: float = 6
+    transactions_per_update: float = 4
+    slack_calls_per_update: float = 5
+
+    def ack_ratio_for(self, concurrency: int) -> float:
+        return dict(self.ack_ratio_at).get(concurrency, self.ack_ratio)
+
+
+COSTS = ("statements", "transactions", "slack_calls")  # counted on /metrics per level
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -52,53 +65,102 @@ def summarize(values: Sequence[float]) -> dict[str, float | int | None]:
     }
 
 
-def level_entry(gpuops: LevelOutcome, bare: LevelOutcome) -> dict[str, Any]:
-    ack = summarize(gpuops.acks)
-    bare_ack = summarize(bare.acks)
-    ratio = None
-    if ack["p99"] is not None and bare_ack["p99"]:
-        ratio = float(ack["p99"]) / float(bare_ack["p99"])
-    lost = gpuops.lost()
-    updates = gpuops.count("update")
+def per_show(shows: LevelOutcome | None) -> dict[str, float | None]:
+    """What one show cost in the calibration run (shows alone): CPU ms and each count."""
+    n = shows.count("show") if shows is not None else 0
+    if shows is None or not n:
+        return {"cpu_ms": None, **dict.fromkeys(COSTS)}
+    counted = {k: shows.counted.get(k) for k in COSTS}
     return {
+        "cpu_ms": shows.cpu_seconds.get("app", 0.0) * 1000 / n,
+        **{k: None if v is None else v / n for k, v in counted.items()},
+    }
+
+
+def per_update(outcome: LevelOutcome, show: dict[str, float | None]) -> dict[str, float | None]:
+    """A level's costs per update: its totals less its shows' (at the calibrated cost of
+    a show), over its updates."""
+    updates, shows = outcome.count("update"), outcome.count("show")
+    totals: dict[str, float | None] = {"cpu_ms": outcome.cpu_seconds.get("app", 0.0) * 1000}
+    totals.update({k: outcome.counted.get(k) for k in COSTS})
+    costs: dict[str, float | None] = {}
+    for key, total in totals.items():
+        if total is None or not updates:
+            costs[key] = None
+            continue
+        shown = (show.get(key) or 0.0) * shows
+        costs[key] = max(0.0, total - shown) / updates
+    return {
+        "cpu_ms_per_update": costs["cpu_ms"],
+        "statements_per_update": costs["statements"],
+        "transactions_per_update": costs["transactions"],
+        "slack_calls_per_update": costs["slack_calls"],
+    }
+
+
+def app_entry(outcome: LevelOutcome, show: dict[str, float | None]) -> dict[str, Any]:
+    """One gpuops build's figures at one level."""
+    lost = outcome.lost()
+    updates = outcome.count("update")
+    wall = outcome.wall_seconds
+    return {
+        "commands": len(outcome.ops),
+        "updates": updates,
+        "shows": outcome.count("show"),
+        "not_sent": outcome.not_sent,
+        "ack": summarize(outcome.acks),
+        "ack_errors": outcome.ack_errors,
+        "summary": summarize(outcome.latencies("update")),
+        "show_answer": summarize(outcome.latencies("show")),
+        "lost": len(lost),
+        "refused": sum(1 for op in lost if op.refused),
+        "duplicated": len(outcome.duplicated()),
+        "puts": sum(outcome.puts.values()),
+        "unmatched_puts": outcome.unmatched_puts,
+        "wall_seconds": wall,
+        "updates_per_second": updates / wall if wall else 0.0,
+        "cpu_seconds": outcome.cpu_seconds,
+        "counted": outcome.counted,
+        **per_update(outcome, show),
+        "others_cores": _cores(outcome, "others"),
+        "app_cores": _cores(outcome, "app"),
+        "driver_lag": summarize(outcome.driver_lag),
+        "lost_examples": [
+            {"op": op.id, "refused": op.refused, "notes": op.notes[-3:]} for op in lost[:5]
+        ],
+    }
+
+
+def _ratio(app: dict[str, Any], bare: dict[str, Any]) -> float | None:
+    p99, bare_p99 = app["ack"]["p99"], bare["ack"]["p99"]
+    return None if p99 is None or not bare_p99 else float(p99) / float(bare_p99)
+
+
+def level_entry(
+    outcomes: Mapping[AppName, LevelOutcome], shows: Mapping[AppName, dict[str, float | None]]
+) -> dict[str, Any]:
+    gpuops, bare = outcomes["gpuops"], outcomes["bare"]
+    bare_entry = {
+        "commands": len(bare.ops),
+        "not_sent": bare.not_sent,
+        "ack": summarize(bare.acks),
+        "ack_errors": bare.ack_errors,
+        "wall_seconds": bare.wall_seconds,
+        "cpu_seconds": bare.cpu_seconds,
+        "others_cores": _cores(bare, "others"),
+        "driver_lag": summarize(bare.driver_lag),
+    }
+    entry: dict[str, Any] = {
         "concurrency": gpuops.concurrency,
-        "gpuops": {
-            "commands": len(gpuops.ops),
-            "updates": updates,
-            "shows": gpuops.count("show"),
-            "not_sent": gpuops.not_sent,
-            "ack": ack,
-            "ack_errors": gpuops.ack_errors,
-            "summary": summarize(gpuops.latencies("update")),
-            "show_answer": summarize(gpuops.latencies("show")),
-            "lost": len(lost),
-            "refused": sum(1 for op in lost if op.refused),
-            "duplicated": len(gpuops.duplicated()),
-            "puts": sum(gpuops.puts.values()),
-            "unmatched_puts": gpuops.unmatched_puts,
-            "wall_seconds": gpuops.wall_seconds,
-            "updates_per_second": updates / gpuops.wall_seconds if gpuops.wall_seconds else 0.0,
-            "cpu_seconds": gpuops.cpu_seconds,
-            "others_cores": _cores(gpuops, "others"),
-            "app_cores": _cores(gpuops, "app"),
-            "driver_lag": summarize(gpuops.driver_lag),
-            "lost_examples": [
-                {"op": op.id, "refused": op.refused, "notes": op.notes[-3:]} for op in lost[:5]
-            ],
-        },
-        "bare": {
-            "commands": len(bare.ops),
-            "not_sent": bare.not_sent,
-            "ack": bare_ack,
-            "ack_errors": bare.ack_errors,
-            "wall_seconds": bare.wall_seconds,
-            "cpu_seconds": bare.cpu_seconds,
-            "others_cores": _cores(bare, "others"),
-            "driver_lag": summarize(bare.driver_lag),
-        },
-        "ack_p99_ratio": ratio,
+        "gpuops": app_entry(gpuops, shows["gpuops"]),
+        "bare": bare_entry,
         "attempts": gpuops.attempts,
     }
+    entry["ack_p99_ratio"] = _ratio(entry["gpuops"], bare_entry)
+    if "compare" in outcomes:
+        entry["compare"] = app_entry(outcomes["compare"], shows["compare"])
+        entry["compare_ack_p99_ratio"] = _ratio(entry["compare"], bare_entry)
+    return entry
 
 
 def _cores(outcome: LevelOutcome, who: str) -> float:
@@ -125,10 +187,11 @@ def check_targets(report: dict[str, Any], targets: Targets) -> list[dict[str, An
         c, g = lv["concurrency"], lv["gpuops"]
         p99, ratio = g["ack"]["p99"], lv["ack_p99_ratio"]
         bare_p99 = lv["bare"]["ack"]["p99"]
+        limit = targets.ack_ratio_for(c)
         add(
             f"ack p99 ratio @{c}",
-            ratio is not None and ratio <= targets.ack_ratio,
-            f"{_ms(p99)} vs bare {_ms(bare_p99)} = {_x(ratio)} (≤ {targets.ack_ratio:g}x)",
+            ratio is not None and ratio <= limit,
+            f"{_ms(p99)} vs bare {_ms(bare_p99)} = {_x(ratio)} (≤ {limit:g}x)",
         )
         add(
             f"ack p99 < {targets.ack_p99_max:g} s @{c}",
@@ -150,6 +213,24 @@ def check_targets(report: dict[str, Any], targets: Targets) -> list[dict[str, An
                 overhead is not None and overhead <= targets.summary_overhead_p50,
                 f"{_ms(overhead)} (≤ {targets.summary_overhead_p50 * 1000:g} ms)",
             )
+        if c in targets.cpu_levels:
+            cpu = g["cpu_ms_per_update"]
+            add(
+                f"CPU per update @{c}",
+                cpu is not None and cpu <= targets.cpu_ms_per_update,
+                f"{_num(cpu)} ms (≤ {targets.cpu_ms_per_update:g} ms; shows left out)",
+            )
+        for name, key, limit in (
+            ("statements", "statements_per_update", targets.statements_per_update),
+            ("transactions", "transactions_per_update", targets.transactions_per_update),
+            ("Slack calls", "slack_calls_per_update", targets.slack_calls_per_update),
+        ):
+            value = g[key]
+            add(
+                f"{name} per update @{c}",
+                value is not None and value <= limit,
+                f"{_num(value)} (≤ {limit:g}; shows left out)",
+            )
         if c == top:
             add(
                 f"{targets.top_level_updates} updates @{c}",
@@ -170,23 +251,34 @@ def machine() -> dict[str, Any]:
 
 def build_report(
     *,
-    pairs: Sequence[tuple[LevelOutcome, LevelOutcome]],
-    ready_seconds: float,
-    bare_ready_seconds: float,
-    peak_rss_bytes: int,
+    levels: Sequence[Mapping[AppName, LevelOutcome]],
+    shows: Mapping[AppName, LevelOutcome],
+    ready_seconds: Mapping[AppName, float],
+    peak_rss_bytes: Mapping[AppName, int],
     config: dict[str, Any],
     targets: Targets,
 ) -> dict[str, Any]:
+    """The report of a run: ``levels`` holds each level's outcome per app ("gpuops",
+    "bare", and "compare" when another build was measured beside), ``shows`` the
+    calibration run of shows alone per gpuops build."""
+    show_costs = {app: per_show(outcome) for app, outcome in shows.items()}
     report: dict[str, Any] = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine(),
         "config": config,
         "targets": asdict(targets),
-        "ready_seconds": ready_seconds,
-        "bare_ready_seconds": bare_ready_seconds,
-        "peak_rss_mb": peak_rss_bytes / MB,
-        "levels": [level_entry(gpuops, bare) for gpuops, bare in pairs],
+        "ready_seconds": ready_seconds["gpuops"],
+        "bare_ready_seconds": ready_seconds["bare"],
+        "peak_rss_mb": peak_rss_bytes["gpuops"] / MB,
+        "show_costs": show_costs,
+        "levels": [level_entry(outcomes, show_costs) for outcomes in levels],
     }
+    if "compare" in ready_seconds:
+        report["compare"] = {
+            "gpuops": config.get("compare_gpuops"),
+            "ready_seconds": ready_seconds["compare"],
+            "peak_rss_mb": peak_rss_bytes.get("compare", 0) / MB,
+        }
     report["checks"] = check_targets(report, targets)
     report["passed"] = all(c["ok"] for c in report["checks"])
     return report
@@ -202,6 +294,10 @@ def _x(ratio: float | None) -> str:
 
 def _n(value: float | int | None) -> str:
     return "—" if value is None else f"{value * 1000:.1f}"
+
+
+def _num(value: float | int | None) -> str:
+    return "—" if value is None else f"{value:.1f}"
 
 
 def busy_levels(report: dict[str, Any]) -> list[str]:
@@ -235,10 +331,17 @@ def markdown(report: dict[str, Any]) -> str:
         " every latency it measures). *others*: CPU used meanwhile by other processes on the"
         " machine, in cores.",
         "",
+        "Per update (shows left out, at the cost of a show measured alone): *CPU*: CPU ms of"
+        " the gpuops process and its children; *stmts*, *tx*, *Slack*: SQL statements,"
+        " transactions and HTTP calls to Slack, from gpuops's /metrics counters. One show: "
+        + _show_cost(report["show_costs"]["gpuops"])
+        + ".",
+        "",
         "| conc. | cmds | ack p50 | ack p99 | bare p50 | bare p99 | p99 ratio | summary p50 "
-        "| summary p99 | show p50 | updates/s | lost | dup | gpuops CPU | lag p99 g/b "
-        "| others g/b |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| summary p99 | show p50 | updates/s | lost | dup | CPU | stmts | tx | Slack "
+        "| gpuops cores | lag p99 g/b | others g/b |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:"
+        "|---:|---:|---:|",
     ]
     for lv in report["levels"]:
         g, b = lv["gpuops"], lv["bare"]
@@ -248,9 +351,12 @@ def markdown(report: dict[str, Any]) -> str:
             f"| {_x(lv['ack_p99_ratio'])} | {_n(g['summary']['p50'])} "
             f"| {_n(g['summary']['p99'])} | {_n(g['show_answer']['p50'])} "
             f"| {g['updates_per_second']:.1f} | {g['lost']} | {g['duplicated']} "
-            f"| {g['app_cores']:.2f} | {_n(g['driver_lag']['p99'])}/{_n(b['driver_lag']['p99'])} "
+            f"| {_costs(g)} | {g['app_cores']:.2f} "
+            f"| {_n(g['driver_lag']['p99'])}/{_n(b['driver_lag']['p99'])} "
             f"| {g['others_cores']:.2f}/{b['others_cores']:.2f} |"
         )
+    if "compare" in report:
+        lines += ["", *compare_table(report)]
     lines += ["", "| target | result | measured |", "|---|---|---|"]
     for check in report["checks"]:
         lines.append(
@@ -276,6 +382,63 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _costs(entry: dict[str, Any]) -> str:
+    return " | ".join(
+        _num(entry[key])
+        for key in (
+            "cpu_ms_per_update",
+            "statements_per_update",
+            "transactions_per_update",
+            "slack_calls_per_update",
+        )
+    )
+
+
+def _show_cost(cost: dict[str, float | None]) -> str:
+    return (
+        f"{_num(cost['cpu_ms'])} CPU ms, {_num(cost['statements'])} statements, "
+        f"{_num(cost['transactions'])} transactions, {_num(cost['slack_calls'])} Slack calls"
+    )
+
+
+def compare_table(report: dict[str, Any]) -> list[str]:
+    """The other build (``--compare-gpuops``) and this one side by side, level by level,
+    measured in the same run (each level against one, then the other)."""
+    other = report["compare"]
+    lines = [
+        f"Side by side, same run: **compare** = `{other['gpuops']}` (ready "
+        f"{other['ready_seconds']:.2f} s, peak RSS {other['peak_rss_mb']:.1f} MB), **gpuops** ="
+        " this checkout. One show of compare: " + _show_cost(report["show_costs"]["compare"]) + ".",
+        "",
+        "| conc. | ack p99 compare | ack p99 gpuops | ratio compare | ratio gpuops "
+        "| summary p50 compare | gpuops | updates/s compare | gpuops | CPU ms/update compare "
+        "| gpuops | stmts compare | gpuops | tx compare | gpuops | Slack compare | gpuops "
+        "| lost/dup compare | gpuops |",
+        "|---:" * 19 + "|",
+    ]
+    for lv in report["levels"]:
+        c, g = lv["compare"], lv["gpuops"]
+        pairs = [
+            (_n(c["ack"]["p99"]), _n(g["ack"]["p99"])),
+            (_x(lv["compare_ack_p99_ratio"]), _x(lv["ack_p99_ratio"])),
+            (_n(c["summary"]["p50"]), _n(g["summary"]["p50"])),
+            (f"{c['updates_per_second']:.1f}", f"{g['updates_per_second']:.1f}"),
+            *(
+                (_num(c[key]), _num(g[key]))
+                for key in (
+                    "cpu_ms_per_update",
+                    "statements_per_update",
+                    "transactions_per_update",
+                    "slack_calls_per_update",
+                )
+            ),
+            (f"{c['lost']}/{c['duplicated']}", f"{g['lost']}/{g['duplicated']}"),
+        ]
+        cells = " | ".join(f"{a} | {b}" for a, b in pairs)
+        lines.append(f"| {lv['concurrency']} | {cells} |")
+    return lines
+
+
 def plot(report: dict[str, Any], path: Path) -> None:
     import matplotlib
 
@@ -292,8 +455,11 @@ def plot(report: dict[str, Any], path: Path) -> None:
         return [math.nan if v is None else v * 1000 for v in values]
 
     fig, (ack_ax, sum_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for app, color in (("gpuops", "tab:blue"), ("bare", "tab:gray")):
-        name = "gpuops" if app == "gpuops" else "bare Bolt"
+    shown = [("gpuops", "tab:blue"), ("bare", "tab:gray")]
+    if "compare" in report:
+        shown.append(("compare", "tab:orange"))
+    for app, color in shown:
+        name = "bare Bolt" if app == "bare" else app
         ack_ax.plot(xs, series(app, "ack", "p50"), "o-", color=color, label=f"{name} p50")
         ack_ax.plot(xs, series(app, "ack", "p99"), "s--", color=color, label=f"{name} p99")
     for x, lv in zip(xs, levels, strict=True):

@@ -1,6 +1,7 @@
 """``make bench``: the load benchmark of gpuops serve against a bare Bolt app.
 
     .venv/bin/python -m bench.run [--levels 1,10,50,200] [--ops 200=1250,...] [--out DIR]
+        [--compare-gpuops /other/checkout | /other/venv/bin/gpuops]
 
 Prints the table, writes ``results.md``, ``results.json`` and ``latency.png`` under
 ``bench/results/`` and exits 1 if a target was missed (each one is named).
@@ -38,6 +39,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=0,
         help="also watch together-prod grown to this many clusters (polled every 15 s)",
     )
+    parser.add_argument(
+        "--compare-gpuops",
+        default=None,
+        help="another build's gpuops script (or its checkout, with a .venv), measured beside "
+        "this one in the same run; the report shows both",
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--no-plot", action="store_true")
     return parser.parse_args(argv)
@@ -50,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         show_every=args.show_every,
         targets=Targets(provider_latency=args.provider_latency),
         watch_clusters=args.watch_clusters,
+        compare_gpuops=args.compare_gpuops,
     )
     config.ops.update(_ops(args.ops))
     report = asyncio.run(run_benchmark(config))
