@@ -50,9 +50,11 @@ lint: $(STAMP)
 image-check: $(STAMP)
 	bash deploy/image-check.sh
 
+# e.g. make bench BENCH_ARGS="--compare-gpuops ../before" (another checkout, with its .venv)
+BENCH_ARGS ?=
 bench: $(STAMP)
 	status=0; \
-	$(BIN)/python -m bench.run || status=1; \
+	$(BIN)/python -m bench.run $(BENCH_ARGS) || status=1; \
 	$(BIN)/python -m bench.deadlines || status=1; \
 	exit $$status
 

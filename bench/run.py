@@ -45,6 +45,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="another build's gpuops script (or its checkout, with a .venv), measured beside "
         "this one in the same run; the report shows both",
     )
+    parser.add_argument(
+        "--attempts",
+        type=int,
+        default=3,
+        help="runs of a level at most while other processes are busy (the quietest is kept)",
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--no-plot", action="store_true")
     return parser.parse_args(argv)
@@ -58,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         targets=Targets(provider_latency=args.provider_latency),
         watch_clusters=args.watch_clusters,
         compare_gpuops=args.compare_gpuops,
+        max_attempts=args.attempts,
     )
     config.ops.update(_ops(args.ops))
     report = asyncio.run(run_benchmark(config))
