@@ -393,6 +393,8 @@ async def _run_level(
             )
             outcomes[app] = outcome
             log(_progress(app, outcome))
+            if outcome.lost():
+                log(f"  {app}'s log ends:\n" + apps[app].tail(15))
         if kept is None or _noise(outcomes) < _noise(kept):
             kept = outcomes
         if _noise(outcomes) <= config.targets.busy_cores:
