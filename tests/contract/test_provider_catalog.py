@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bot.providers.base import ProviderAdapter
-from bot.providers.catalog import PROVIDER_CHANGES
+from bot.providers.catalog import provider_changes
 from bot.providers.e2e import ACTIONS, E2EAdapter, E2EClient, build_e2e_transport
 from bot.providers.http import ClientSettings
 from bot.providers.together import (
@@ -27,8 +27,8 @@ def _adapters() -> dict[str, ProviderAdapter]:
 
 def test_the_catalogue_says_what_each_adapter_does() -> None:
     adapters = _adapters()
-    assert set(PROVIDER_CHANGES) == set(adapters) == {"together", "e2e"}
-    for provider, changes in PROVIDER_CHANGES.items():
+    assert set(provider_changes()) == set(adapters) == {"together", "e2e"}
+    for provider, changes in provider_changes().items():
         adapter = adapters[provider]
         assert changes.provider == adapter.provider == provider
         assert list(changes.actions) == adapter.actions()
@@ -40,7 +40,7 @@ def test_the_catalogue_says_what_each_adapter_does() -> None:
 
 
 def test_command_words_titles_and_field_names() -> None:
-    together, e2e = PROVIDER_CHANGES["together"], PROVIDER_CHANGES["e2e"]
+    together, e2e = provider_changes()["together"], provider_changes()["e2e"]
     assert (together.title, together.command) == ("Together", "update")
     assert (e2e.title, e2e.command) == ("E2E", "action")
     assert tuple(together.field_names()) == UPDATE_FIELDS
