@@ -22,7 +22,8 @@ class CatalogError(Exception):
     """A registered provider cannot be used (not a descriptor, or a name or verb taken)."""
 
 
-def _registered() -> list[ProviderDescriptor]:
+def registered() -> list[ProviderDescriptor]:
+    """The descriptors the installed distributions name under ``gpuops.providers``."""
     found = []
     for entry in entry_points(group=ENTRY_POINT_GROUP):
         loaded = entry.load()
@@ -35,7 +36,9 @@ def _registered() -> list[ProviderDescriptor]:
     return found
 
 
-def _checked(candidates: list[ProviderDescriptor]) -> tuple[ProviderDescriptor, ...]:
+def check(candidates: list[ProviderDescriptor]) -> tuple[ProviderDescriptor, ...]:
+    """The candidates once each, or CatalogError for a name or a change verb taken twice
+    (or one of gpuops's own words)."""
     by_name: dict[str, ProviderDescriptor] = {}
     verbs: dict[str, str] = {}
     for descriptor in candidates:
@@ -57,7 +60,7 @@ def _checked(candidates: list[ProviderDescriptor]) -> tuple[ProviderDescriptor, 
 @functools.cache
 def descriptors() -> tuple[ProviderDescriptor, ...]:
     """Every provider, the built-in ones first; read once per process."""
-    return _checked([*BUILT_IN, *_registered()])
+    return check([*BUILT_IN, *registered()])
 
 
 def descriptor(name: ProviderName) -> ProviderDescriptor:
