@@ -56,3 +56,7 @@ def test_an_entry_point_that_is_not_a_descriptor_is_refused(
     monkeypatch.syspath_prepend(str(lumen_site))
     with pytest.raises(catalog.CatalogError, match="is not a ProviderDescriptor"):
         catalog.registered()
+
+
+def test_a_built_in_registered_through_the_group_as_well_is_listed_once() -> None:
+    assert catalog.check([*catalog.BUILT_IN, *catalog.BUILT_IN]) == catalog.BUILT_IN

@@ -19,20 +19,10 @@ from bot.providers.base import (
 )
 from bot.providers.e2e.adapter import CHANGES, E2EAdapter
 from bot.providers.e2e.client import E2E_DEFAULT_BASE_URL, E2EClient, build_e2e_transport
-from bot.providers.e2e.models import PROVIDER
+from bot.providers.e2e.models import ACTIONS, PROVIDER
 from bot.providers.http import ProviderTransport
 
-KINDS = (
-    "update_ssh_keys",
-    "update_image",
-    "restart_workers",
-    "restart_cluster",
-    "scale_cluster",
-    "attach_ip",
-    "detach_ip",
-    "add_security_group",
-    "remove_security_group",
-)
+KINDS = ACTIONS  # each action is its own change kind
 
 
 class E2ESection(ProviderSection):
