@@ -372,9 +372,10 @@ class Forms:
                 )
             self.access.make_plan(project, state, action, inputs)
         except Refusal as refusal:
-            known = {s.name for s in self.fields_of(project, action)}
-            where = refusal.field if refusal.field in known else self._first_field(kind, specs)
-            return SubmissionErrors({where: refusal.message[:1900]})
+            known = self.fields_of(project, action)
+            field = refusal.field
+            at = field if field and field in {s.name for s in known} else None
+            return SubmissionErrors({at or self._first_field(kind, known): refusal.message[:1900]})
         try:
             schedule = self._schedule(values.get("run_at"))
         except ScheduleError as exc:

@@ -34,6 +34,7 @@ from tests.thirdprovider.simulator import LUMEN_TOKEN, LumenSimulator
 
 REPO = Path(__file__).resolve().parents[2]
 GPUOPS = str(Path(sys.executable).with_name("gpuops"))
+WITHIN = 60.0  # a bound on each wait for the child's answer, on a loaded machine
 REQUEST_ID = re.compile(r"CR-[0-9A-Z]{6}")
 POLICY = """\
 projects:
@@ -144,7 +145,7 @@ async def _answer(world: World, served: Served, user: str, text: str) -> Ephemer
     result = await served.sender.command(user, CHANNEL, text)
     assert result.status == 200 and result.acked_in_time, result
     return await world.slack.wait_for(
-        lambda: next(iter(world.slack.ephemerals_for(user)[before:]), None), within=30
+        lambda: next(iter(world.slack.ephemerals_for(user)[before:]), None), within=WITHIN
     )
 
 
@@ -167,15 +168,19 @@ async def test_lumen_lists_shows_and_changes_with_approval_and_a_summary_in_the_
     assert "vision-train" in listed.text and "asr-batch" in listed.text, listed.text
 
     shown = len(_roots(world))
-    await served.sender.command(DAVE, CHANNEL, "show lumen-lab lc-1")
-    summary = await world.slack.wait_for(lambda: next(iter(_roots(world)[shown:]), None))
+    result = await served.sender.command(DAVE, CHANNEL, "show lumen-lab lc-1")
+    assert result.status == 200 and result.acked_in_time, result
+    summary = await world.slack.wait_for(
+        lambda: next(iter(_roots(world)[shown:]), None), within=WITHIN
+    )
     assert "vision-train" in summary.text and "8 GPUs" in summary.text + readable_text(summary)
 
     # Shrinking needs approval by Lumen's default (its descriptor's approval_by_default).
     asked = len(_roots(world))
     answer = await _answer(world, served, DAVE, 'resize lumen-lab lc-1 gpus=4 reason="q4"')
     root = await world.slack.wait_for(
-        lambda: next((m for m in _roots(world)[asked:] if REQUEST_ID.search(m.text)), None)
+        lambda: next((m for m in _roots(world)[asked:] if REQUEST_ID.search(m.text)), None),
+        within=WITHIN,
     )
     request_id = REQUEST_ID.search(root.text)
     assert request_id is not None and request_id.group(0) in answer.text
@@ -184,7 +189,8 @@ async def test_lumen_lists_shows_and_changes_with_approval_and_a_summary_in_the_
         lambda: next(
             (m for m in world.slack.replies(CHANNEL, root.ts) if "approve_request" in buttons(m)),
             None,
-        )
+        ),
+        within=WITHIN,
     )
     assert world.lumen.calls("POST") == []  # nothing is sent before a second person approves
 
@@ -197,12 +203,14 @@ async def test_lumen_lists_shows_and_changes_with_approval_and_a_summary_in_the_
         now = world.slack.message(CHANNEL, root.ts)
         return now if now is not None and now.text.startswith("[done]") else None
 
-    await world.slack.wait_for(done, within=30)
+    await world.slack.wait_for(done, within=WITHIN)
     posts = world.lumen.calls("POST")
     assert [(p.path, p.body, p.region) for p in posts] == [
         ("/v2/clusters/lc-1/resize", {"gpus": 4}, "north")
     ]
-    after = await world.slack.wait_for(lambda: _reply(world, root, "vision-train (lc-1)"))
+    after = await world.slack.wait_for(
+        lambda: _reply(world, root, "vision-train (lc-1)"), within=WITHIN
+    )
     who = readable_text(after)
     assert "4 GPUs" in after.text + who
     assert "requested by <@U04DAVE>" in who and "approved by <@U02BOB>" in who
