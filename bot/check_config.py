@@ -15,14 +15,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.config import ConfigError, Settings
 from bot.core.guardrails.config import Freeze
 from bot.core.guardrails.freezes import current_or_next, when
-from bot.core.policy import (
-    E2EProject,
-    Policy,
-    PolicyError,
-    TogetherProject,
-    describe_grants,
-    load_policy,
-)
+from bot.core.policy import Policy, PolicyError, ProjectCommon, describe_grants, load_policy
 from bot.core.registry import AdapterRegistry
 from bot.core.watch.config import WatchConfig
 from bot.providers.errors import ProviderError
@@ -169,8 +162,7 @@ async def _provider_checks(settings: Settings, policy: Policy) -> list[OnlineChe
     registry = AdapterRegistry(
         policy,
         env=environment,
-        together_base_url=settings.together_base_url,
-        e2e_base_url=settings.e2e_base_url,
+        base_urls=settings.base_urls(),
         client_settings=settings.client_settings(),
     )
     missing = {m.project: m.variable for m in registry.missing_credentials()}
@@ -202,11 +194,10 @@ async def _one_read(registry: AdapterRegistry, name: str, what: str) -> OnlineCh
 # -- offline -------------------------------------------------------------------------------
 
 
-def credential_variables(project: TogetherProject | E2EProject) -> list[str]:
-    """The environment variables a project's provider credentials are read from."""
-    if isinstance(project, E2EProject):
-        return [project.api_key_env, project.auth_token_env]
-    return [project.api_key_env]
+def credential_variables(project: ProjectCommon) -> list[str]:
+    """The environment variables a project's provider credentials are read from (its
+    provider's section says which)."""
+    return project.section.credential_variables()
 
 
 def _missing_credentials(settings: Settings, policy: Policy) -> list[str]:
@@ -224,7 +215,7 @@ def _print_policy(settings: Settings, policy: Policy, out: TextIO, now: datetime
     project_rows = [
         [
             name,
-            _project_detail(project),
+            project.section.detail(),
             ", ".join(credential_variables(project)),
             project.notify_channel or "-",
             _watch_detail(project.watch),
@@ -314,14 +305,6 @@ def _freeze_state(freeze: Freeze, now: datetime) -> str:
     if freeze.weekly is None:
         return "upcoming"
     return f"next {when(window.start)} to {when(window.end)}"
-
-
-def _project_detail(project: TogetherProject | E2EProject) -> str:
-    if isinstance(project, E2EProject):
-        return f"e2e ({project.location}, project {project.project_id})"
-    if project.project_id:
-        return f"together (project {project.project_id})"
-    return "together"
 
 
 def _watch_detail(watch: WatchConfig | None) -> str:

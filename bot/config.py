@@ -17,7 +17,7 @@ from dotenv import dotenv_values
 from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from bot.providers.e2e import E2E_DEFAULT_BASE_URL
+from bot.providers import catalog
 from bot.providers.http import ClientSettings
 
 Mode = Literal["serve", "socket", "demo", "check"]
@@ -63,8 +63,6 @@ class Settings(BaseSettings):
     slack_api_url: str = "https://slack.com/api/"
     gpuops_policy: Path = Path("policy.yml")
     gpuops_database_url: str = "sqlite:///gpuops.db"
-    together_base_url: str = "https://api.together.ai/v1"
-    e2e_base_url: str = E2E_DEFAULT_BASE_URL
     gpuops_poll_seconds: float = 15
 
     gpuops_followup_minutes: float = 30
@@ -97,6 +95,9 @@ class Settings(BaseSettings):
     # Tests and the demo only: poll watched projects this often instead of their policy's
     # watch.every_seconds (which is never below 15).
     gpuops_watch_every_seconds: float | None = Field(default=None, gt=0)
+    # Tests and the demo only: provider base URLs by provider name, over each provider's
+    # <NAME>_BASE_URL variable (TOGETHER_BASE_URL, E2E_BASE_URL; see base_urls).
+    gpuops_provider_base_urls: dict[str, str] = Field(default_factory=dict)
     # Identifies this replica for leases (one executor / poller per request). A restarted
     # process with the same id reclaims its own interrupted work at once; default hostname.
     gpuops_instance_id: str | None = None
@@ -120,11 +121,6 @@ class Settings(BaseSettings):
     def _slack_url(cls, value: str) -> str:
         # slack_sdk joins method names onto the base, so it must end with a slash.
         return check_http_url(value).rstrip("/") + "/"
-
-    @field_validator("together_base_url", "e2e_base_url")
-    @classmethod
-    def _provider_url(cls, value: str) -> str:
-        return check_http_url(value)
 
     @field_validator("gpuops_database_url")
     @classmethod
@@ -220,6 +216,23 @@ class Settings(BaseSettings):
         if problems:
             raise ConfigError(problems)
 
+    def base_urls(self) -> dict[str, str]:
+        """Each provider's base URL, by provider name: the one given here, else its
+        ``<NAME>_BASE_URL`` variable (environment, then ``.env``), else its default. A URL
+        that is not http(s) raises ConfigError naming the variable (never the value)."""
+        urls: dict[str, str] = {}
+        problems: list[str] = []
+        for provider in catalog.descriptors():
+            variable = provider.base_url_variable
+            raw = self.gpuops_provider_base_urls.get(provider.name) or self.credential(variable)
+            try:
+                urls[provider.name] = check_http_url(raw) if raw else provider.default_base_url
+            except ValueError as exc:
+                problems.append(f"{variable}: {exc}")
+        if problems:
+            raise ConfigError(problems)
+        return urls
+
     def client_settings(self) -> ClientSettings:
         return ClientSettings(
             connect_timeout=self.gpuops_connect_timeout,
@@ -267,7 +280,7 @@ def load_settings(**overrides: Any) -> Settings:
     """Build Settings, turning validation errors into a ConfigError that names each
     environment variable and never repeats the value it holds."""
     try:
-        return Settings(**overrides)
+        settings = Settings(**overrides)
     except ValidationError as exc:
         problems = []
         for error in exc.errors(include_input=False, include_url=False):
@@ -275,3 +288,5 @@ def load_settings(**overrides: Any) -> Settings:
             message = error["msg"].removeprefix("Value error, ")
             problems.append(f"{variable}: {message}")
         raise ConfigError(problems) from None
+    settings.base_urls()  # a bad provider URL is refused at start, like any setting
+    return settings

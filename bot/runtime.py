@@ -285,8 +285,8 @@ def _policy_applier(
         if missing:
             raise PolicyRejected("; ".join(str(m) for m in missing))
         for project in policy.projects.values():
-            register_secret(environment.get(project.api_key_env))
-            register_secret(environment.get(getattr(project, "auth_token_env", "")))
+            for variable in project.section.credential_variables():
+                register_secret(environment.get(variable))
         registry.replace_policy(policy)
         authorizer.policy = policy
 
@@ -307,17 +307,15 @@ def _provider_registry(
     registry = AdapterRegistry(
         policy,
         env=environment,
-        together_base_url=settings.together_base_url,
-        e2e_base_url=settings.e2e_base_url,
+        base_urls=settings.base_urls(),
         client_settings=settings.client_settings(),
         http_transport=http_transport,
     )
     for missing in registry.missing_credentials():
         raise missing
-    for name in {p.api_key_env for p in policy.projects.values()} | {
-        getattr(p, "auth_token_env", "") for p in policy.projects.values()
-    }:
-        register_secret(environment.get(name))
+    for project in policy.projects.values():
+        for variable in project.section.credential_variables():
+            register_secret(environment.get(variable))
     return registry
 
 

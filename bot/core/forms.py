@@ -12,13 +12,15 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from bot.core.access import Access, Refusal
-from bot.core.grammar import ActionCommand, UpdateCommand, UsageError, parse_command
+from bot.core.grammar import ChangeCommand, UsageError, parse_command
 from bot.core.guardrails.freezes import freezes_soon, frozen_text
 from bot.core.policy import Role
 from bot.core.registry import MissingCredential
 from bot.core.schedule import Schedule, ScheduleError, parse_at
+from bot.providers import catalog
 from bot.providers.base import ClusterState, ClusterSummary, FieldSpec, unknown_field
 
+# "update": the form of a provider with one action (its verb); "action": one to choose in.
 FormKind = Literal["update", "action"]
 SUBMIT_TIMEOUT = 2.0  # seconds to re-fetch a cluster while the surface waits to acknowledge
 _CONTEXT_KEYS = ("project", "cluster_id", "channel")
@@ -210,13 +212,12 @@ class Forms:
             if name not in known and value not in (None, "")
         }
 
-    def request_for(
-        self, channel: str, command: UpdateCommand | ActionCommand
-    ) -> FormRequest | None:
+    def request_for(self, channel: str, command: ChangeCommand) -> FormRequest | None:
         """The form a change command asks for when it lacks parameters; None when the
         command line says everything (the change is requested straight away)."""
-        kind: FormKind = "update" if isinstance(command, UpdateCommand) else "action"
-        action = "update" if isinstance(command, UpdateCommand) else command.action
+        provider = catalog.by_verb(command.name)
+        kind: FormKind = "update" if provider and provider.single_action() else "action"
+        action = command.action
         fields = command.fields
         if self.unknown_fields(command.project, action, fields):
             return None  # refused with the command, not dropped on the way to a form
@@ -242,7 +243,7 @@ class Forms:
             command = parse_command(text)
         except UsageError:
             return None
-        if not isinstance(command, UpdateCommand | ActionCommand):
+        if not isinstance(command, ChangeCommand):
             return None
         return self.request_for(channel, command)
 
@@ -296,9 +297,8 @@ class Forms:
     ) -> FormView:
         adapter = self.access.adapter_for(state.summary.project)
         actions = [] if kind == "update" else list(adapter.actions())
-        specs = self.fields_of(
-            state.summary.project, "update" if kind == "update" else action or ""
-        )
+        single = adapter.actions()[0] if kind == "update" else None
+        specs = self.fields_of(state.summary.project, single or action or "")
         return FormView(
             kind=kind,
             summary=state.summary,
@@ -337,14 +337,15 @@ class Forms:
         """Check a submitted form: per-field errors, or the change to request."""
         meta = parse_metadata(metadata_raw)
         project, cluster_id, channel = (meta.get(k, "") for k in _CONTEXT_KEYS)
-        first_field = "action" if kind == "action" else "num_gpus"
         if not (project and cluster_id and channel):
-            return SubmissionErrors(
-                {first_field: "This form lost its context; run the command again."}
-            )
-        action = "update" if kind == "update" else (values.get("action") or "")
-        if not action:
-            return SubmissionErrors({"action": "Choose an action."})
+            where = "action" if kind == "action" else "reason"  # a block every form has
+            return SubmissionErrors({where: "This form lost its context; run the command again."})
+        if kind == "update":
+            action = self._single_action(project)  # "": the project is gone (refused below)
+        else:
+            action = values.get("action") or ""
+            if not action:
+                return SubmissionErrors({"action": "Choose an action."})
         try:
             state = await self._state_for_submit(user, channel, project, cluster_id)
             if action not in self.access.adapter_for(project).actions():
@@ -362,15 +363,19 @@ class Forms:
                         for name in missing
                     }
                 )
-            if action == "update" and not inputs:
+            if kind == "update" and not inputs:
                 return SubmissionErrors(
-                    {first_field: "Nothing changed: every field is the cluster's current value."}
+                    {
+                        self._first_field(kind, specs): "Nothing changed: every field is the "
+                        "cluster's current value."
+                    }
                 )
             self.access.make_plan(project, state, action, inputs)
         except Refusal as refusal:
-            known = {s.name for s in self.fields_of(project, action)}
-            where = refusal.field if refusal.field in known else first_field
-            return SubmissionErrors({where: refusal.message[:1900]})
+            known = self.fields_of(project, action)
+            field = refusal.field
+            at = field if field and field in {s.name for s in known} else None
+            return SubmissionErrors({at or self._first_field(kind, known): refusal.message[:1900]})
         try:
             schedule = self._schedule(values.get("run_at"))
         except ScheduleError as exc:
@@ -380,6 +385,20 @@ class Forms:
         return ReadySubmission(
             project, cluster_id, channel, action, inputs, reason, override, schedule
         )
+
+    def _single_action(self, project: str) -> str:
+        """The one action of the project's provider (its update form's); "" when the
+        project is no longer in the policy."""
+        try:
+            provider = catalog.descriptor(self.access.provider_of(project))
+        except KeyError:
+            return ""
+        return provider.single_action() or ""
+
+    @staticmethod
+    def _first_field(kind: FormKind, specs: list[FieldSpec]) -> str:
+        """Where a form shows an error of no field of its own: its first input."""
+        return "action" if kind == "action" or not specs else specs[0].name
 
     def _schedule(self, run_at: str | None) -> Schedule | None:
         if not run_at or not run_at.strip():

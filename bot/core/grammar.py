@@ -3,13 +3,14 @@
     /gpu help
     /gpu list [project] [page=N]
     /gpu show <project> <cluster_id>
-    /gpu update <project> <cluster_id> [field=value …]
-    /gpu action <project> <cluster_id> [<action>] [field=value …]
+    /gpu <verb> <project> <cluster_id> [<action>] [field=value …]
     /gpu audit [project] [limit] [page=N]
     /gpu timeline [since]
     /gpu policy [project]
 
-``reason="…"`` (at most 500 characters) may be added to update and action: it is recorded
+Each provider has its change verb (its descriptor's: ``update`` for Together, ``action``
+for E2E); a provider with several actions takes the action's name after the cluster id.
+``reason="…"`` (at most 500 characters) may be added to a change: it is recorded
 and shown; so may an admin's ``override="…"`` of a change freeze (SPEC §8);
 ``at=<RFC 3339>`` or ``in=<N>m|<N>h|<N>d`` schedules the change (SPEC §9).
 ``page=N`` asks for a further page of a long answer.
@@ -24,6 +25,8 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from bot.core.schedule import Schedule, ScheduleError, parse_at, parse_in
+from bot.providers import catalog
+from bot.providers.base import ProviderDescriptor
 
 MAX_AUDIT_LIMIT = 100
 DEFAULT_AUDIT_LIMIT = 20
@@ -35,12 +38,18 @@ _FIELD = re.compile(r"^[a-z_]{1,64}$")
 # Slack turns typed quotes into typographic ones; shlex needs the plain kind.
 _QUOTES = str.maketrans({"\u201c": '"', "\u201d": '"', "\u2018": "'", "\u2019": "'"})
 
+
+def change_usage(provider: ProviderDescriptor) -> str:
+    """``/gpu update <project> <cluster_id> [field=value …] [reason="…"]``."""
+    action = "" if provider.single_action() else " [<action>]"
+    return f'/gpu {provider.verb} <project> <cluster_id>{action} [field=value …] [reason="…"]'
+
+
 USAGE = {
     "help": "/gpu help",
     "list": "/gpu list [project] [page=N]",
     "show": "/gpu show <project> <cluster_id>",
-    "update": '/gpu update <project> <cluster_id> [field=value …] [reason="…"]',
-    "action": '/gpu action <project> <cluster_id> [<action>] [field=value …] [reason="…"]',
+    **{d.verb: change_usage(d) for d in catalog.descriptors()},
     "audit": "/gpu audit [project] [limit] [page=N]",
     "timeline": "/gpu timeline [since]",
     "policy": "/gpu policy [project]",
@@ -67,24 +76,17 @@ class ShowCommand(BaseModel):
     cluster_id: str
 
 
-class UpdateCommand(BaseModel):
-    name: Literal["update"] = "update"
-    project: str
-    cluster_id: str
-    fields: dict[str, str] = Field(default_factory=dict)
-    reason: str | None = None
-    override: str | None = None  # an admin's reason to go ahead during a freeze
-    schedule: Schedule | None = None
+class ChangeCommand(BaseModel):
+    """A change asked by a provider's verb; ``action`` is None when it is to be chosen in
+    a form (a provider with one action has it always)."""
 
-
-class ActionCommand(BaseModel):
-    name: Literal["action"] = "action"
+    name: str  # the verb: "update", "action"
     project: str
     cluster_id: str
     action: str | None = None
     fields: dict[str, str] = Field(default_factory=dict)
     reason: str | None = None
-    override: str | None = None
+    override: str | None = None  # an admin's reason to go ahead during a freeze
     schedule: Schedule | None = None
 
 
@@ -109,8 +111,7 @@ Command = (
     HelpCommand
     | ListCommand
     | ShowCommand
-    | UpdateCommand
-    | ActionCommand
+    | ChangeCommand
     | AuditCommand
     | TimelineCommand
     | PolicyCommand
@@ -213,8 +214,9 @@ def parse_command(text: str) -> Command:
             project=_token(args[0], "project", USAGE["show"]),
             cluster_id=_token(args[1], "cluster id", USAGE["show"]),
         )
-    if verb in ("update", "action"):
-        return _parse_change(verb, args)
+    provider = catalog.by_verb(verb)
+    if provider is not None:
+        return _parse_change(provider, args)
     if verb == "audit":
         return _parse_audit(args)
     if verb == "timeline":
@@ -234,34 +236,33 @@ def parse_command(text: str) -> Command:
 
 
 def parse_change(
-    verb: Literal["update", "action"], project: str, cluster_id: str, change: str, reason: str
-) -> UpdateCommand | ActionCommand:
-    """A change given in parts (a workflow step's inputs), read as
-    ``/gpu {verb} {project} {cluster_id} {change}`` is; a non-empty ``reason`` is the reason."""
-    command = _parse_change(verb, [project, cluster_id, *_split(change.strip())])
+    verb: str, project: str, cluster_id: str, change: str, reason: str
+) -> ChangeCommand:
+    """A change given in parts (a workflow step's inputs), read as ``/gpu {verb} {project}
+    {cluster_id} {change}`` is (a provider's verb); a non-empty ``reason`` is the reason."""
+    provider = catalog.by_verb(verb)
+    if provider is None:
+        raise UsageError(f"`{verb[:40]}` is no provider's change command.")
+    command = _parse_change(provider, [project, cluster_id, *_split(change.strip())])
     if reason.strip():
         command = command.model_copy(update={"reason": _reason(reason)})
     return command
 
 
-def _parse_change(verb: str, args: list[str]) -> UpdateCommand | ActionCommand:
-    usage = USAGE[verb]
+def _parse_change(provider: ProviderDescriptor, args: list[str]) -> ChangeCommand:
+    verb, usage = provider.verb, change_usage(provider)
     if len(args) < 2:
         raise UsageError(f"`{verb}` needs a project and a cluster id. Usage: `{usage}`")
     project = _token(args[0], "project", usage)
     cluster_id = _token(args[1], "cluster id", usage)
     rest = args[2:]
-    if verb == "update":
-        fields, texts, schedule = _assignments(rest, usage)
-        return UpdateCommand(
-            project=project, cluster_id=cluster_id, fields=fields, schedule=schedule, **texts
-        )
-    action = None
-    if rest and "=" not in rest[0]:
+    action = provider.single_action()
+    if action is None and rest and "=" not in rest[0]:
         action = _token(rest[0], "action", usage)
         rest = rest[1:]
     fields, texts, schedule = _assignments(rest, usage)
-    return ActionCommand(
+    return ChangeCommand(
+        name=verb,
         project=project,
         cluster_id=cluster_id,
         action=action,

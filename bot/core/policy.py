@@ -9,12 +9,14 @@ such grant learns nothing about the project, not even that it exists.
 from __future__ import annotations
 
 import enum
+import functools
 import logging
+import operator
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, cast
 
 import yaml
 from pydantic import (
@@ -25,6 +27,7 @@ from pydantic import (
     PlainSerializer,
     PlainValidator,
     ValidationError,
+    create_model,
     model_validator,
 )
 from pydantic_core import ErrorDetails, PydanticCustomError
@@ -32,31 +35,17 @@ from pydantic_core import ErrorDetails, PydanticCustomError
 from bot.config import check_http_url
 from bot.core.guardrails.config import ApprovalRule, Freeze, Limits, Prices, WeeklyWindow
 from bot.core.watch.config import WatchConfig
+from bot.providers import catalog
+from bot.providers.base import ProviderDescriptor, ProviderSection
 
 logger = logging.getLogger(__name__)
 
-# --- change kinds and their approval defaults -------------------------------------------
+# --- change kinds, by provider (each provider's descriptor says its own) -------------------
 
-TogetherKind = Literal["scale_up", "scale_down", "change_type", "decommission"]
-E2EKind = Literal[
-    "update_ssh_keys",
-    "update_image",
-    "restart_workers",
-    "restart_cluster",
-    "scale_cluster",
-    "attach_ip",
-    "detach_ip",
-    "add_security_group",
-    "remove_security_group",
-]
-
-TOGETHER_KINDS: frozenset[str] = frozenset(get_args(TogetherKind))
-E2E_KINDS: frozenset[str] = frozenset(get_args(E2EKind))
-KINDS_BY_PROVIDER: Mapping[str, frozenset[str]] = {"together": TOGETHER_KINDS, "e2e": E2E_KINDS}
-DEFAULT_APPROVAL: Mapping[str, frozenset[str]] = {
-    "together": frozenset({"scale_down", "change_type", "decommission"}),
-    "e2e": E2E_KINDS - {"attach_ip", "add_security_group"},
+KINDS_BY_PROVIDER: Mapping[str, frozenset[str]] = {
+    d.name: frozenset(d.kinds) for d in catalog.descriptors()
 }
+_ALL_KINDS: frozenset[str] = frozenset().union(*KINDS_BY_PROVIDER.values())
 
 
 class Role(enum.IntEnum):
@@ -74,24 +63,12 @@ class Role(enum.IntEnum):
 # --- field types ------------------------------------------------------------------------
 
 _PROJECT_KEY = re.compile(r"[A-Za-z0-9_-]+")
-_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
 
 
 def _project_key(value: str) -> str:
     if not _PROJECT_KEY.fullmatch(value):
         raise PydanticCustomError(
             "project_key", "project keys may use only letters, digits, - and _"
-        )
-    return value
-
-
-def _env_name(value: str) -> str:
-    # Refusing lowercase also catches a key pasted here in place of the variable's name;
-    # the message never repeats the value.
-    if not _ENV_NAME.fullmatch(value):
-        raise PydanticCustomError(
-            "env_name",
-            "must be the NAME of an environment variable (A-Z, 0-9, _), not the secret itself",
         )
     return value
 
@@ -142,7 +119,6 @@ def _parse_role(value: object) -> Role:
 
 
 ProjectKey = Annotated[str, AfterValidator(_project_key)]
-EnvName = Annotated[str, AfterValidator(_env_name)]
 UserId = Annotated[str, _slack_id("user")]
 UsergroupId = Annotated[str, _slack_id("usergroup")]
 ChannelId = Annotated[str, _slack_id("channel")]
@@ -173,44 +149,97 @@ class _ProjectCommon(_Strict):
         return self
 
 
-class TogetherProject(_ProjectCommon):
-    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
+def _either(words: Sequence[str]) -> str:
+    """``a or b``, ``a, b or c``."""
+    return " or ".join(words) if len(words) < 3 else f"{', '.join(words[:-1])} or {words[-1]}"
 
-    provider: Literal["together"]
-    api_key_env: EnvName = "TOGETHER_API_KEY"
-    project_id: str | None = None
-    require_approval: list[TogetherKind] | None = None
-    prices: Prices | None = None  # SPEC §8: Together has no price API
+
+def _limit_refusal(provider: str, limits: Limits) -> str | None:
+    """Why a limit of the other size unit does not apply to this provider's projects."""
+    applies = catalog.descriptor(provider).size_limit
+    other = "max_nodes" if applies == "max_gpus" else "max_gpus"
+    if getattr(limits, other) is None:
+        return None
+    owners = [d.title for d in catalog.descriptors() if d.size_limit == other]
+    return f"limits.{other} applies to {_either(owners) or 'no'} projects; use {applies}"
+
+
+class ProjectCommon(_Strict):
+    """The keys every project has, whichever its provider; a provider's own keys (its
+    section, from its descriptor) are added to make that provider's project model."""
+
+    base_url: HttpUrl | None = None
+    clusters: list[str] = Field(default_factory=lambda: ["*"])
+    notify_channel: ChannelId | None = None
+    watch: WatchConfig | None = None  # SPEC §7; omitted = not watched
+    limits: Limits | None = None  # SPEC §8
+    if TYPE_CHECKING:
+        provider: str  # the section's (each provider model has it)
 
     @model_validator(mode="after")
-    def _together_limits(self) -> Self:
-        if self.limits is not None and self.limits.max_nodes is not None:
+    def _watch_needs_notify_channel(self) -> Self:
+        if self.watch is not None and self.notify_channel is None:
             raise PydanticCustomError(
-                "limit_provider", "limits.max_nodes applies to E2E projects; use max_gpus"
+                "watch_without_channel", "watch needs notify_channel (where to post)"
             )
         return self
 
-
-class E2EProject(_ProjectCommon):
-    provider: Literal["e2e"]
-    project_id: int = Field(gt=0)
-    location: Literal["Delhi", "Chennai"]
-    api_key_env: EnvName = "E2E_API_KEY"
-    auth_token_env: EnvName = "E2E_AUTH_TOKEN"  # noqa: S105 - a variable name, not a token
-    active_iam: int | None = None
-    require_approval: list[E2EKind] | None = None
-
     @model_validator(mode="after")
-    def _e2e_limits(self) -> Self:
-        if self.limits is not None and self.limits.max_gpus is not None:
-            raise PydanticCustomError(
-                "limit_provider", "limits.max_gpus applies to Together projects; use max_nodes"
-            )
+    def _limit_of_its_unit(self) -> Self:
+        refusal = (
+            None if self.limits is None else _limit_refusal(self.section.provider, self.limits)
+        )
+        if refusal is not None:
+            raise PydanticCustomError("limit_provider", refusal)
         return self
 
+    @property
+    def section(self) -> ProviderSection:
+        """The project's provider section (a project model is both)."""
+        if not isinstance(self, ProviderSection):
+            raise TypeError(f"{type(self).__name__} is not a provider's project model")
+        return self
 
-ProjectConfig = Annotated[TogetherProject | E2EProject, Field(discriminator="provider")]
-_PROJECT_MODELS: Mapping[str, type[BaseModel]] = {"together": TogetherProject, "e2e": E2EProject}
+    @property
+    def approval_override(self) -> list[str] | None:
+        """The policy's ``require_approval`` of this project, if it says one."""
+        value = getattr(self, "require_approval", None)
+        return None if value is None else list(value)
+
+    @property
+    def price_table(self) -> Prices | None:
+        """The policy's price table, for a provider without a price API (SPEC §8)."""
+        value = self.__dict__.get("prices")
+        return value if isinstance(value, Prices) else None
+
+
+def _project_model(descriptor: ProviderDescriptor) -> type[ProjectCommon]:
+    """The policy model of one provider's projects: its section and the common keys, with
+    ``require_approval`` of its own kinds and, when it has no price API, ``prices``."""
+    kind: Any = Literal.__getitem__(descriptor.kinds)  # the kinds are known only at run time
+    fields: dict[str, Any] = {"require_approval": (list[kind] | None, None)}
+    if descriptor.price_table:
+        fields["prices"] = (Prices | None, None)  # SPEC §8: a dated table per GPU-hour
+    name = "".join(c for c in descriptor.title if c.isalnum()) + "Project"
+    bases: tuple[type[Any], ...] = (descriptor.section, ProjectCommon)
+    model = create_model(name, __base__=bases, __module__=__name__, **fields)
+    return cast(type[ProjectCommon], model)  # ProjectCommon is one of its bases
+
+
+_PROJECT_MODELS: Mapping[str, type[ProjectCommon]] = {
+    d.name: _project_model(d) for d in catalog.descriptors()
+}
+if TYPE_CHECKING:
+    ProjectConfig = ProjectCommon
+else:  # one model per provider, told apart by ``provider``
+    ProjectConfig = Annotated[
+        functools.reduce(operator.or_, _PROJECT_MODELS.values()), Field(discriminator="provider")
+    ]
+
+
+def project_model(provider: str) -> type[ProjectCommon]:
+    """The policy model of that provider's projects."""
+    return _PROJECT_MODELS[provider]
 
 
 class Grant(_Strict):
@@ -240,9 +269,6 @@ class Approvals(_Strict):
     break_glass: bool = False
     rules: list[ApprovalRule] = Field(default_factory=list)  # SPEC §8
     revert_window_hours: float = Field(default=24, gt=0)  # a result offers its revert so long
-
-
-_ALL_KINDS = TOGETHER_KINDS | E2E_KINDS
 
 
 def _unknown_kinds(where: str, kinds: Iterable[str]) -> list[str]:
@@ -282,7 +308,7 @@ class Policy(_Strict):
             )
         return self
 
-    def project(self, name: str) -> TogetherProject | E2EProject:
+    def project(self, name: str) -> ProjectCommon:
         try:
             return self.projects[name]
         except KeyError:
@@ -291,9 +317,10 @@ class Policy(_Strict):
     def approval_kinds(self, project: str) -> frozenset[str]:
         """The change kinds that need a second person's approval on this project."""
         config = self.project(project)
-        if config.require_approval is not None:
-            return frozenset(config.require_approval)
-        return DEFAULT_APPROVAL[config.provider]
+        override = config.approval_override
+        if override is not None:
+            return frozenset(override)
+        return catalog.descriptor(config.provider).approval_by_default
 
     def requires_approval(self, project: str, kinds: Iterable[str]) -> bool:
         config = self.project(project)
@@ -417,11 +444,11 @@ def _describe_error(error: ErrorDetails) -> list[str]:
         message = f"unknown key (allowed: {', '.join(allowed)})" if allowed else "unknown key"
     elif kind == "union_tag_not_found":
         loc.append("provider")
-        message = "missing; set provider: together or provider: e2e"
+        message = f"missing; set {_either([f'provider: {n}' for n in _PROJECT_MODELS])}"
     elif kind == "union_tag_invalid":
         loc.append("provider")
         found = (error.get("ctx") or {}).get("tag", "")
-        message = f"unknown provider '{found}'; use together or e2e"
+        message = f"unknown provider '{found}'; use {_either(list(_PROJECT_MODELS))}"
     elif kind == "model_type" and not loc:
         message = "the policy must be a mapping with projects, grants and approvals"
     path = _dotted(loc)

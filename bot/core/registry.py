@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import httpx
 
-from bot.core.policy import E2EProject, Policy, TogetherProject
-from bot.providers.base import ProviderAdapter
-from bot.providers.e2e import E2EAdapter, E2EClient, build_e2e_transport
+from bot.core.policy import Policy, ProjectCommon
+from bot.providers.base import (
+    Connection,
+    ProviderAdapter,
+    RemediationDecisions,
+    SupportsRemediations,
+)
+from bot.providers.catalog import descriptor
 from bot.providers.http import ClientSettings, ProviderTransport
-from bot.providers.together import TogetherAdapter, TogetherClient, build_together_transport
-from bot.providers.together.remediations import RemediationClient
 
 
 class MissingCredential(LookupError):
@@ -27,15 +30,13 @@ class AdapterRegistry:
         policy: Policy,
         *,
         env: Mapping[str, str],
-        together_base_url: str,
-        e2e_base_url: str,
+        base_urls: Mapping[str, str],
         client_settings: ClientSettings,
         http_transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.policy = policy
         self.env = env
-        self.together_base_url = together_base_url
-        self.e2e_base_url = e2e_base_url
+        self.base_urls = dict(base_urls)  # provider → its base URL (settings or default)
         self.client_settings = client_settings
         self.http_transport = http_transport
         self._transports: dict[tuple[str, ...], ProviderTransport] = {}
@@ -44,9 +45,7 @@ class AdapterRegistry:
     def missing_credentials(self) -> list[MissingCredential]:
         missing = []
         for name, project in self.policy.projects.items():
-            needed = [project.api_key_env]
-            if isinstance(project, E2EProject):
-                needed.append(project.auth_token_env)
+            needed = project.section.credential_variables()
             missing += [MissingCredential(name, v) for v in needed if not self.env.get(v)]
         return missing
 
@@ -86,50 +85,40 @@ class AdapterRegistry:
             self._adapters[project] = adapter
         return adapter
 
-    def remediations(self, project: str) -> RemediationClient:
-        """Together's node remediations of a Together project (on its adapter's client)."""
-        config = self.policy.projects[project]
-        if not isinstance(config, TogetherProject):
-            raise ValueError(f"project {project} is not a Together project")
-        return RemediationClient(self._together_transport(project, config))
+    def remediations(self, project: str) -> RemediationDecisions:
+        """The node remediations of a project whose provider has them (its adapter's)."""
+        adapter = self.get(project)
+        if not isinstance(adapter, SupportsRemediations):
+            raise ValueError(f"project {project}: its provider has no remediations")
+        return adapter.remediations()
 
     def _build(self, name: str) -> ProviderAdapter:
         project = self.policy.projects[name]
-        if isinstance(project, TogetherProject):
-            return TogetherAdapter(
-                TogetherClient(self._together_transport(name, project), project.project_id),
-                name,
-            )
-        return E2EAdapter(
-            E2EClient(
-                self._e2e_transport(name, project),
-                project_id=project.project_id,
-                location=project.location,
-                active_iam=project.active_iam,
-            ),
-            name,
+        provider = descriptor(project.provider)
+        secrets = {v: self._secret(name, v) for v in project.section.credential_variables()}
+        connection = Connection(
+            project=name,
+            section=project.section,
+            base_url=self._base_url(project),
+            secrets=secrets,
+            client_settings=self.client_settings,
+            shared=self._shared,
+            http_transport=self.http_transport,
         )
+        return provider.connect(connection)
 
-    def _together_transport(self, name: str, project: TogetherProject) -> ProviderTransport:
-        key = self._secret(name, project.api_key_env)
-        base_url = project.base_url or self.together_base_url
-        cache_key = ("together", base_url, key)
-        if cache_key not in self._transports:
-            self._transports[cache_key] = build_together_transport(
-                key, base_url, self.client_settings, transport=self.http_transport
-            )
-        return self._transports[cache_key]
+    def _base_url(self, project: ProjectCommon) -> str:
+        if project.base_url:
+            return project.base_url
+        default = descriptor(project.provider).default_base_url
+        return self.base_urls.get(project.provider, default)
 
-    def _e2e_transport(self, name: str, project: E2EProject) -> ProviderTransport:
-        key = self._secret(name, project.api_key_env)
-        token = self._secret(name, project.auth_token_env)
-        base_url = project.base_url or self.e2e_base_url
-        cache_key = ("e2e", base_url, key, token)
-        if cache_key not in self._transports:
-            self._transports[cache_key] = build_e2e_transport(
-                key, token, base_url, self.client_settings, transport=self.http_transport
-            )
-        return self._transports[cache_key]
+    def _shared(
+        self, key: tuple[str, ...], build: Callable[[], ProviderTransport]
+    ) -> ProviderTransport:
+        if key not in self._transports:
+            self._transports[key] = build()
+        return self._transports[key]
 
     async def aclose(self) -> None:
         for transport in self._transports.values():

@@ -14,14 +14,13 @@ from bot.core.answers import Reply, error, notice, store_unavailable
 from bot.core.authorizer import one_authorization
 from bot.core.forms import FormKind, FormRequest, Forms, ReadySubmission, SubmissionErrors
 from bot.core.grammar import (
-    ActionCommand,
     AuditCommand,
+    ChangeCommand,
     Command,
     ListCommand,
     PolicyCommand,
     ShowCommand,
     TimelineCommand,
-    UpdateCommand,
     UsageError,
     parse_command,
 )
@@ -34,6 +33,7 @@ from bot.core.timeline import Timeline, TimelineRequest
 from bot.logs import log_context
 from bot.metrics import COMMANDS
 from bot.pacing import Pacer
+from bot.providers import catalog
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,6 @@ CommandOutcome = Reply | FormRequest | TimelineRequest
 # Answered from the policy and the providers alone: they work while the store is down.
 _READ_ONLY = frozenset({"help", "list", "show", "policy"})
 DEDUP_SECONDS = 2.0  # a command's de-dup write is given up after this (its answer waits)
-_PROVIDER_LABELS = {"together": "a Together", "e2e": "an E2E"}
 
 
 class CommandService:
@@ -139,7 +138,7 @@ class CommandService:
         self,
         user: str,
         channel: str,
-        command: UpdateCommand | ActionCommand,
+        command: ChangeCommand,
         text: str,
         *,
         step: str | None = None,
@@ -193,7 +192,7 @@ class CommandService:
             return await self.queries.list_clusters(user, channel, command.project, command.page)
         if isinstance(command, ShowCommand):
             return await self.queries.show(user, channel, command.project, command.cluster_id)
-        if isinstance(command, UpdateCommand | ActionCommand):
+        if isinstance(command, ChangeCommand):
             return await self._change(user, channel, command, step)
         if isinstance(command, TimelineCommand):
             return await self.timeline.prepare(user, channel, command.since)
@@ -210,25 +209,26 @@ class CommandService:
         self,
         user: str,
         channel: str,
-        command: UpdateCommand | ActionCommand,
+        command: ChangeCommand,
         step: str | None = None,
     ) -> CommandOutcome:
         provider = self.access.provider_of(command.project)
-        expected = "together" if isinstance(command, UpdateCommand) else "e2e"
         await self.access.require(user, command.project, channel, Role.operator)
         self.access.require_cluster_allowed(command.project, command.cluster_id)
-        if provider != expected:
-            verb = "update" if provider == "together" else "action"
-            label = _PROVIDER_LABELS.get(provider, provider)
-            raise Refusal(f"{command.project} is {label} project: use `/gpu {verb}`.", kind="usage")
-        chosen = "update" if isinstance(command, UpdateCommand) else command.action
-        unknown = self.forms.unknown_fields(command.project, chosen, command.fields)
+        owner = catalog.descriptor(provider)
+        if owner.verb != command.name:
+            raise Refusal(
+                f"{command.project} is {owner.article} {owner.title} project: "
+                f"use `/gpu {owner.verb}`.",
+                kind="usage",
+            )
+        unknown = self.forms.unknown_fields(command.project, command.action, command.fields)
         if unknown:  # refused for every action alike, never dropped on the way to a form
             raise invalid_change(unknown)
         form = self.forms.request_for(channel, command)
         if form is not None:
             return form
-        action = "update" if isinstance(command, UpdateCommand) else str(command.action)
+        action = str(command.action)  # set: a command without one asked for a form
         return await self.workflow.request_change(
             user=user,
             channel=channel,

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Literal, Protocol
+from typing import Protocol
 
 from bot.core.answers import Notice, Reply, error, store_unavailable
 from bot.core.forms import FormRequest
@@ -32,6 +32,7 @@ from bot.core.store import (
 )
 from bot.core.store.steps import StepOutcome, StepRecord, StepState, StepStore
 from bot.metrics import COMMANDS
+from bot.providers import catalog
 from bot.providers.base import ChangePlan, ClusterSummary
 
 log = logging.getLogger(__name__)
@@ -297,17 +298,18 @@ class WorkflowSteps:
         if missing:
             COMMANDS.labels("step", "refused").inc()
             return error(f"The step's input `{missing[0]}` is empty; give it a value.")
-        verb: Literal["update", "action"] = (
-            "action" if self.ops.access.provider_of(start.project) == "e2e" else "update"
-        )
+        try:
+            provider = catalog.descriptor(self.ops.access.provider_of(start.project))
+        except KeyError:  # not in the policy: refused as any change of it is
+            provider = catalog.descriptors()[0]
         try:
             command = parse_change(
-                verb, start.project, start.cluster_id, start.change, start.reason
+                provider.verb, start.project, start.cluster_id, start.change, start.reason
             )
         except UsageError as exc:
             COMMANDS.labels("step", "refused").inc()
             return error(str(exc))
-        text = f"step {verb} {start.project} {start.cluster_id} {start.change}"
+        text = f"step {provider.verb} {start.project} {start.cluster_id} {start.change}"
         try:
             outcome = await self.ops.handle_change(
                 start.requester, start.channel, command, text, step=start.execution_id

@@ -12,8 +12,8 @@ from bot.core.store.watch import RemediationRecord
 from bot.core.watch.health import GONE, HealthEvent
 from bot.core.watch.notifier import DecisionOutcome, ReservationReminder
 from bot.providers.base import ClusterSummary
-from bot.providers.together.models import LinkedAlert, Remediation
-from bot.providers.together.remediations import xid_summary
+from bot.providers.catalog import descriptor
+from bot.providers.remediations import LinkedAlert, Remediation, xid_summary
 from bot.slack.blocks import (
     Block,
     SlackMessage,
@@ -291,12 +291,12 @@ def _summary_blocks(summary: ClusterSummary | None) -> list[Block]:
 
 
 def _next_steps(project: str, event: HealthEvent) -> list[Block]:
-    """The form that fits the provider: Together changes by update, E2E by action."""
+    """The form that fits the provider: its one action's, or the choice of its actions."""
     summary = event.summary
     if summary is None:
         return []
     value = f"{project}:{event.cluster_id}"
-    if summary.provider == "together":
+    if descriptor(summary.provider).single_action():
         button = _button("Update cluster…", OPEN_UPDATE_FORM, value, "primary")
     else:
         button = _button("Cluster action…", OPEN_ACTION_FORM, value, "primary")

@@ -11,7 +11,7 @@ from bot.core.notifier import NotDelivered
 from bot.core.store.watch import RemediationDecision, RemediationRecord
 from bot.core.watch.health import HealthEvent
 from bot.core.watch.notifier import DecisionOutcome, ReservationReminder
-from bot.providers.together.models import Remediation
+from bot.providers.remediations import Remediation
 from bot.slack import watch_blocks as render
 from bot.slack.blocks import SlackMessage
 from bot.slack.messenger import Messenger, SlackDeliveryError

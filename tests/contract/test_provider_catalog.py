@@ -1,9 +1,24 @@
-"""The provider catalogue: what each provider can change, the same as its adapter says."""
+"""The provider catalogue: what each provider can change, the same as its adapter says;
+each descriptor's parts agree with each other, the built-ins are registered through the
+entry point group too, and the optional features are capabilities the adapters have."""
 
 from __future__ import annotations
 
-from bot.providers.base import ProviderAdapter
-from bot.providers.catalog import PROVIDER_CHANGES
+import tomllib
+from importlib import import_module
+from pathlib import Path
+from typing import get_args
+
+import pytest
+
+from bot.core.policy import project_model
+from bot.providers.base import (
+    ProviderAdapter,
+    ProviderDescriptor,
+    SupportsRemediations,
+    SupportsReservations,
+)
+from bot.providers.catalog import BUILT_IN, ENTRY_POINT_GROUP, descriptors, provider_changes
 from bot.providers.e2e import ACTIONS, E2EAdapter, E2EClient, build_e2e_transport
 from bot.providers.http import ClientSettings
 from bot.providers.together import (
@@ -27,8 +42,8 @@ def _adapters() -> dict[str, ProviderAdapter]:
 
 def test_the_catalogue_says_what_each_adapter_does() -> None:
     adapters = _adapters()
-    assert set(PROVIDER_CHANGES) == set(adapters) == {"together", "e2e"}
-    for provider, changes in PROVIDER_CHANGES.items():
+    assert set(provider_changes()) == set(adapters) == {"together", "e2e"}
+    for provider, changes in provider_changes().items():
         adapter = adapters[provider]
         assert changes.provider == adapter.provider == provider
         assert list(changes.actions) == adapter.actions()
@@ -40,7 +55,7 @@ def test_the_catalogue_says_what_each_adapter_does() -> None:
 
 
 def test_command_words_titles_and_field_names() -> None:
-    together, e2e = PROVIDER_CHANGES["together"], PROVIDER_CHANGES["e2e"]
+    together, e2e = provider_changes()["together"], provider_changes()["e2e"]
     assert (together.title, together.command) == ("Together", "update")
     assert (e2e.title, e2e.command) == ("E2E", "action")
     assert tuple(together.field_names()) == UPDATE_FIELDS
@@ -53,3 +68,34 @@ def test_command_words_titles_and_field_names() -> None:
         "security_group_id",
         "security_groups_ids",
     ]
+
+
+@pytest.mark.parametrize("descriptor", BUILT_IN, ids=lambda d: d.name)
+def test_each_descriptor_agrees_with_itself(descriptor: ProviderDescriptor) -> None:
+    assert descriptor.changes.provider == descriptor.name
+    assert descriptor.approval_by_default <= set(descriptor.kinds)
+    assert all(status == status.lower() for status in descriptor.healthy_statuses)
+    model = project_model(descriptor.name)
+    assert issubclass(model, descriptor.section)
+    kinds = get_args(get_args(model.model_fields["require_approval"].annotation)[0])[0]
+    assert get_args(kinds) == descriptor.kinds  # require_approval takes its kinds alone
+    assert ("prices" in model.model_fields) == descriptor.price_table
+
+
+def test_the_built_ins_are_registered_through_the_entry_point_group_too() -> None:
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    group = pyproject["project"]["entry-points"][ENTRY_POINT_GROUP]
+    loaded = {}
+    for name, value in group.items():
+        module, attribute = value.split(":")
+        loaded[name] = getattr(import_module(module), attribute)
+    assert loaded == {d.name: d for d in BUILT_IN}
+    assert descriptors()[: len(BUILT_IN)] == BUILT_IN
+
+
+def test_remediations_and_reservations_are_capabilities_of_the_together_adapter() -> None:
+    adapters = _adapters()
+    assert isinstance(adapters["together"], SupportsRemediations)
+    assert isinstance(adapters["together"], SupportsReservations)
+    assert not isinstance(adapters["e2e"], SupportsRemediations)
+    assert not isinstance(adapters["e2e"], SupportsReservations)

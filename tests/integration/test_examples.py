@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from bot.core.policy import E2EProject, Role, load_policy
+from bot.core.policy import Role, load_policy, project_model
 from bot.local.demo.stack import DEMO_POLICY, DEMO_POLICY_FILE, WATCHED_DEMO_POLICY
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_example_policy_loads_with_both_providers_and_every_role_kind() -> None:
     policy = load_policy(ROOT / "examples" / "policy.yml")
     assert set(policy.projects) == {"together-prod", "e2e-delhi"}
-    assert isinstance(policy.projects["e2e-delhi"], E2EProject)
+    assert isinstance(policy.projects["e2e-delhi"], project_model("e2e"))
     assert {g.role for g in policy.grants} == {Role.admin, Role.approver, Role.operator}
     assert policy.requires_approval("together-prod", ["scale_down"])
     assert not policy.requires_approval("together-prod", ["scale_up"])

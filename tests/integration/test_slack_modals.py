@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from bot.local.demo.stack import LocalStack
+from bot.local.simulators.base import Fault, FaultKind
 from tests.support.slack_support import (
     blocks_json,
     input_block,
@@ -236,3 +237,19 @@ async def test_a_reason_on_the_command_line_is_carried_into_the_form(
     assert "waiting for approval" in confirmation.text
     [request] = await stack.runtime.store.list_requests()
     assert request.reason == "eval capacity"
+
+
+async def test_a_refused_submission_shows_its_reason_under_the_forms_first_input(
+    sqlite_stack: LocalStack,
+) -> None:
+    """The cluster cannot be read again at submission (the provider fails): the reason is
+    shown in the form, under an input it has (Slack refuses errors for any other block)."""
+    stack = sqlite_stack
+    await stack.sender.command("U04DAVE", "C0INCIDENT", "update together-prod tc-h100-reserved")
+    view = await opened_modal(stack, "U04DAVE", "gpu_update")
+    stack.together.faults.add(Fault(route="get", kind=FaultKind.SERVER_ERROR, times=-1))
+    refused = await stack.sender.view_submission("U04DAVE", view.id, {"num_gpus": "24"})
+    assert refused.status == 200 and refused.problems == ()
+    assert refused.json["response_action"] == "errors"
+    assert list(refused.json["errors"]) == ["cluster_type"]  # the form's first input
+    assert provider_writes(stack) == []

@@ -48,8 +48,10 @@ def test_defaults_match_the_spec() -> None:
     assert s.slack_api_url == "https://slack.com/api/"
     assert s.gpuops_policy == Path("policy.yml")
     assert s.gpuops_database_url == "sqlite:///gpuops.db"
-    assert s.together_base_url == "https://api.together.ai/v1"
-    assert s.e2e_base_url == "https://api.e2enetworks.com/myaccount/api/v1/gpu"
+    assert s.base_urls() == {
+        "together": "https://api.together.ai/v1",
+        "e2e": "https://api.e2enetworks.com/myaccount/api/v1/gpu",
+    }
     assert s.gpuops_poll_seconds == 15
     assert s.gpuops_followup_minutes == 30
     assert s.gpuops_provider_attempts == 4

@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from bot.core.grammar import (
-    ActionCommand,
     AuditCommand,
+    ChangeCommand,
     HelpCommand,
     ListCommand,
     PolicyCommand,
     ShowCommand,
-    UpdateCommand,
     UsageError,
     parse_command,
 )
+
+
+def UpdateCommand(**given: Any) -> ChangeCommand:
+    """``/gpu update …``: Together's verb is its one action."""
+    return ChangeCommand(name="update", action="update", **given)
+
+
+def ActionCommand(**given: Any) -> ChangeCommand:
+    """``/gpu action …``: E2E's verb takes an action word."""
+    return ChangeCommand(name="action", **given)
 
 
 @pytest.mark.parametrize(
@@ -130,7 +141,7 @@ def test_override_is_a_text_like_reason_not_a_field() -> None:
     command = parse_command(
         'action e2e-delhi 101 restart_cluster override="incident 7" reason="hang"'
     )
-    assert isinstance(command, ActionCommand)
+    assert isinstance(command, ChangeCommand)
     assert (command.override, command.reason, command.fields) == ("incident 7", "hang", {})
     with pytest.raises(UsageError, match="an override may be at most 500 characters"):
         parse_command(f'update p c num_gpus=8 override="{"x" * 501}"')

@@ -13,18 +13,24 @@ import yaml
 
 from bot.core.authorizer import Authorizer
 from bot.core.policy import (
-    DEFAULT_APPROVAL,
-    E2E_KINDS,
-    TOGETHER_KINDS,
-    E2EProject,
+    KINDS_BY_PROVIDER,
     GrantRow,
     Policy,
     PolicyError,
     Role,
-    TogetherProject,
     describe_grants,
     load_policy,
+    project_model,
 )
+from bot.providers.catalog import descriptor
+from bot.providers.e2e import E2ESection
+from bot.providers.together import TogetherSection
+
+TOGETHER_KINDS = KINDS_BY_PROVIDER["together"]
+E2E_KINDS = KINDS_BY_PROVIDER["e2e"]
+DEFAULT_APPROVAL = {name: descriptor(name).approval_by_default for name in ("together", "e2e")}
+TogetherProject = project_model("together")
+E2EProject = project_model("e2e")
 
 POLICY = """\
 projects:
@@ -111,12 +117,12 @@ def auth(policy: Policy) -> Authorizer:
 
 def test_valid_policy_loads(policy: Policy) -> None:
     prod = policy.projects["together-prod"]
-    assert isinstance(prod, TogetherProject)
+    assert isinstance(prod, TogetherSection) and isinstance(prod, TogetherProject)
     assert prod.api_key_env == "TOGETHER_API_KEY"
     assert prod.project_id == "proj-123"
     assert prod.notify_channel == "C0AUDIT"
     delhi = policy.projects["e2e-delhi"]
-    assert isinstance(delhi, E2EProject)
+    assert isinstance(delhi, E2ESection) and isinstance(delhi, E2EProject)
     assert (delhi.project_id, delhi.location, delhi.active_iam) == (12345, "Delhi", 7)
     assert (delhi.api_key_env, delhi.auth_token_env) == ("E2E_API_KEY", "E2E_AUTH_TOKEN")
     assert policy.projects["together-dev"].clusters == ["*"]
@@ -145,7 +151,7 @@ def test_numeric_together_project_id_is_kept_as_text(tmp_path: Path) -> None:
     policy = load_policy(
         write(tmp_path, "projects:\n  p:\n    provider: together\n    project_id: 42\n")
     )
-    assert policy.projects["p"].project_id == "42"
+    assert policy.projects["p"].model_dump()["project_id"] == "42"
 
 
 def _error(tmp_path: Path, text: str) -> str:

@@ -8,7 +8,7 @@ from bot.core.answers import HelpCard
 from bot.core.policy import Role
 from bot.core.requests.view import RequestView
 from bot.providers.base import ClusterSummary, Fact, FieldSpec
-from bot.providers.catalog import PROVIDER_CHANGES
+from bot.providers.catalog import provider_changes
 from bot.slack import blocks as render
 
 HOSTILE = "<!channel> <@U0EVIL> <https://evil.example|click me> & <!here>"
@@ -201,7 +201,7 @@ def test_composed_notices_link_bare_channels_but_nothing_else() -> None:
 
 def test_help_lists_what_each_provider_says_it_can_change() -> None:
     text = render.help_message(HelpCard(roles={"together-prod": Role.operator})).text
-    together, e2e = PROVIDER_CHANGES["together"], PROVIDER_CHANGES["e2e"]
+    together, e2e = provider_changes()["together"], provider_changes()["e2e"]
     assert (
         '`/gpu update <project> <cluster_id> [field=value …] [reason="…"]` — Together: '
         + ", ".join(together.field_names())

@@ -3,13 +3,25 @@ reads it, what a step lacks where a command would open a form, and its refusal t
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from bot.core.forms import FormRequest
-from bot.core.grammar import ActionCommand, UpdateCommand, UsageError, parse_change
+from bot.core.grammar import ChangeCommand, UsageError, parse_change
 from bot.core.steps import StepStart, form_needs
 from bot.redact import redact
 from bot.slack.steps import error_text
+
+
+def UpdateCommand(**given: Any) -> ChangeCommand:
+    """``/gpu update …``: Together's verb is its one action."""
+    return ChangeCommand(name="update", action="update", **given)
+
+
+def ActionCommand(**given: Any) -> ChangeCommand:
+    """``/gpu action …``: E2E's verb takes an action word."""
+    return ChangeCommand(name="action", **given)
 
 
 def test_a_together_change_is_read_as_update_fields() -> None:

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from datetime import date, timedelta
 from decimal import Decimal
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from bot.core.guardrails.config import Limits, Prices
 from bot.core.pricing import scale_price_line
 from bot.providers.base import ChangePlan, ClusterState
-from bot.providers.pricing import money
+from bot.providers.catalog import descriptor
+from bot.providers.pricing import NodePrice, money
 
 OLD_PRICES = timedelta(days=90)
 
@@ -38,37 +38,35 @@ class ChangeSize(BaseModel):
         return gpus or nodes
 
 
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def size_of(
     state: ClusterState, plan: ChangePlan, prices: Prices | None, today: date
 ) -> ChangeSize:
-    """The size (and price) change of a planned change on a fetched cluster."""
-    if plan.provider == "together":
-        before = _int(state.current.get("num_gpus"))
-        after = _int(plan.body.get("num_gpus", before))
-        size = ChangeSize(gpu_type=state.summary.gpu_type, gpus_before=before, gpus_after=after)
-        return _together_priced(size, prices, today)
-    nodes = _int(state.current.get("no_of_nodes"))
-    added = _int(plan.body.get("additional_nodes")) if plan.action == "scale_cluster" else None
-    after_nodes = nodes + added if nodes is not None and added is not None else nodes
-    price = plan.node_price
+    """The size (and price) change of a planned change on a fetched cluster: the provider
+    counts the size; the price is the plan's node price (a provider with a price API) or
+    the policy's table per GPU-hour (one without)."""
+    provider = descriptor(plan.provider)
+    counted = provider.size(state, plan)
+    size = ChangeSize(gpu_type=state.summary.gpu_type, **counted.model_dump())
+    if provider.price_table:
+        return _table_priced(size, prices, today)
+    return _node_priced(size, plan.node_price)
+
+
+def _node_priced(size: ChangeSize, price: NodePrice | None) -> ChangeSize:
+    added = (size.nodes_after or 0) - (size.nodes_before or 0)
     hourly = None
     if added and price and price.billing == "hourly" and price.unit_price is not None:
         hourly = price.unit_price * added
-    return ChangeSize(
-        gpu_type=state.summary.gpu_type,
-        nodes_before=nodes,
-        nodes_after=after_nodes,
-        hourly=hourly,
-        currency=price.currency if price else None,
-        price_line=scale_price_line(price, added or 0),
+    return size.model_copy(
+        update={
+            "hourly": hourly,
+            "currency": price.currency if price else None,
+            "price_line": scale_price_line(price, max(added, 0)),
+        }
     )
 
 
-def _together_priced(size: ChangeSize, prices: Prices | None, today: date) -> ChangeSize:
+def _table_priced(size: ChangeSize, prices: Prices | None, today: date) -> ChangeSize:
     if size.gpus_before is None or size.gpus_after is None or size.gpus_after == size.gpus_before:
         return size
     if prices is None or size.gpu_type is None or size.gpu_type not in prices.per_gpu_hour:

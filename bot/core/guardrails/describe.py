@@ -6,7 +6,8 @@ from datetime import datetime
 
 from bot.core.guardrails.checks import OLD_PRICES
 from bot.core.guardrails.freezes import freezes_soon, when
-from bot.core.policy import KINDS_BY_PROVIDER, Policy, Role, TogetherProject
+from bot.core.policy import KINDS_BY_PROVIDER, Policy, Role
+from bot.providers.catalog import descriptor
 from bot.providers.pricing import money
 
 
@@ -32,9 +33,7 @@ def _approvals(policy: Policy, project: str) -> list[str]:
 def _limits(policy: Policy, project: str) -> list[str]:
     config = policy.project(project)
     limits = config.limits
-    currency = (
-        config.prices.currency if isinstance(config, TogetherProject) and config.prices else ""
-    )
+    currency = config.price_table.currency if config.price_table else ""
     parts = []
     if limits is not None and limits.max_gpus is not None:
         parts.append(f"at most {limits.max_gpus} GPUs per cluster")
@@ -49,11 +48,11 @@ def _limits(policy: Policy, project: str) -> list[str]:
 
 def _prices(policy: Policy, project: str, now: datetime) -> list[str]:
     config = policy.project(project)
-    if not isinstance(config, TogetherProject):
+    if not descriptor(config.provider).price_table:
         return ["prices: from each cluster's plan"]
-    if config.prices is None:
+    prices = config.price_table
+    if prices is None:
         return ["prices: none in the policy (no price is shown)"]
-    prices = config.prices
     old = " — old: over 90 days" if now.date() - prices.as_of > OLD_PRICES else ""
     table = ", ".join(
         f"{gpu} {money(amount, prices.currency)}"

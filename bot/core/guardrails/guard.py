@@ -11,7 +11,7 @@ from typing import Any
 from bot.core.access import Access, Refusal
 from bot.core.guardrails.checks import ChangeSize, limit_refusal, size_of
 from bot.core.guardrails.freezes import FreezeWindow, active_freeze, frozen_text, when
-from bot.core.policy import Role, TogetherProject
+from bot.core.policy import Role
 from bot.providers.base import ChangePlan, ClusterState
 
 OVERRIDE_HINT = ' An admin may add override="why" to go ahead.'
@@ -57,8 +57,7 @@ class Guard:
 
     def size(self, state: ClusterState, plan: ChangePlan, now: datetime) -> ChangeSize:
         config = self.access.policy.project(plan.project)
-        prices = config.prices if isinstance(config, TogetherProject) else None
-        return size_of(state, plan, prices, now.date())
+        return size_of(state, plan, config.price_table, now.date())
 
     def check(
         self, project: str, kinds: list[str], size: ChangeSize, now: datetime, *, overridden: bool

@@ -19,17 +19,14 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict
 
 from bot.providers.base import ClusterSummary, ProviderName
+from bot.providers.catalog import descriptor
 
-HEALTHY_STATUSES: dict[ProviderName, frozenset[str]] = {
-    "together": frozenset({"ready", "paused", "ondemandcomputepaused"}),
-    "e2e": frozenset({"running"}),
-}
 GONE = "(gone)"  # the status recorded for a cluster that is no longer listed
 
 
 def is_healthy(provider: ProviderName, status: str) -> bool:
     """Whether a status is in the provider's healthy set (case and spaces ignored)."""
-    return status.strip().lower() in HEALTHY_STATUSES[provider]
+    return status.strip().lower() in descriptor(provider).healthy_statuses
 
 
 class Condition(enum.StrEnum):

@@ -14,7 +14,7 @@ from typing import Literal, Protocol
 from bot.core.store.watch import RemediationRecord
 from bot.core.watch.health import HealthEvent
 from bot.providers.base import ClusterSummary
-from bot.providers.together.models import Remediation
+from bot.providers.remediations import Remediation
 
 
 @dataclass(frozen=True)

@@ -30,22 +30,21 @@ from bot.core.watch.backlog import StoreBacklog
 from bot.core.watch.keys import remediation_key
 from bot.core.watch.notifier import DecisionOutcome, WatchNotifier
 from bot.metrics import REMEDIATION_DECISIONS, WATCH_ALERTS
-from bot.providers.base import ClusterSummary
+from bot.providers.base import ClusterSummary, RemediationDecisions
 from bot.providers.errors import (
     AlreadyDecided,
     ProviderError,
     ProviderNotFound,
     ProviderRateLimited,
 )
-from bot.providers.together.models import FINAL_STATES, Remediation, RemediationState
-from bot.providers.together.remediations import RemediationClient, RemediationRef
+from bot.providers.remediations import FINAL_STATES, Remediation, RemediationRef, RemediationState
 
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
 Verb = Literal["approve", "reject"]
-RemediationsFor = Callable[[str], RemediationClient]
+RemediationsFor = Callable[[str], RemediationDecisions]
 
 _DONE: dict[Verb, tuple[RemediationDecision, DecisionOutcome, str]] = {
     "approve": (RemediationDecision.APPROVED, "approved", "Approved"),
@@ -148,7 +147,7 @@ class RemediationDesk:
         )
         await self.backlog.attempt(f"auditing remediation {remediation.id}", audit)
 
-    async def _follow_one(self, client: RemediationClient, record: RemediationRecord) -> None:
+    async def _follow_one(self, client: RemediationDecisions, record: RemediationRecord) -> None:
         """Follow one; a remediation gone at Together is closed, and one whose follow-up
         failed waits for the next poll: neither stops the rest of the poll (a 429 does:
         the whole project backs off)."""
@@ -190,7 +189,7 @@ class RemediationDesk:
             remediation=record.remediation_id,
         )
 
-    async def _follow(self, client: RemediationClient, record: RemediationRecord) -> None:
+    async def _follow(self, client: RemediationDecisions, record: RemediationRecord) -> None:
         remediation = await client.get(record.cluster_id, record.instance_id, record.remediation_id)
         if remediation.awaiting_approval and _answer_lost(record):
             await self._reopen(record, remediation)
@@ -395,7 +394,9 @@ class RemediationDesk:
         return await self._finish(user, record, verb, ending)
 
     @staticmethod
-    async def _read_quietly(client: RemediationClient, ref: RemediationRef) -> Remediation | None:
+    async def _read_quietly(
+        client: RemediationDecisions, ref: RemediationRef
+    ) -> Remediation | None:
         """The remediation as Together has it now, for its message to keep saying why; None
         when Together does not answer (the message then shows the outcome alone)."""
         try:

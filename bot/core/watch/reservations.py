@@ -1,6 +1,7 @@
-"""Reservation reminders in the notify channel (SPEC §7.2): for each Together cluster with
-a ``reservation_end_time``, one reminder per horizon of the policy's
-``reservation_reminders``, with a button that opens the update form on that field.
+"""Reservation reminders in the notify channel (SPEC §7.2): for each cluster of a provider
+with reservations (SupportsReservations) whose reservation field is set, one reminder per
+horizon of the policy's ``reservation_reminders``, with a button that opens the update form
+on that field.
 
 Each horizon's alert key is stored once posted (or skipped, when a tighter one fell due at
 the same poll), so a restart or a failover never repeats a reminder; a new end time is a
@@ -23,11 +24,10 @@ from bot.providers.base import ClusterSummary
 
 log = logging.getLogger(__name__)
 
-END_TIME = "reservation_end_time"
 
-
-def reservation_end(summary: ClusterSummary) -> datetime | None:
-    raw = summary.details.get(END_TIME)
+def reservation_end(summary: ClusterSummary, field: str) -> datetime | None:
+    """When the cluster's reservation ends, from its ``field`` detail (RFC 3339)."""
+    raw = summary.details.get(field)
     if not isinstance(raw, str) or not raw:
         return None
     try:
@@ -49,13 +49,15 @@ class ReminderDesk:
         channel: str,
         clusters: list[ClusterSummary],
         horizons: Sequence[Horizon],
+        field: str,
         now: datetime | None = None,
     ) -> None:
+        """Post the reminders due now; ``field`` is the provider's reservation field."""
         moment = now or datetime.now(UTC)
         ending = [
             (summary, end)
             for summary in clusters
-            if (end := reservation_end(summary)) is not None
+            if (end := reservation_end(summary, field)) is not None
             and self.access.authorizer.cluster_allowed(project, summary.cluster_id)
         ]
         keys = {

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bot.core.policy import Policy, TogetherProject
+from bot.core.policy import Policy
 from bot.core.store import Store, StoreUnavailable
 from bot.core.watch.backoff import PollBackoff
 from bot.core.watch.config import WatchConfig
@@ -25,7 +25,7 @@ from bot.core.watch.incidents import IncidentDesk
 from bot.core.watch.remediations import RemediationDesk
 from bot.core.watch.reservations import ReminderDesk
 from bot.metrics import WATCH_POLLS
-from bot.providers.base import ProviderAdapter
+from bot.providers.base import ProviderAdapter, SupportsRemediations, SupportsReservations
 from bot.providers.errors import ProviderError
 
 log = logging.getLogger(__name__)
@@ -162,15 +162,16 @@ class Watcher:
 
     async def poll_once(self, project: WatchedProject) -> None:
         """One poll of one project: its clusters, then what the policy asks to watch."""
-        clusters = await self.adapter_for(project.name).list_clusters()
+        adapter = self.adapter_for(project.name)
+        clusters = await adapter.list_clusters()
         if project.config.status:
             await self.incidents.poll(project.name, project.channel, clusters)
-        if not isinstance(self.policy.project(project.name), TogetherProject):
-            return  # remediations and reservations are Together's
-        if project.config.horizons:
+        if project.config.horizons and isinstance(adapter, SupportsReservations):
             horizons = project.config.horizons
-            await self.reminders.poll(project.name, project.channel, clusters, horizons)
-        if project.config.remediations:
+            await self.reminders.poll(
+                project.name, project.channel, clusters, horizons, adapter.reservation_field
+            )
+        if project.config.remediations and isinstance(adapter, SupportsRemediations):
             await self.remediations.poll(project.name, project.channel, clusters)
 
     async def finish_polls(self, within: float) -> None:

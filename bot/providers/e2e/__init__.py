@@ -13,6 +13,7 @@ from bot.providers.e2e.client import (
     build_e2e_transport,
     check_reply,
 )
+from bot.providers.e2e.descriptor import DESCRIPTOR, E2ESection
 from bot.providers.e2e.models import (
     ACTION_ADAPTER,
     ACTIONS,
@@ -55,6 +56,7 @@ __all__ = [
     "ACTION_FIELDS",
     "CHANGES",
     "CLUSTERS_PATH",
+    "DESCRIPTOR",
     "E2E_DEFAULT_BASE_URL",
     "FIELD_SPECS",
     "MAX_PAGES",
@@ -72,6 +74,7 @@ __all__ = [
     "E2EClusterDetail",
     "E2EClusterListItem",
     "E2EReservedIp",
+    "E2ESection",
     "RemoveSecurityGroupAction",
     "RestartClusterAction",
     "RestartWorkersAction",

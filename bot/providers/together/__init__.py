@@ -8,6 +8,7 @@ from bot.providers.together.client import (
     cluster_path,
     error_message,
 )
+from bot.providers.together.descriptor import DESCRIPTOR, TogetherSection
 from bot.providers.together.models import (
     GPUS_PER_NODE,
     PROVIDER,
@@ -27,6 +28,7 @@ from bot.providers.together.summary import cluster_state, current_values, to_sum
 
 __all__ = [
     "CHANGES",
+    "DESCRIPTOR",
     "GPUS_PER_NODE",
     "PROVIDER",
     "STEADY_STATUSES",
@@ -40,6 +42,7 @@ __all__ = [
     "TogetherAdapter",
     "TogetherClient",
     "TogetherCluster",
+    "TogetherSection",
     "build_together_transport",
     "check_update",
     "classify",

@@ -32,6 +32,7 @@ from bot.providers.errors import (
 )
 from bot.providers.together.client import TogetherClient
 from bot.providers.together.models import PROVIDER, UPDATE_FIELDS, ClusterType, ClusterUpdate
+from bot.providers.together.remediations import RemediationClient
 from bot.providers.together.rules import check_update, classify, parse_update, shown
 from bot.providers.together.summary import cluster_state, to_summary
 
@@ -100,6 +101,7 @@ class TogetherAdapter:
     round trip, or planned on another replica, is checked the same way."""
 
     provider: ProviderName = "together"
+    reservation_field = "reservation_end_time"  # SupportsReservations
 
     def __init__(
         self,
@@ -127,6 +129,10 @@ class TogetherAdapter:
 
     def actions(self) -> list[str]:
         return list(CHANGES.actions)
+
+    def remediations(self) -> RemediationClient:
+        """Its node remediations (SupportsRemediations), on this client's HTTP transport."""
+        return RemediationClient(self.client.transport)
 
     def fields_for(self, action: str) -> list[FieldSpec]:
         """The update's fields; the end time's hint has an example computed from now."""

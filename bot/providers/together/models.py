@@ -20,6 +20,44 @@ from pydantic import (
     Field,
 )
 
+# The remediation models are the capability's (bot.providers.remediations); named here too.
+from bot.providers.remediations import (
+    FINAL_STATES as FINAL_STATES,
+)
+from bot.providers.remediations import (
+    MODE_TEXT as MODE_TEXT,
+)
+from bot.providers.remediations import (
+    AlertAnnotation as AlertAnnotation,
+)
+from bot.providers.remediations import (
+    AlertSeverity as AlertSeverity,
+)
+from bot.providers.remediations import (
+    LinkedAlert as LinkedAlert,
+)
+from bot.providers.remediations import (
+    Remediation as Remediation,
+)
+from bot.providers.remediations import (
+    RemediationMode as RemediationMode,
+)
+from bot.providers.remediations import (
+    RemediationState as RemediationState,
+)
+from bot.providers.remediations import (
+    RemediationTrigger as RemediationTrigger,
+)
+from bot.providers.remediations import (
+    SlurmNodeUnavailable as SlurmNodeUnavailable,
+)
+from bot.providers.remediations import (
+    XidDetails as XidDetails,
+)
+from bot.providers.remediations import (
+    XidEvent as XidEvent,
+)
+
 PROVIDER = "together"
 GPUS_PER_NODE = 8
 
@@ -182,160 +220,6 @@ class ControlPlaneNode(_Model):
     phase_transitions: NullableList[PhaseTransition]
     status: str
     public_ipv4: str | None = None
-
-
-class RemediationState(enum.StrEnum):
-    PENDING_APPROVAL = "PENDING_APPROVAL"
-    PENDING = "PENDING"
-    RUNNING = "RUNNING"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-    AUTO_RESOLVED = "AUTO_RESOLVED"
-    QUARANTINING = "QUARANTINING"
-    QUARANTINED = "QUARANTINED"
-
-
-FINAL_STATES = frozenset(
-    {
-        RemediationState.SUCCEEDED,
-        RemediationState.FAILED,
-        RemediationState.CANCELLED,
-        RemediationState.AUTO_RESOLVED,
-    }
-)
-
-
-class RemediationMode(enum.StrEnum):
-    VM_ONLY = "REMEDIATION_MODE_VM_ONLY"
-    HOST_AWARE = "REMEDIATION_MODE_HOST_AWARE"
-    EVICT_WITHOUT_REPLACEMENT = "REMEDIATION_MODE_EVICT_WITHOUT_REPLACEMENT"
-    REBOOT_VM = "REMEDIATION_MODE_REBOOT_VM"
-    HOST_POWER_CYCLE = "REMEDIATION_MODE_HOST_POWER_CYCLE"
-
-
-# "This mode cannot be set as an approval override" (the SDK's approve docstring).
-APPROVAL_OVERRIDE_MODES = frozenset(set(RemediationMode) - {RemediationMode.HOST_POWER_CYCLE})
-
-MODE_TEXT: dict[str, str] = {
-    RemediationMode.VM_ONLY: "replace the VM on any host",
-    RemediationMode.HOST_AWARE: "cordon the host and replace the VM on another host",
-    RemediationMode.EVICT_WITHOUT_REPLACEMENT: "evict the VM without a replacement",
-    RemediationMode.REBOOT_VM: "reboot the VM in place",
-    RemediationMode.HOST_POWER_CYCLE: "cordon and power-cycle the host",
-}
-
-
-class RemediationTrigger(enum.StrEnum):
-    MANUAL = "REMEDIATION_TRIGGER_MANUAL"
-    AUTOMATED = "REMEDIATION_TRIGGER_AUTOMATED"
-
-
-class AlertSeverity(enum.StrEnum):
-    INFO = "PHC_SEVERITY_INFO"
-    WARNING = "PHC_SEVERITY_WARNING"
-    CRITICAL = "PHC_SEVERITY_CRITICAL"
-
-
-class XidEvent(_Model):
-    """One NVIDIA Xid code seen in the alert window."""
-
-    xid_code: str
-    count: int = 0
-    mnemonic: str = ""
-
-
-class XidDetails(_Model):
-    events: NullableList[XidEvent] = Field(default_factory=list)
-
-
-class SlurmNodeUnavailable(_Model):
-    reason: str = ""
-
-
-class AlertAnnotation(_Model):
-    """The typed content Together parses from a health check alert's annotations."""
-
-    title: str = ""
-    summary_line: str = ""
-    description: str = ""
-    xid: XidDetails | None = None
-    slurm_node_unavailable: SlurmNodeUnavailable | None = None
-
-
-class LinkedAlert(_Model):
-    """A passive health check alert linked to a remediation."""
-
-    alert_name: str
-    cluster_id: str
-    passive_health_check_alert_id: str
-    severity: str
-    started_at: datetime
-    target_vm: str
-    annotation: AlertAnnotation | None = None
-    annotations: dict[str, str] = Field(default_factory=dict)
-    instance_id: str | None = None
-    node_remediation_intent_id: str | None = None
-    resolved_at: OptionalTime = None
-
-    @property
-    def title(self) -> str:
-        if self.annotation is not None and self.annotation.title:
-            return self.annotation.title
-        return self.annotations.get("summary") or self.alert_name
-
-    @property
-    def summary_line(self) -> str:
-        if self.annotation is not None and self.annotation.summary_line:
-            return self.annotation.summary_line
-        return self.annotations.get("evidence", "")
-
-    @property
-    def xid_events(self) -> list[XidEvent]:
-        if self.annotation is None or self.annotation.xid is None:
-            return []
-        return self.annotation.xid.events
-
-
-class Remediation(_Model):
-    """A node remediation (an instance may have several over time)."""
-
-    id: str
-    cluster_id: str
-    instance_id: str
-    mode: str
-    state: str
-    trigger: str
-    active_health_check_run_id: str | None = None
-    create_time: OptionalTime = None
-    end_time: OptionalTime = None
-    error_message: str | None = None
-    instance_name: str | None = None
-    linked_alerts: NullableList[LinkedAlert] = Field(default_factory=list)
-    passive_health_check_event_id: str | None = None
-    reason: str | None = None
-    requested_by: str | None = None
-    review_comment: str | None = None
-    review_time: OptionalTime = None
-    reviewed_by: str | None = None
-    start_time: OptionalTime = None
-    update_time: OptionalTime = None
-
-    @property
-    def node(self) -> str:
-        return self.instance_name or self.instance_id
-
-    @property
-    def awaiting_approval(self) -> bool:
-        return self.state == RemediationState.PENDING_APPROVAL
-
-    @property
-    def finished(self) -> bool:
-        return self.state in FINAL_STATES
-
-    @property
-    def mode_text(self) -> str:
-        return MODE_TEXT.get(self.mode, self.mode)
 
 
 class RemediationPage(_Model):

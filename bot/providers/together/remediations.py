@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Iterable, Mapping
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -30,16 +29,25 @@ from bot.providers.errors import (
     error_for_status,
 )
 from bot.providers.http import Operation, ProviderTransport, RetryMode, parse_retry_after
-from bot.providers.together import PROVIDER, cluster_path, error_message
-from bot.providers.together.client import TogetherCalls
-from bot.providers.together.models import (
+from bot.providers.remediations import (
     APPROVAL_OVERRIDE_MODES,
     LinkedAlert,
     Remediation,
-    RemediationPage,
+    RemediationAddress,
+    RemediationRef,
+    xid_summary,
 )
+from bot.providers.together.client import TogetherCalls, cluster_path, error_message
+from bot.providers.together.models import PROVIDER, RemediationPage
 
-# The remediation models live with the other wire models; named here for callers.
+__all__ = [
+    "LinkedAlert",
+    "Remediation",
+    "RemediationAddress",
+    "RemediationClient",
+    "RemediationRef",
+    "xid_summary",
+]
 
 ALL_NODES = "-"
 DEFAULT_PAGE_SIZE = 100
@@ -65,27 +73,6 @@ def says_not_pending(status: int, message: str) -> bool:
 def remediations_path(cluster_id: str, instance_id: str = ALL_NODES) -> str:
     instance = ALL_NODES if instance_id == ALL_NODES else quote(instance_id, safe="")
     return f"{cluster_path(cluster_id)}/instances/{instance}/remediations"
-
-
-class RemediationAddress(Protocol):
-    """What a decision call needs to name a remediation (a Remediation has it, and so does
-    a stored reference to one)."""
-
-    @property
-    def id(self) -> str: ...
-
-    @property
-    def cluster_id(self) -> str: ...
-
-    @property
-    def instance_id(self) -> str: ...
-
-
-@dataclass(frozen=True)
-class RemediationRef:
-    id: str
-    cluster_id: str
-    instance_id: str
 
 
 def decision_path(remediation: RemediationAddress, verb: str) -> str:
@@ -214,12 +201,3 @@ class RemediationClient(TogetherCalls):
             raise self._malformed(
                 operation, exc, what="a remediation", may_have_applied=may_have_applied
             ) from None
-
-
-def xid_summary(alerts: Sequence[LinkedAlert]) -> list[tuple[str, int]]:
-    """Xid codes with their total counts over the alerts, most frequent first."""
-    totals: dict[str, int] = {}
-    for alert in alerts:
-        for event in alert.xid_events:
-            totals[event.xid_code] = totals.get(event.xid_code, 0) + event.count
-    return sorted(totals.items(), key=lambda item: (-item[1], item[0]))

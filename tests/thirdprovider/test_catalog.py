@@ -1,0 +1,62 @@
+"""The catalog's one way in: Lumen's entry point puts it beside the built-in providers,
+and a registration that breaks the rules is refused with a reason."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from bot.providers import catalog
+from bot.providers.base import ProviderDescriptor
+from tests.thirdprovider.descriptor import DESCRIPTOR
+
+
+def test_the_entry_point_group_adds_lumen_beside_the_built_ins(lumen_registered: Path) -> None:
+    names = [d.name for d in catalog.descriptors()]
+    assert names == ["together", "e2e", "lumen"]
+    assert catalog.descriptor("lumen") is DESCRIPTOR
+    assert catalog.by_verb("resize") is DESCRIPTOR
+    assert catalog.provider_changes()["lumen"].actions == ("resize",)
+
+
+def test_without_the_distribution_lumen_is_unknown() -> None:
+    assert [d.name for d in catalog.descriptors()] == ["together", "e2e"]
+    with pytest.raises(KeyError, match="unknown provider 'lumen' \\(known: together, e2e\\)"):
+        catalog.descriptor("lumen")
+
+
+@pytest.mark.parametrize(
+    ("clash", "says"),
+    [
+        (replace(DESCRIPTOR, name="together"), "two providers are named together"),
+        (
+            replace(DESCRIPTOR, changes=DESCRIPTOR.changes.model_copy(update={"command": "list"})),
+            "the word `list` is gpuops's",
+        ),
+        (
+            replace(
+                DESCRIPTOR, changes=DESCRIPTOR.changes.model_copy(update={"command": "update"})
+            ),
+            "the word `update` is together's",
+        ),
+    ],
+)
+def test_a_name_or_verb_already_taken_is_refused(clash: ProviderDescriptor, says: str) -> None:
+    with pytest.raises(catalog.CatalogError, match=says):
+        catalog.check([*catalog.BUILT_IN, clash])
+
+
+def test_an_entry_point_that_is_not_a_descriptor_is_refused(
+    lumen_site: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entry_points = next(lumen_site.glob("*.dist-info")) / "entry_points.txt"
+    entry_points.write_text("[gpuops.providers]\nlumen = tests.thirdprovider.descriptor:size\n")
+    monkeypatch.syspath_prepend(str(lumen_site))
+    with pytest.raises(catalog.CatalogError, match="is not a ProviderDescriptor"):
+        catalog.registered()
+
+
+def test_a_built_in_registered_through_the_group_as_well_is_listed_once() -> None:
+    assert catalog.check([*catalog.BUILT_IN, *catalog.BUILT_IN]) == catalog.BUILT_IN
