@@ -23,6 +23,7 @@ from bot.slack.middleware import (
     malformed_interaction,
 )
 from bot.slack.outages import AnswerStoreOutages, answer_store_error
+from bot.slack.respond import RespondOverSession
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ def build_bolt_app(
         # acknowledged by DeduplicateDeliveries before anything else runs.
         process_before_response=True,
     )
+    app.use(RespondOverSession(lambda: client.session))
     app.use(DropMalformedPayloads())
     app.use(DeduplicateDeliveries(deliveries))
     app.use(InjectServices(services))

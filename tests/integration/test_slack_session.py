@@ -1,9 +1,11 @@
-"""The bot's Web API calls share one HTTP session: connections are kept alive instead of a
-new session and TCP connection per call, and the session is closed on shutdown."""
+"""The bot's Web API calls and its replies to response_urls share one HTTP session:
+connections are kept alive instead of a new session and TCP connection per call, and the
+session is closed on shutdown."""
 
 from __future__ import annotations
 
 from collections import Counter
+from functools import partial
 from types import SimpleNamespace
 from typing import Any
 
@@ -11,13 +13,21 @@ import aiohttp
 import pytest
 
 import bot.runtime
+from bot.local.demo.stack import LocalStack
+from bot.local.slack.server import FakeSlack
 from bot.slack.messenger import SLACK_TIMEOUT_SECONDS, build_web_client, slack_http_session
+from bot.slack.respond import SessionRespond
 from tests.conftest import StackFactory
 
+RESPONDS = 5
 
-async def test_every_web_api_call_of_a_change_reuses_one_connection(
-    make_stack: StackFactory, monkeypatch: pytest.MonkeyPatch
-) -> None:
+
+def posted(stack: LocalStack, count: int) -> bool:
+    return len(stack.slack.response_posts) >= count
+
+
+def trace_the_session(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Count the requests and the new connections of the runtime's Slack HTTP session."""
     seen: Counter[str] = Counter()
 
     async def on_request(_: Any, __: SimpleNamespace, params: Any) -> None:
@@ -36,6 +46,13 @@ async def test_every_web_api_call_of_a_change_reuses_one_connection(
         return session
 
     monkeypatch.setattr(bot.runtime, "slack_http_session", traced_session)
+    return seen
+
+
+async def test_every_web_api_call_of_a_change_reuses_one_connection(
+    make_stack: StackFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = trace_the_session(monkeypatch)
     stack = await make_stack(transition_seconds=0)
     await stack.sender.command(
         "U04DAVE", "C0INCIDENT", "update together-prod tc-h200-ondemand num_gpus=16"
@@ -44,7 +61,22 @@ async def test_every_web_api_call_of_a_change_reuses_one_connection(
     await stack.runtime.workflow.drain()
     posts = len(stack.slack.calls_to("chat.postMessage")) + len(stack.slack.calls_to("chat.update"))
     assert posts >= 5  # root, mirror, thread note, summary, edits …
-    assert seen["requests"] == len(stack.slack.calls) >= posts
+    assert len(stack.slack.response_posts) == 1  # the command's answer: respond()
+    assert seen["requests"] == len(stack.slack.calls) + 1
+    assert seen["connections"] == 1
+
+
+async def test_respond_posts_over_the_shared_session(
+    make_stack: StackFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = trace_the_session(monkeypatch)
+    stack = await make_stack()
+    for answered in range(1, RESPONDS + 1):
+        await stack.sender.command("U04DAVE", "C0INCIDENT", "help")
+        await stack.slack.wait_for(partial(posted, stack, answered))
+    assert all("/gpu list" in post.text for post in stack.slack.response_posts)
+    # auth.test at start-up, then every answer over that same connection
+    assert seen["requests"] == len(stack.slack.calls) + RESPONDS
     assert seen["connections"] == 1
 
 
@@ -67,3 +99,22 @@ async def test_build_web_client_uses_the_session_it_is_given() -> None:
         assert client.timeout == SLACK_TIMEOUT_SECONDS
     finally:
         await session.close()
+
+
+async def test_respond_takes_a_whole_message_as_bolts_does() -> None:
+    fake = FakeSlack("xoxb-test", channels={"C0INCIDENT": "incident"})
+    await fake.start()
+    session = slack_http_session()
+    try:
+        url = fake.new_response_url("C0INCIDENT", "U04DAVE")
+        respond = SessionRespond(response_url=url, session=session)
+        answer = await respond({"text": "whole", "response_type": "ephemeral"})
+        assert answer.status_code == 200
+        await respond(text="in parts", response_type="ephemeral")
+    finally:
+        await session.close()
+        await fake.stop()
+    assert [(p.text, p.response_type) for p in fake.response_posts] == [
+        ("whole", "ephemeral"),
+        ("in parts", "ephemeral"),
+    ]
