@@ -37,6 +37,9 @@ class RequestEvent:
     actor: str  # a user id, or "gpuops"
     text: str | None = None  # why, or what the provider said
     left_pending: bool = False  # it was waiting for a decision: the approval prompt is done
+    # finished: the cluster summary comes next (``Notifier.result``) and tells the result
+    # (``record.result_message``), so the text need not be told apart from it.
+    summary_follows: bool = False
 
 
 class NotDelivered(Exception):
@@ -69,7 +72,8 @@ class Notifier(Protocol):
         ...
 
     async def result(self, record: ChangeRequestRecord, summary: ClusterSummary) -> str | None:
-        """The cluster after the change; the summary's handle, None if it was not shown."""
+        """The cluster after the change, with the result (``record.result_message``); the
+        summary's handle, None if it was not shown."""
         ...
 
     async def status(

@@ -158,7 +158,11 @@ def cluster_summary(
     note: str | None = None,
     shown_by: str | None = None,
     revert_id: str | None = None,
+    result: SlackMessage | None = None,
 ) -> SlackMessage:
+    """The cluster card; after a change, ``result`` (a thread note: what the provider said)
+    heads its blocks and ends its text fallback (which starts with the cluster, as every
+    summary's does)."""
     blocks: list[Block] = [header(_titled(s.name, s.cluster_id, _PLAIN_TEXT_MAX))]
     pairs = summary_pairs(s)
     blocks.append(fields_section(pairs[:10]))
@@ -186,6 +190,8 @@ def cluster_summary(
         f"{escape(s.provider)}/{escape(s.project)}"
         + (f" · {shorten(s.size, 100)}" if s.size else "")
     )
+    if result is not None:
+        return SlackMessage(text=f"{text}\n{result.text}", blocks=[*result.blocks, *blocks])
     return SlackMessage(text=text, blocks=blocks)
 
 

@@ -1,12 +1,15 @@
 """SlackNotifier: the core's Notifier told in Slack messages.
 
 A request is a root message in its channel; its approval prompt and notes are replies in
-the thread, and its changes edit them."""
+the thread, and its changes edit them. The root says a change is running only once it has
+been running for a moment: a quick change's next edit, its result, would replace it at once."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+from dataclasses import dataclass
 from datetime import datetime
 
 from bot.core.notifier import EventKind, NotDelivered, RequestEvent, Tone
@@ -36,6 +39,8 @@ _RESULT_ICONS = {
     RequestState.FAILED: ":red_circle:",
 }
 _TONE_ICONS: dict[Tone, str] = {"good": ":large_green_circle:", "warning": ":warning:"}
+# A change still being sent after this long is shown as running on its root.
+RUNNING_AFTER_SECONDS = 1.5
 
 
 def _prompt_minutes(record: ChangeRequestRecord) -> int:
@@ -52,11 +57,23 @@ def _approvers(record: ChangeRequestRecord) -> list[str]:
     return [record.decided_by] if record.decided_by else []
 
 
+@dataclass
+class _RunningEdit:
+    """A change's "running" edit of its root: a timer until it is due, then the edit."""
+
+    timer: asyncio.TimerHandle | None = None
+    edit: asyncio.Task[None] | None = None
+
+
 class SlackNotifier:
     """Implements bot.core.notifier.Notifier with Block Kit messages through a Messenger."""
 
-    def __init__(self, messenger: Messenger) -> None:
+    def __init__(
+        self, messenger: Messenger, *, running_after: float = RUNNING_AFTER_SECONDS
+    ) -> None:
         self.messenger = messenger
+        self.running_after = running_after
+        self._running: dict[str, _RunningEdit] = {}
 
     async def request_opened(self, record: ChangeRequestRecord) -> str:
         return await self._post_or_raise(record.channel, blocks.request_root(view_of(record)))
@@ -69,16 +86,51 @@ class SlackNotifier:
         if event.kind == "approval_added":
             await self._approval_added(record, event)
             return
+        await self._running_shown(record.id)  # its later edits come after that one
         if (event.left_pending or record.run_at is not None) and record.prompt_ts:
             # Replace the prompt's buttons with the outcome so nobody clicks a decided request.
             await self._edit(
                 record.channel, record.prompt_ts, blocks.approval_closed(view_of(record))
             )
-        if record.root_ts:
+        if record.root_ts and event.kind == "executing":
+            self._show_running_soon(record, record.root_ts)
+        elif record.root_ts:
             await self._edit(record.channel, record.root_ts, blocks.request_root(view_of(record)))
+        if event.summary_follows:
+            return  # the summary tells the result
         note = self._thread_note(record, event)
         if note is not None:
             await self._post_or_log(record.channel, note, thread_ts=record.root_ts)
+
+    def _show_running_soon(self, record: ChangeRequestRecord, root_ts: str) -> None:
+        """Edit the root to "running" if the change is still being sent ``running_after``
+        seconds from now (its next event cancels the edit, or waits for it)."""
+        running = _RunningEdit()
+        root = blocks.request_root(view_of(record))
+
+        def due() -> None:
+            running.timer = None
+            running.edit = asyncio.ensure_future(self._edit(record.channel, root_ts, root))
+            running.edit.add_done_callback(lambda edit: self._edited(record.id, running, edit))
+
+        running.timer = asyncio.get_running_loop().call_later(self.running_after, due)
+        self._running[record.id] = running
+
+    def _edited(self, request_id: str, running: _RunningEdit, edit: asyncio.Task[None]) -> None:
+        if self._running.get(request_id) is running:
+            del self._running[request_id]
+        if not edit.cancelled() and edit.exception() is not None:
+            log.error("showing %s running failed: %r", request_id, edit.exception())
+
+    async def _running_shown(self, request_id: str) -> None:
+        """The "running" edit of the request is not made, or has been made."""
+        running = self._running.pop(request_id, None)
+        if running is None:
+            return
+        if running.timer is not None:
+            running.timer.cancel()
+        if running.edit is not None:
+            await asyncio.wait({running.edit})
 
     async def _approval_added(self, record: ChangeRequestRecord, event: RequestEvent) -> None:
         """One more of several approvals: the prompt shows the progress, keeping its
@@ -144,6 +196,12 @@ class SlackNotifier:
     def _summary(
         record: ChangeRequestRecord, summary: ClusterSummary, note: str | None = None
     ) -> SlackMessage:
+        result = None
+        if record.result_message:
+            icon = _RESULT_ICONS.get(record.state, ":warning:")
+            result = blocks.thread_note(
+                record.result_message, icon=icon, mentions=(record.requester,)
+            )
         return blocks.cluster_summary(
             summary,
             requested_by=record.requester,
@@ -151,6 +209,7 @@ class SlackNotifier:
             request_id=record.id,
             note=note,
             revert_id=record.id if revertible(record) else None,
+            result=result,
         )
 
     async def _post_or_raise(

@@ -60,7 +60,7 @@ async def test_every_web_api_call_of_a_change_reuses_one_connection(
     await stack.slack.wait_for(lambda: stack.slack.ephemerals_for("U04DAVE"))
     await stack.runtime.workflow.drain()
     posts = len(stack.slack.calls_to("chat.postMessage")) + len(stack.slack.calls_to("chat.update"))
-    assert posts >= 5  # root, mirror, thread note, summary, edits …
+    assert posts >= 4  # root, its edit, the summary, the mirror …
     assert len(stack.slack.response_posts) == 1  # the command's answer: respond()
     assert seen["requests"] == len(stack.slack.calls) + 1
     assert seen["connections"] == 1

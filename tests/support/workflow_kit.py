@@ -20,10 +20,12 @@ from pathlib import Path
 import httpx
 
 from bot.core.answers import Notice
+from bot.core.home_refresh import FanOutNotifier
 from bot.core.store import ChangeRequestRecord, RequestState, Store
 from bot.local.demo.stack import LocalStack
 from bot.local.slack.models import Ephemeral, Message, View
 from bot.local.slack.sender import SenderResult, SlackSender
+from bot.slack.notifier import SlackNotifier
 from tests.support.slack_support import roots
 
 CHANNEL = "C0INCIDENT"
@@ -85,6 +87,13 @@ def find_prompt(stack: LocalStack, channel: str, root_ts: str) -> Message | None
         (m for m in stack.slack.replies(channel, root_ts) if "approve_request" in buttons(m)),
         None,
     )
+
+
+def slack_notifier(stack: LocalStack) -> SlackNotifier:
+    """The Slack notifier the workflow tells (e.g. to set when a root says "running")."""
+    notifier = stack.runtime.workflow.deps.notifier
+    assert isinstance(notifier, FanOutNotifier) and isinstance(notifier.primary, SlackNotifier)
+    return notifier.primary
 
 
 async def request(

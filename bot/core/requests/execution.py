@@ -356,20 +356,32 @@ class Execution:
         change: transitions.Change,
         summary: ClusterSummary | None,
     ) -> None:
-        await transitions.announce(self.deps, record, done, change)
-        await self._show_result(done, summary)
+        summary = await self._summary_after(done, summary)
+        # A correction or a late result is told in words of its own.
+        follows = summary is not None and change.text == change.detail.get("message")
+        await transitions.announce(
+            self.deps, record, done, replace(change, summary_follows=follows)
+        )
+        if summary is not None:
+            await self._show_result(done, summary)
         # Mirrored last: whoever reads the notify channel finds the whole story in the thread.
         await transitions.mirror(self.deps, done, outcome_headline(done))
 
-    async def _show_result(self, done: ChangeRequestRecord, summary: ClusterSummary | None) -> None:
+    async def _summary_after(
+        self, done: ChangeRequestRecord, summary: ClusterSummary | None
+    ) -> ClusterSummary | None:
+        """The cluster as the provider's answer left it; fetched when the outcome is unknown."""
+        if summary is None and done.state is RequestState.UNKNOWN:
+            with contextlib.suppress(ProviderError):
+                fetched = await self.deps.access.adapter_for(done.project).get_cluster(
+                    done.cluster_id
+                )
+                return fetched.summary
+        return summary
+
+    async def _show_result(self, done: ChangeRequestRecord, summary: ClusterSummary) -> None:
         deps = self.deps
         to = done.state
-        if summary is None and to is RequestState.UNKNOWN:
-            with contextlib.suppress(ProviderError):
-                fetched = await deps.access.adapter_for(done.project).get_cluster(done.cluster_id)
-                summary = fetched.summary
-        if summary is None:
-            return
         summary_ts = await deps.notifier.result(done, summary)
         if summary_ts:
             try:

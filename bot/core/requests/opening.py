@@ -195,9 +195,11 @@ class Opening:
                 f"Request {record.id} is waiting for approval in the thread{when}: "
                 f"{plan.preview_text()}{also}"
             )
-        await mirror(deps, record, "Change requested (no approval needed)")
         if run_at is not None:
+            await mirror(deps, record, "Change requested (no approval needed)")
             return notice(f"Request {record.id} is approved{when}: {plan.preview_text()}{also}")
+        # Run now: the notify channel hears of it once, when it has ended (every way it
+        # can end is mirrored).
         return await self._run(record, user, beside)
 
     async def _run(self, record: ChangeRequestRecord, user: str, beside: str | None) -> Reply:

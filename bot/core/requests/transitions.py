@@ -266,6 +266,7 @@ class Change:
     # itself later (a result), or it was never shown anywhere (withdrawn).
     mirror: str | None = None
     unmirrored: bool = False
+    summary_follows: bool = False  # the result is told with the cluster summary after it
 
     @classmethod
     def ended_by_gpuops(
@@ -429,7 +430,11 @@ async def announce(
         CHANGE_REQUESTS.labels(record.provider, str(t.to)).inc()
     if t.told is not None:
         event = RequestEvent(
-            t.told, change.actor, change.text, left_pending=change.decision is not None
+            t.told,
+            change.actor,
+            change.text,
+            left_pending=change.decision is not None,
+            summary_follows=change.summary_follows,
         )
         await deps.notifier.request_changed(done, event)
     headline = change.mirror

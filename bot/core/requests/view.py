@@ -41,9 +41,11 @@ def at_approval(state: str, decision_note: str | None, break_glass: bool) -> str
 
 
 def outcome_headline(record: ChangeRequestRecord) -> str:
-    """``Change done``, ``Change failed — stale at approval``: how the notify channel names
-    a request's final state."""
+    """``Change done``, ``Change done (no approval needed)``, ``Change failed — stale at
+    approval``: how the notify channel names a request's final state."""
     words = f"Change {state_words(str(record.state))}"
+    if not record.needs_approval:
+        words += " (no approval needed)"
     why = at_approval(str(record.state), record.decision_note, record.break_glass)
     return f"{words} — {why}" if why else words
 

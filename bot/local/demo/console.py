@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.text import Text
 
 from bot.core.policy import load_policy
+from bot.core.store import TERMINAL_STATES
 from bot.local.demo.render_text import (
     Button,
     ButtonBoard,
@@ -549,9 +550,24 @@ class DemoConsole:
             minutes=int(match.group(1)) * (60 if match.group(2) == "h" else 1)
         )
         ahead = self.clock_ahead
-        self.stack.runtime.workflow.clock = lambda: datetime.now(UTC) + ahead
+        workflow = self.stack.runtime.workflow
+        workflow.clock = lambda: datetime.now(UTC) + ahead
         self.emit(f"(the demo's clock is now {ahead} ahead)", "dim")
-        await self.stack.runtime.workflow.scheduler.run_due()
+        due = [r.id for r in await self.stack.runtime.store.list_due(workflow.clock())]
+        await workflow.scheduler.run_due()
+        await self._ended(due)
+
+    async def _ended(self, request_ids: list[str]) -> None:
+        """Wait (up to the settle limit) for the changes the scheduler started to end: the
+        step's output is theirs, however long the provider takes to answer."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        store = self.stack.runtime.store
+        while loop.time() - started < _SETTLE_LIMIT:
+            records = [await store.get_request(request_id) for request_id in request_ids]
+            if all(r is None or r.state in TERMINAL_STATES for r in records):
+                return
+            await asyncio.sleep(0.05)
 
     async def _wait(self, rest: str) -> None:
         try:
