@@ -161,9 +161,11 @@ def cluster_summary(
     result: SlackMessage | None = None,
 ) -> SlackMessage:
     """The cluster card; after a change, ``result`` (a thread note: what the provider said)
-    heads its blocks and ends its text fallback (which starts with the cluster, as every
-    summary's does)."""
+    comes right under its header and ends its text fallback (a summary always starts with
+    the cluster's name and id)."""
     blocks: list[Block] = [header(_titled(s.name, s.cluster_id, _PLAIN_TEXT_MAX))]
+    if result is not None:
+        blocks += result.blocks
     pairs = summary_pairs(s)
     blocks.append(fields_section(pairs[:10]))
     if len(pairs) > 10:
@@ -191,7 +193,7 @@ def cluster_summary(
         + (f" · {shorten(s.size, 100)}" if s.size else "")
     )
     if result is not None:
-        return SlackMessage(text=f"{text}\n{result.text}", blocks=[*result.blocks, *blocks])
+        text += f"\n{result.text}"
     return SlackMessage(text=text, blocks=blocks)
 
 

@@ -97,7 +97,8 @@ def told_the_whole_story(stack: LocalStack, opened: Opened) -> None:
     [summary] = stack.slack.replies(opened.channel, opened.root_ts)
     assert summary.text.startswith("infer-h200 (tc-h200-ondemand) — ")
     assert summary.text.endswith(" · 16 GPUs\nTogether accepted the update")
-    assert ":large_green_circle: Together accepted the update" in str(summary.blocks)
+    assert summary.blocks is not None and summary.blocks[0]["type"] == "header"
+    assert ":large_green_circle: Together accepted the update" in str(summary.blocks[1])
     assert "requested by <@U04DAVE>" in str(summary.blocks)
     [mirrored] = [m for m in stack.slack.messages[NOTIFY_CHANNEL] if opened.id in m.text]
     assert mirrored.text.startswith("Change done (no approval needed) — [done] <@U04DAVE>")
