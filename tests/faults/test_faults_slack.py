@@ -1,7 +1,7 @@
 """Slack-side faults at each step of a change: Slack Web API errors (``ratelimited`` with
 Retry-After 0 or 1, ``not_in_channel``, ``channel_not_found``, HTTP 500) on the root post, the
-approval prompt, the notify-channel mirror, the root edits, the decision note, the result, the
-summary; on ephemerals and on ``views.open`` / ``views.update``.
+approval prompt, the notify-channel mirror, the root edits, the decision note, the result (with
+the summary); on ephemerals and on ``views.open`` / ``views.update``.
 
 Whatever Slack refuses, the change is never lost half-way nor run twice (PUTs counted at the
 provider, one request in the store, in the state it should be), and the person is told what
@@ -122,21 +122,16 @@ class Step:
 
 
 STEPS = [
+    # A change that runs at once is mirrored once, when it has ended.
     Step("together", "root", "chat.postMessage", None),
-    Step("together", "mirror_requested", "chat.postMessage", posted(INCIDENT, reply=False)),
     Step("together", "root_edits", "chat.update", None, persistent=True),
+    # The result and the cluster summary are one message.
     Step("together", "result", "chat.postMessage", root_edited("done")),
-    Step(
-        "together",
-        "summary",
-        "chat.postMessage",
-        posted(INCIDENT, reply=True, contains="Together accepted"),
-    ),
     Step(
         "together",
         "mirror_done",
         "chat.postMessage",
-        posted(INCIDENT, reply=True, contains="together/together-prod"),
+        posted(INCIDENT, reply=True, contains="Together accepted"),
     ),
     Step("e2e", "root", "chat.postMessage", None),
     Step("e2e", "prompt", "chat.postMessage", posted(INCIDENT, reply=False)),
@@ -149,12 +144,8 @@ STEPS = [
     Step("e2e", "root_edits", "chat.update", None, persistent=True),
     Step("e2e", "approved_note", "chat.postMessage", root_edited("approved")),
     Step("e2e", "result", "chat.postMessage", root_edited("done")),
-    Step("e2e", "summary", "chat.postMessage", posted(INCIDENT, reply=True, contains="Adding 2")),
     Step(
-        "e2e",
-        "mirror_done",
-        "chat.postMessage",
-        posted(INCIDENT, reply=True, contains="e2e/e2e-delhi"),
+        "e2e", "mirror_done", "chat.postMessage", posted(INCIDENT, reply=True, contains="Adding 2")
     ),
 ]
 # Without the root message or the approval prompt there is no thread to approve in: the
@@ -252,7 +243,8 @@ async def check_step(stack: LocalStack, step: Step, error: SlackError) -> None:
     if step.name.startswith("mirror"):
         assert "mirror_failed" in events
         mirrored = [m.text for m in stack.slack.messages.get(AUDIT_CHANNEL, [])]
-        assert len(mirrored) == 1  # the other of the two mirror posts
+        # the other of the two mirror posts; a change that ran at once had only the one
+        assert len(mirrored) == (1 if step.flow == "e2e" else 0), mirrored
     if step.name == "result":
         # The thread lacks the result line; the root message and the command's answer
         # (when there is no approval) still say how it went.
