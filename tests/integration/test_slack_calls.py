@@ -184,3 +184,13 @@ async def test_show_costs_one_call(sqlite_stack: LocalStack) -> None:
     calls = await warmed(stack, NEVER)
     await show(stack)
     assert calls.made() == [(RESPONSE_URL, CHANNEL)]
+
+
+async def test_a_scheduled_scale_up_is_mirrored_when_requested_too(
+    sqlite_stack: LocalStack,
+) -> None:
+    """It does not run at once: the notify channel hears of it now, and again when it ends."""
+    stack = sqlite_stack
+    opened = await request(stack, DAVE, f"{SCALE_UP} in=1h", approval=False)
+    mirrored = await wait_mirror(stack, opened, "Change requested (no approval needed)")
+    assert "scheduled for" in mirrored.text
