@@ -236,6 +236,10 @@ async def test_an_undecided_request_expires_once_and_cannot_be_approved_after(
     assert record.state is S.EXPIRED and record.decided_by is None
     [expired] = core.notifier.of(opened.id, "request_changed")
     assert expired.kind == "expired" and expired.left_pending
+    assert expired.text == (
+        f"Expired: nobody approved {opened.id} within 30 minutes. Nothing was changed."
+    )
+    assert core.notifier.mirrors(opened.id)[-1] == "Change request expired"
     late = reply_text(await core.approve(BOB, opened.id))
     assert f"{opened.id} is already expired" in late
     assert core.e2e.script.of("apply") == []
@@ -250,6 +254,8 @@ async def test_a_click_after_the_deadline_expires_it_before_the_sweeper_does(cor
     record = await core.record(opened.id)
     assert record.state is S.EXPIRED and record.decided_by is None
     assert core.notifier.events(opened.id) == ["expired"]
+    [expired] = core.notifier.of(opened.id, "request_changed")
+    assert expired.text is not None and expired.text.startswith("Expired: nobody approved")
     assert core.e2e.script.of("apply") == []
 
 

@@ -256,6 +256,7 @@ async def test_a_weekly_freeze_holds_in_its_time_zone(make_core: CoreFactory) ->
     core.clock.now = datetime(2026, 12, 4, 22, 30, tzinfo=UTC)  # Friday 23:30 in Berlin
     opened = await core.open(DAVE, "e2e-delhi", "101", "scale_cluster", {"additional_nodes": "2"})
     assert (await core.record(opened.id)).state is S.PENDING
+    assert "approval_requested" in core.notifier.methods(opened.id)
 
 
 async def test_a_freeze_on_another_project_leaves_this_one_alone(make_core: CoreFactory) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from bot.core.requests.workflow import ChangeWorkflow
 from bot.core.store import ChangeRequestRecord
 from bot.core.store import RequestState as S
 from tests.core.conftest import CoreFactory
@@ -30,12 +31,13 @@ async def approved(core: Core, request_id: str) -> None:
     assert await core.workflow.scheduler.run_due() == 0
 
 
-async def tick(*workflows: object) -> int:
+async def tick(*workflows: ChangeWorkflow) -> int:
+    """One scheduler tick on each replica, then wait for the changes it started."""
     acted = 0
     for workflow in workflows:
-        acted += await workflow.scheduler.run_due()  # type: ignore[attr-defined]
+        acted += await workflow.scheduler.run_due()
     for workflow in workflows:
-        await workflow.drain()  # type: ignore[attr-defined]
+        await workflow.drain()
     return acted
 
 

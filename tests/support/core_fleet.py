@@ -114,7 +114,7 @@ class ScriptedTogether(TogetherAdapter):
     def __init__(
         self,
         project: str,
-        project_id: str,
+        project_id: str | None,
         clusters: dict[str, dict[str, Any]],
         now: Callable[[], datetime],
     ) -> None:
@@ -123,9 +123,13 @@ class ScriptedTogether(TogetherAdapter):
         self.clusters = clusters
         self.script = Script()
 
+    def _ours(self, raw: dict[str, Any]) -> bool:
+        """The key reaches every project; the policy project is only its own."""
+        return self.project_id is None or raw["project_id"] == self.project_id
+
     def _cluster(self, cluster_id: str) -> TogetherCluster:
         raw = self.clusters.get(cluster_id)
-        if raw is None or raw["project_id"] != self.project_id:
+        if raw is None or not self._ours(raw):
             raise ProviderNotFound(
                 f"cluster {cluster_id} not found in project {self.project_id}", provider="together"
             )
@@ -138,7 +142,7 @@ class ScriptedTogether(TogetherAdapter):
         return [
             to_summary(TogetherCluster.model_validate(raw), self.project)
             for raw in self.clusters.values()
-            if raw["project_id"] == self.project_id
+            if self._ours(raw)
         ]
 
     async def get_cluster(self, cluster_id: str) -> ClusterState:
