@@ -69,7 +69,6 @@ async def test_a_follow_up_resumes_after_a_restart_and_ends_once(make_core: Core
     await core.workflow.close()  # stopped before the cluster is steady
     assert (await core.record(request_id)).follow_until is not None
     after = await core.replica("core-2")
-    after.deps.poll_seconds = 0.01
     assert await after.follow_up.resume() == 1
     core.together.clusters[CLUSTER]["status"] = "Ready"
     await core.notifier.wait_for(lambda: bool(core.notifier.notes(request_id)))
@@ -83,7 +82,6 @@ async def test_two_replicas_follow_a_change_once(make_core: CoreFactory, databas
     core, request_id = await provisioning(make_core, database_url=database_url)
     await shown(core, request_id, 1)
     replica = await core.replica("core-b")
-    replica.deps.poll_seconds = 0.01
     assert await replica.follow_up.resume() == 1
     await replica.drain()  # it did not get the poll lease: it stopped
     lease = await core.store.get_lease(poll_lease(request_id))

@@ -129,6 +129,7 @@ class Core:
     providers: ScriptedProviders
     groups: StaticGroups
     instance_id: str
+    settings: dict[str, Any] = field(default_factory=dict)  # the workflow's, for replicas
     extra: list[ChangeWorkflow] = field(default_factory=list)
 
     def provider(self, project: str) -> ScriptedAdapter:
@@ -235,8 +236,11 @@ class Core:
         self.access.authorizer.policy = load_policy(self.policy_path)
 
     async def replica(self, instance_id: str) -> ChangeWorkflow:
-        """Another replica's workflow on the same store, providers and notifier."""
-        workflow = _workflow(self.access, self.notifier, instance_id, self.clock)
+        """Another replica's workflow (the same settings) on the same store, providers,
+        notifier and clock."""
+        workflow = _workflow(
+            self.access, self.notifier, instance_id, self.clock, **dict(self.settings)
+        )
         self.extra.append(workflow)
         return workflow
 
@@ -296,7 +300,7 @@ async def core_harness(
         policy=policy, authorizer=Authorizer(policy, groups), store=store, adapter_for=providers
     )
     notifier = RecordingNotifier()
-    workflow = _workflow(access, notifier, instance_id, clock, **workflow_settings)
+    workflow = _workflow(access, notifier, instance_id, clock, **dict(workflow_settings))
     core = Core(
         policy_path,
         store,
@@ -308,6 +312,7 @@ async def core_harness(
         providers,
         groups,
         instance_id,
+        workflow_settings,
     )
     try:
         yield core
