@@ -236,7 +236,8 @@ async def test_usage_errors_show_the_usage(core: Core) -> None:
     assert "unknown command" in unknown and "/gpu update" in unknown
 
 
-async def test_the_audit_trail_is_shown_to_admins_only(core: Core) -> None:
+async def test_the_audit_trail_is_shown_to_admins_only(any_core: Core) -> None:
+    core = any_core
     opened = await core.open(DAVE, "e2e-delhi", "101", "scale_cluster", {"additional_nodes": "1"})
     await core.deny(BOB, opened.id)
     listing = await core.command(ALICE, "audit e2e-delhi")

@@ -191,7 +191,8 @@ async def test_deny_ends_it_with_the_reason_everywhere(any_core: Core) -> None:
     assert await core.events(opened.id) == ["requested", "denied", "refused"]
 
 
-async def test_a_deny_without_a_reason_and_one_refused_before_its_form(core: Core) -> None:
+async def test_a_deny_without_a_reason_and_one_refused_before_its_form(any_core: Core) -> None:
+    core = any_core
     opened = await core.open(DAVE, "e2e-delhi", "101", "scale_cluster", SCALE)
     refused = await core.ops.may_deny(user=ERIN, channel="C0INCIDENT", request_id=opened.id)
     assert refused is not None and "you are viewer on e2e-delhi" in reply_text(refused)
@@ -202,7 +203,8 @@ async def test_a_deny_without_a_reason_and_one_refused_before_its_form(core: Cor
     assert core.notifier.mirrors(opened.id)[-1] == "Change denied"
 
 
-async def test_cancel_by_the_requester_or_an_admin_but_not_another(core: Core) -> None:
+async def test_cancel_by_the_requester_or_an_admin_but_not_another(any_core: Core) -> None:
+    core = any_core
     by_dave = await core.open(DAVE, "e2e-delhi", "101", "scale_cluster", SCALE)
     assert await core.cancel(DAVE, by_dave.id) is None
     assert (await core.record(by_dave.id)).decided_by == DAVE
@@ -295,7 +297,8 @@ async def test_a_cluster_that_finished_provisioning_is_not_a_stale_preview(core:
     assert [c.body for c in core.together.script.of("apply")] == [{"num_gpus": 0}]
 
 
-async def test_a_second_request_on_a_cluster_is_told_of_the_first(core: Core) -> None:
+async def test_a_second_request_on_a_cluster_is_told_of_the_first(any_core: Core) -> None:
+    core = any_core
     first = await core.open(DAVE, "e2e-delhi", "101", "scale_cluster", SCALE)
     second = await core.open(BOB, "e2e-delhi", "101", "restart_workers")
     beside = f"{first.id} (pending approval) is also open on train-h100-a (101)"

@@ -163,7 +163,8 @@ async def test_a_together_revert_sends_the_old_values_after_approval(any_core: C
     assert core.together.clusters["tc-h200-ondemand"]["num_gpus"] == 8
 
 
-async def test_a_revert_of_a_changed_cluster_is_refused_as_stale(core: Core) -> None:
+async def test_a_revert_of_a_changed_cluster_is_refused_as_stale(any_core: Core) -> None:
+    core = any_core
     first = await succeeded(core)
     await succeeded(core, "update together-prod tc-h200-ondemand num_gpus=24")
     told = await revert(core, first)
@@ -172,7 +173,8 @@ async def test_a_revert_of_a_changed_cluster_is_refused_as_stale(core: Core) -> 
     assert (await core.trail(first.id))[-1] == (DAVE, "refused", "stale")
 
 
-async def test_a_revert_is_refused_once_under_way_and_after_its_window(core: Core) -> None:
+async def test_a_revert_is_refused_once_under_way_and_after_its_window(any_core: Core) -> None:
+    core = any_core
     original = await succeeded(core)
     assert "waiting for approval" in await revert(core, original)
     assert "already has a revert" in await revert(core, original)
@@ -180,7 +182,8 @@ async def test_a_revert_is_refused_once_under_way_and_after_its_window(core: Cor
     assert "that time has passed" in await revert(core, original)
 
 
-async def test_e2e_attach_ip_reverts_to_detach_ip_and_scaling_has_none(core: Core) -> None:
+async def test_e2e_attach_ip_reverts_to_detach_ip_and_scaling_has_none(any_core: Core) -> None:
+    core = any_core
     attached = await succeeded(core, "action e2e-delhi 101 attach_ip reserved_ip_id=501")
     assert "waiting for approval" in await revert(core, attached)  # detach needs one
     [revert_request] = await core.store.list_reverts(attached.id)

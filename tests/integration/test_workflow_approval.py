@@ -1,12 +1,15 @@
-"""Change requests end to end over real HTTP, on SQLite and PostgreSQL: request → approval
-prompt → decision (approve, deny, cancel, refusals, expiry, stale preview, break glass) →
-one provider call → result and cluster summary in the thread → audit trail (SPEC §3-§5).
-The decision logic's variants (every refusal, a click past the deadline, a viewer in another
-channel) run on the core harness: tests/core/test_decisions.py."""
+"""Change requests end to end over real HTTP, on SQLite (the refusals on PostgreSQL too):
+request → approval prompt → decision (approve, deny, cancel, refusals, expiry, stale preview,
+break glass) → one provider call → result and cluster summary in the thread → audit trail
+(SPEC §3-§5). The decision logic on both backends, and its variants (every refusal, a click
+past the deadline, a viewer in another channel), run on the core harness:
+tests/core/test_decisions.py."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+
+import pytest
 
 from bot.core.store import RequestState as S
 from bot.local.demo.stack import DEMO_POLICY, LocalStack
@@ -43,6 +46,13 @@ assert _BOB_GRANT in DEMO_POLICY and "break_glass: true" in DEMO_POLICY
 STRICT_POLICY = DEMO_POLICY.replace(
     _BOB_GRANT, _BOB_GRANT + "    channels: [C0INCIDENT]\n"
 ).replace("break_glass: true", "break_glass: false")
+
+
+@pytest.fixture
+async def stack(sqlite_stack: LocalStack) -> LocalStack:
+    """These flows over HTTP on SQLite: what they show does not depend on the backend;
+    their logic runs on SQLite and PostgreSQL on the core harness (tests/core/)."""
+    return sqlite_stack
 
 
 def root_states(stack: LocalStack, opened: Opened) -> list[str]:
