@@ -63,8 +63,10 @@ async def test_no_follow_up_when_polling_is_off(core: Core) -> None:
     assert core.notifier.notes(opened.id) == []
 
 
-async def test_a_follow_up_resumes_after_a_restart_and_ends_once(make_core: CoreFactory) -> None:
-    core, request_id = await provisioning(make_core)
+async def test_a_follow_up_resumes_after_a_restart_and_ends_once(
+    make_core: CoreFactory, database_url: str
+) -> None:
+    core, request_id = await provisioning(make_core, database_url=database_url)
     await shown(core, request_id, 1)
     await core.workflow.close()  # stopped before the cluster is steady
     assert (await core.record(request_id)).follow_until is not None
