@@ -261,6 +261,7 @@ def _workflow(
 
 
 _TEMPLATE: list[Path] = []  # this process's migrated empty database
+_POLICIES: dict[str, Policy] = {}  # each policy text as loaded once (a Policy is frozen)
 
 
 async def _fresh_sqlite(workdir: Path) -> str:
@@ -291,7 +292,9 @@ async def core_harness(
     takes bot.runtime's settings as keywords (``poll_seconds``, ``exec_lease_seconds`` …)."""
     policy_path = workdir / "policy.yml"
     policy_path.write_text(policy_yaml, encoding="utf-8")
-    policy = load_policy(policy_path)
+    policy = _POLICIES.get(policy_yaml) or _POLICIES.setdefault(
+        policy_yaml, load_policy(policy_path)
+    )
     clock = ManualClock(start)
     store = await Store.open(database_url or await _fresh_sqlite(workdir))
     groups = StaticGroups(USERGROUPS)
