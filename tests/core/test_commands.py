@@ -11,6 +11,7 @@ from bot.core.answers import STORE_UNAVAILABLE_TEXT, AuditListing, ClusterCard, 
 from bot.core.forms import FormRequest
 from bot.core.store import StoreUnavailable
 from tests.support.core_harness import ALICE, BOB, DAVE, ERIN, MALLORY, Core, reply_text
+from tests.support.reliability import StoreOutage
 
 VALIDATION = [
     pytest.param(
@@ -263,13 +264,10 @@ async def test_a_mention_answers_show_and_points_changes_to_the_command(core: Co
 
 
 async def test_with_the_store_down_a_change_is_refused_and_a_read_is_answered(
-    core: Core, monkeypatch: pytest.MonkeyPatch
+    core: Core,
 ) -> None:
-    async def down(*args: object, **kwargs: object) -> None:
-        raise StoreUnavailable(core.store.database, "connection refused")
-
-    for name in ("create_request", "append_audit", "list_requests", "remember_delivery"):
-        monkeypatch.setattr(core.store, name, down)
+    outage = StoreOutage(core.store)
+    outage.start()
     refused = await core.answer(DAVE, "action e2e-delhi 101 scale_cluster additional_nodes=1")
     assert refused == STORE_UNAVAILABLE_TEXT
     shown = await core.command(DAVE, "show e2e-delhi 101")  # read-only: from the provider
@@ -277,4 +275,6 @@ async def test_with_the_store_down_a_change_is_refused_and_a_read_is_answered(
     assert await core.ops.first_delivery("command:1", "show e2e-delhi 101")
     with pytest.raises(StoreUnavailable):
         await core.ops.first_delivery("command:2", "action e2e-delhi 101 restart_workers")
+    outage.end()
     assert core.e2e.script.of("apply") == []
+    assert await core.store.list_requests() == []

@@ -1,48 +1,37 @@
-"""The store failing under the workflow, on the core harness (SPEC §5e): a result the
+"""The store failing under the workflow, on the core harness (SPEC §5e), with the outage
+kit of the reliability tests (every transaction the store opens refused): a result the
 store could not take is kept, said, and recorded once it is back; a change the store
-stopped before sending is never sent and ends failed; a request cannot be opened without
-the store. (The outage matrix over real HTTP stays in tests/faults.)"""
+stopped before sending is never sent and ends failed; a request cannot be opened, nor a
+decision taken, without the store. (The outage matrix over real HTTP stays in tests/faults.)"""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
-
-import pytest
+import asyncio
 
 from bot.core.answers import STORE_UNAVAILABLE_TEXT
 from bot.core.store import RequestState as S
-from bot.core.store import StoreUnavailable
 from tests.support.core_harness import BOB, DAVE, Core
+from tests.support.reliability import StoreOutage
 
 SCALE = {"additional_nodes": "1"}
 
 
-def failing(core: Core, method: Callable[..., Awaitable[Any]], times: int) -> Callable[..., Any]:
-    """``method`` raising StoreUnavailable its first ``times`` calls."""
-    left = [times]
-
-    async def call(*args: Any, **kwargs: Any) -> Any:
-        if left[0] > 0:
-            left[0] -= 1
-            raise StoreUnavailable(core.store.database, "connection reset")
-        return await method(*args, **kwargs)
-
-    return call
-
-
-async def test_a_result_the_store_could_not_take_is_recorded_once_it_is_back(
-    core: Core, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_a_result_the_store_could_not_take_is_recorded_once_it_is_back(core: Core) -> None:
     opened = await core.open(DAVE, "e2e-delhi", "101", "scale_cluster", SCALE)
-    monkeypatch.setattr(core.store, "record_outcome", failing(core, core.store.record_outcome, 2))
-    assert await core.approve(BOB, opened.id) is None
-    assert (await core.record(opened.id)).state is S.EXECUTING  # sent; not recorded yet
+    outage = StoreOutage(core.store)
+    hang = core.e2e.script.hang("apply")
+    deciding = asyncio.create_task(core.approve(BOB, opened.id))
+    await hang.entered.wait()
+    outage.start()  # the provider is answering; the store is gone
+    hang.release()
+    assert await deciding is None
+    [kept] = core.notifier.notes(opened.id)
+    assert kept.startswith("The provider answered: Adding 1 node(s). gpuops lost contact")
+    assert core.notifier.events(opened.id) == ["approved", "executing"]
+    outage.end()
     await core.workflow.drain()
     record = await core.record(opened.id)
     assert record.state is S.SUCCEEDED and record.result_message == "Adding 1 node(s)"
-    [kept] = core.notifier.notes(opened.id)
-    assert kept.startswith("The provider answered: Adding 1 node(s). gpuops lost contact")
     [finished] = [t for t in core.notifier.of(opened.id, "request_changed") if t.kind == "finished"]
     assert finished.text is not None and finished.text.startswith(
         "gpuops lost contact with its database while sending this change; the result, "
@@ -53,12 +42,16 @@ async def test_a_result_the_store_could_not_take_is_recorded_once_it_is_back(
     assert await core.store.cluster_holder("e2e", "e2e-delhi", "101") is None
 
 
-async def test_a_change_the_store_stopped_before_sending_is_never_sent(
-    core: Core, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_a_change_the_store_stopped_before_sending_is_never_sent(core: Core) -> None:
     opened = await core.open(DAVE, "e2e-delhi", "101", "scale_cluster", SCALE)
-    monkeypatch.setattr(core.store, "take_lease", failing(core, core.store.take_lease, 1))
-    assert await core.approve(BOB, opened.id) is None
+    outage = StoreOutage(core.store)
+    told = core.notifier.hang("request_changed")  # "approved": recorded, not yet started
+    deciding = asyncio.create_task(core.approve(BOB, opened.id))
+    await told.entered.wait()
+    outage.start()
+    told.release()
+    await deciding
+    outage.end()
     assert (await core.record(opened.id)).state is S.APPROVED
     assert core.e2e.script.of("apply") == []
     core.clock.advance(minutes=1)  # past a lease period: nobody is sending it
@@ -69,22 +62,22 @@ async def test_a_change_the_store_stopped_before_sending_is_never_sent(
     assert core.e2e.script.of("apply") == []
 
 
-async def test_a_request_cannot_be_opened_without_the_store(
-    core: Core, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(core.store, "create_request", failing(core, core.store.create_request, 1))
+async def test_a_request_cannot_be_opened_without_the_store(core: Core) -> None:
+    outage = StoreOutage(core.store)
+    outage.start()
     told = await core.answer(DAVE, "action e2e-delhi 101 scale_cluster additional_nodes=1")
     assert told == STORE_UNAVAILABLE_TEXT
+    outage.end()
     assert core.notifier.told == [] and core.e2e.script.of("apply") == []
     assert await core.store.list_requests() == []
 
 
-async def test_a_decision_without_the_store_is_refused_and_changes_nothing(
-    core: Core, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_a_decision_without_the_store_is_refused_and_changes_nothing(core: Core) -> None:
     opened = await core.open(DAVE, "e2e-delhi", "101", "scale_cluster", SCALE)
-    monkeypatch.setattr(core.store, "get_request", failing(core, core.store.get_request, 1))
+    outage = StoreOutage(core.store)
+    outage.start()
     told = await core.approve(BOB, opened.id)
     assert told is not None and STORE_UNAVAILABLE_TEXT in str(told)
+    outage.end()
     assert (await core.record(opened.id)).state is S.PENDING
     assert core.e2e.script.of("apply") == []
