@@ -26,7 +26,7 @@ from bot.core.access import Access
 from bot.core.answers import Notice, Reply
 from bot.core.authorizer import Authorizer
 from bot.core.home_refresh import FanOutNotifier
-from bot.core.policy import E2EProject, Policy, TogetherProject, load_policy
+from bot.core.policy import Policy, load_policy
 from bot.core.requests.decisions import Decision, NeedsBreakGlass
 from bot.core.requests.workflow import ChangeWorkflow
 from bot.core.schedule import Schedule
@@ -80,6 +80,10 @@ class StaticGroups:
         self.asked.append(usergroup_id)
         return self.groups.get(usergroup_id, frozenset())
 
+    def cached(self, usergroup_id: str) -> frozenset[str] | None:
+        """Known without a look-up: a fixed map is always fresh."""
+        return self.groups.get(usergroup_id, frozenset())
+
 
 class ScriptedProviders:
     """The adapter lookup the core is given: one scripted adapter per policy project."""
@@ -88,10 +92,12 @@ class ScriptedProviders:
         self.adapters: dict[str, ScriptedAdapter] = {}
         together = together_seed(clock.now)
         for name, project in policy.projects.items():
-            if isinstance(project, TogetherProject):
-                self.adapters[name] = ScriptedTogether(name, project.project_id, together, clock)
-            elif isinstance(project, E2EProject):
-                self.adapters[name] = ScriptedE2E(name, project.location, e2e_seed())
+            if project.provider == "together":
+                project_id = getattr(project, "project_id", None)
+                self.adapters[name] = ScriptedTogether(name, project_id, together, clock)
+            elif project.provider == "e2e":
+                location = str(getattr(project, "location", ""))
+                self.adapters[name] = ScriptedE2E(name, location, e2e_seed())
 
     def __call__(self, project: str) -> ScriptedAdapter:
         return self.adapters[project]
