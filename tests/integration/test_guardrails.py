@@ -15,6 +15,7 @@ from tests.conftest import StackFactory
 from tests.integration.test_home_tab import open_home
 from tests.support.guard_kit import answer_to, guard_policy
 from tests.support.workflow_kit import (
+    ALICE,
     BOB,
     CAROL,
     DAVE,
