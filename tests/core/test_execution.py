@@ -10,7 +10,10 @@ from typing import Any
 
 import pytest
 
+from bot.core.store import AuditRow, Started, StartedHow
 from bot.core.store import RequestState as S
+from bot.core.store import requests as store_requests
+from bot.core.store.audit import append_entry
 from bot.providers.errors import (
     ProviderAuthError,
     ProviderError,
@@ -155,27 +158,31 @@ async def test_a_slow_provider_still_ends_the_change(core: Core) -> None:
 async def test_a_failure_while_starting_a_change_leaves_it_to_recovery(
     core: Core, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The start's audit entry fails: the whole start (lease, lock, ``executing``) is rolled
+    back with it, nothing is sent, and recovery ends the approved change as never sent."""
     opened = await core.open(DAVE, "e2e-delhi", "101", "scale_cluster", SCALE)
-    real_audit = core.access.audit
 
-    async def audit(actor: str, event: str, **fields: Any) -> None:
-        if event == "executing":
+    async def append(conn: Any, row: AuditRow, dialect: str) -> Any:
+        if row.event == "executing":
             raise RuntimeError("the audit table went away")
-        await real_audit(actor, event, **fields)
+        return await append_entry(conn, row, dialect)
 
-    monkeypatch.setattr(core.access, "audit", audit)
+    monkeypatch.setattr(store_requests, "append_entry", append)
     with pytest.raises(RuntimeError):
         await core.workflow.decide(
             user=BOB, channel=CHANNEL, request_id=opened.id, decision="approve"
         )
     assert core.e2e.script.of("apply") == []  # never sent
-    # this process no longer counts it as being sent, and its lease is free: recovery ends it
+    # this process no longer counts it as being sent, and holds neither lease nor lock
     assert await core.workflow.wait_for_executions(0.1) == set()
+    assert (await core.record(opened.id)).state is S.APPROVED
+    assert await core.store.cluster_holder("e2e", "e2e-delhi", "101") is None
+    assert await core.store.get_lease(f"exec:{opened.id}") is None
+    core.clock.advance(seconds=core.workflow.deps.exec_lease_seconds + 1)
     assert await core.workflow.recover_interrupted() == 1
     record = await core.record(opened.id)
-    assert record.state is S.UNKNOWN and record.result_message is not None
-    assert RESTART_NOTE in record.result_message
-    assert await core.store.cluster_holder("e2e", "e2e-delhi", "101") is None
+    assert record.state is S.FAILED and record.result_message is not None
+    assert "nothing was sent" in record.result_message
     assert core.e2e.script.of("apply") == []
 
 
@@ -261,17 +268,19 @@ async def test_a_replica_leaves_alone_a_change_another_live_replica_is_sending(
 async def test_a_sweep_at_the_moment_a_change_starts_does_not_call_it_interrupted(
     core: Core, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The other replica's sweeper looks right after the request became ``executing``: the
+    executor already holds its lease then (they are one transaction)."""
     other = await core.replica("core-b")
     swept: list[int] = []
-    transition = core.store.transition
+    start = core.store.start_execution
 
-    async def then_sweep(request_id: str, **kwargs: Any) -> Any:
-        result = await transition(request_id, **kwargs)
-        if kwargs["to"] is S.EXECUTING and result is not None:
+    async def then_sweep(request_id: str, **kwargs: Any) -> Started:
+        started = await start(request_id, **kwargs)
+        if started.how is StartedHow.STARTED:
             swept.append(await other.recover_interrupted())
-        return result
+        return started
 
-    monkeypatch.setattr(core.store, "transition", then_sweep)
+    monkeypatch.setattr(core.store, "start_execution", then_sweep)
     opened = await core.open(DAVE, "e2e-delhi", "101", "scale_cluster", SCALE)
     await core.approve(BOB, opened.id)
     assert swept == [0]
