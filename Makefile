@@ -7,7 +7,7 @@ DEMO_STAMP := $(VENV)/.installed-demo
 # Most tests wait on sockets and timers, so three workers on two cores finish sooner.
 TEST_WORKERS ?= 3
 
-.PHONY: demo test lint bench image-check clean
+.PHONY: demo test test-core lint bench image-check clean
 
 # The venv gets no copy of pip of its own (installing one takes longer than the demo's
 # packages): the interpreter's pip installs into it, when it has one that can.
@@ -36,6 +36,10 @@ demo: $(DEMO_STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
+
+# The core's own logic on the core harness (no HTTP; see tests/README.md), SQLite only.
+test-core: $(STAMP)
+	$(BIN)/python -m pytest -q -n 2 -m 'not postgres' tests/core
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,7 +1,8 @@
-"""Change freezes over real HTTP (SPEC §8), on SQLite and PostgreSQL: the refusal names the
-freeze and its end; an admin's override goes through the usual approvals, audited and
-announced; a freeze that begins after a request was made stops it at approval and at
-sending; a weekly window in a time zone."""
+"""Change freezes over real HTTP (SPEC §8): the refusal names the freeze and its end; an
+admin's override goes through the usual approvals, audited and announced in the thread and
+the notify channel; the form offers an admin the override input. The freeze logic itself (a
+freeze begun after the request stops it at approval and at sending, weekly windows in a
+time zone, on SQLite and PostgreSQL) is in tests/core/test_guardrails.py."""
 
 from __future__ import annotations
 
@@ -23,7 +24,6 @@ from tests.support.workflow_kit import (
     request,
     wait_mirror,
     wait_root,
-    wait_state,
 )
 
 SCALE = "action e2e-delhi 101 scale_cluster additional_nodes=2"
@@ -52,12 +52,10 @@ async def test_a_change_during_a_freeze_is_refused_with_the_freeze_and_its_end(
 
 
 async def test_an_admins_override_goes_through_approval_audited_and_announced(
-    make_stack: StackFactory, database_url: str
+    make_stack: StackFactory,
 ) -> None:
     now = datetime.now(UTC)
-    stack = await frozen_stack(
-        make_stack, database_url, now - timedelta(hours=1), now + timedelta(days=1)
-    )
+    stack = await frozen_stack(make_stack, None, now - timedelta(hours=1), now + timedelta(days=1))
     opened = await request(stack, ALICE, f'{SCALE} override="incident 42 needs capacity"')
     root = stack.slack.message(CHANNEL, opened.root_ts)
     assert root is not None and "freeze *year-end* overridden by <@U01ALICE>" in str(root.blocks)
@@ -68,58 +66,6 @@ async def test_an_admins_override_goes_through_approval_audited_and_announced(
     assert len(stack.e2e.calls("action", "PUT")) == 1
     trail = await audit_trail(stack.runtime.store, opened.id)
     assert (ALICE, "freeze_override", "year-end") in trail
-
-
-async def test_a_freeze_that_began_after_the_request_stops_it_at_approval(
-    make_stack: StackFactory, database_url: str
-) -> None:
-    now = datetime.now(UTC)
-    stack = await frozen_stack(
-        make_stack, database_url, now + timedelta(minutes=10), now + timedelta(days=1)
-    )
-    opened = await request(stack, DAVE, SCALE)
-    stack.runtime.workflow.clock = lambda: datetime.now(UTC) + timedelta(minutes=20)
-    await click(stack, opened, BOB)
-    record = await wait_state(stack.runtime.store, opened.id, S.FAILED)
-    assert record.result_message is not None and "frozen (year-end)" in record.result_message
-    assert stack.e2e.calls("action", "PUT") == []
-
-
-async def test_a_request_approved_before_a_freeze_is_refused_at_sending(
-    make_stack: StackFactory, database_url: str
-) -> None:
-    now = datetime.now(UTC)
-    stack = await frozen_stack(
-        make_stack, database_url, now + timedelta(minutes=10), now + timedelta(days=1)
-    )
-    opened = await request(stack, DAVE, SCALE)
-    store = stack.runtime.store
-    # approved before the freeze; its sending was delayed (its replica stopped, say)
-    approved = await store.transition(
-        opened.id, from_states={S.PENDING}, to=S.APPROVED, decided_by=BOB
-    )
-    assert approved is not None
-    stack.runtime.workflow.clock = lambda: datetime.now(UTC) + timedelta(minutes=20)
-    await stack.runtime.workflow.execute(opened.id, actor=BOB)
-    record = await wait_state(store, opened.id, S.FAILED)
-    assert record.result_message is not None
-    assert record.result_message.startswith("not sent: e2e-delhi is frozen (year-end)")
-    assert stack.e2e.calls("action", "PUT") == []
-
-
-async def test_a_weekly_freeze_holds_in_its_time_zone(make_stack: StackFactory) -> None:
-    weekend = (
-        "  - name: weekend\n    projects: [e2e-delhi]\n"
-        '    weekly: {days: [sat, sun], from: "00:00", to: "24:00", timezone: Europe/Berlin}\n'
-    )
-    stack = await make_stack(policy_yaml=guard_policy(weekend))
-    # Saturday 2026-12-05 00:30 in Berlin is Friday 23:30 UTC; the weekend ends Sunday 23:00 UTC
-    stack.runtime.workflow.clock = lambda: datetime(2026, 12, 4, 23, 30, tzinfo=UTC)
-    text = await answer_to(stack, DAVE, SCALE)
-    assert "e2e-delhi is frozen (weekend) until 2026-12-06 23:00 UTC" in text
-    stack.runtime.workflow.clock = lambda: datetime(2026, 12, 4, 22, 30, tzinfo=UTC)
-    opened = await request(stack, DAVE, SCALE)  # Friday 23:30 in Berlin: not frozen
-    assert opened.prompt_ts is not None
 
 
 async def test_the_form_offers_an_admin_the_override_input_during_a_freeze(

@@ -1,10 +1,15 @@
-"""Change requests end to end over real HTTP, on SQLite and PostgreSQL: request → approval
-prompt → decision (approve, deny, cancel, refusals, expiry, stale preview, break glass) →
-one provider call → result and cluster summary in the thread → audit trail (SPEC §3-§5)."""
+"""Change requests end to end over real HTTP, on SQLite (the refusals on PostgreSQL too):
+request → approval prompt → decision (approve, deny, cancel, refusals, expiry, stale preview,
+break glass) → one provider call → result and cluster summary in the thread → audit trail
+(SPEC §3-§5). The decision logic on both backends, and its variants (every refusal, a click
+past the deadline, a viewer in another channel), run on the core harness:
+tests/core/test_decisions.py."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+
+import pytest
 
 from bot.core.store import RequestState as S
 from bot.local.demo.stack import DEMO_POLICY, LocalStack
@@ -17,7 +22,6 @@ from tests.support.workflow_kit import (
     DAVE,
     DECISION_BUTTONS,
     ERIN,
-    MALLORY,
     Opened,
     audit_trail,
     buttons,
@@ -43,6 +47,13 @@ assert _BOB_GRANT in DEMO_POLICY and "break_glass: true" in DEMO_POLICY
 STRICT_POLICY = DEMO_POLICY.replace(
     _BOB_GRANT, _BOB_GRANT + "    channels: [C0INCIDENT]\n"
 ).replace("break_glass: true", "break_glass: false")
+
+
+@pytest.fixture
+async def stack(sqlite_stack: LocalStack) -> LocalStack:
+    """These flows over HTTP on SQLite: what they show does not depend on the backend;
+    their logic runs on SQLite and PostgreSQL on the core harness (tests/core/)."""
+    return sqlite_stack
 
 
 def root_states(stack: LocalStack, opened: Opened) -> list[str]:
@@ -128,18 +139,15 @@ async def _refused(
 async def test_refused_approvals_change_nothing_and_say_why(
     database_url: str, make_stack: StackFactory
 ) -> None:
+    """Two refusals whispered over HTTP; every refusal (role, self-approval, channel grant)
+    on SQLite and PostgreSQL: tests/core/test_decisions.py."""
     stack = await make_stack(database_url=database_url, policy_yaml=STRICT_POLICY)
     by_dave = await request(stack, DAVE, SCALE_101)
     await _refused(
         stack, by_dave, DAVE, "you are operator on e2e-delhi; approving a request needs approver"
     )
-    await _refused(stack, by_dave, ERIN, "you are viewer on e2e-delhi")
-    await _refused(stack, by_dave, MALLORY, "no such project or no access: e2e-delhi")
-    by_bob = await request(stack, BOB, "action e2e-delhi 103 scale_cluster additional_nodes=1")
-    await _refused(stack, by_bob, BOB, f"you requested {by_bob.id}; another approver")
     by_alice = await request(stack, ALICE, "action e2e-delhi 104 scale_cluster additional_nodes=1")
     await _refused(stack, by_alice, ALICE, f"you requested {by_alice.id}; another approver")
-    await _refused(stack, by_alice, DAVE, "you are operator on e2e-delhi")
     assert stack.slack.calls_to("views.open") == []  # break glass is off: no modal
     in_random = await request(
         stack, DAVE, "action e2e-delhi 105 restart_workers", channel="C0RANDOM"
@@ -149,39 +157,15 @@ async def test_refused_approvals_change_nothing_and_say_why(
     assert stack.e2e.calls("action", "PUT") == []
     refusals = [
         (actor, outcome)
-        for opened in (by_dave, by_bob, by_alice, in_random)
+        for opened in (by_dave, by_alice, in_random)
         for actor, event, outcome in await audit_trail(stack.runtime.store, opened.id)
         if event == "refused"
     ]
-    assert refusals == [
-        (DAVE, "not_authorized"),
-        (ERIN, "not_authorized"),
-        (MALLORY, "not_authorized"),
-        (BOB, "self_approval"),
-        (ALICE, "self_approval"),
-        (DAVE, "not_authorized"),
-        (BOB, "not_authorized"),
-    ]
+    assert refusals == [(DAVE, "not_authorized"), (ALICE, "self_approval"), (BOB, "not_authorized")]
     # the refusals left every request approvable by the right person
     await click(stack, by_dave, CAROL)
     await wait_state(stack.runtime.store, by_dave.id, S.SUCCEEDED)
     assert len(stack.e2e.calls("action", "PUT")) == 1
-
-
-async def test_a_viewer_pressing_approve_is_told_she_lacks_the_role_not_sent_elsewhere(
-    stack: LocalStack,
-) -> None:
-    in_random = await request(
-        stack, DAVE, "action e2e-delhi 105 restart_workers", channel="C0RANDOM"
-    )
-    await _refused(
-        stack,
-        in_random,
-        ERIN,
-        "you are viewer on e2e-delhi (in <#C0INCIDENT>); approving a request needs approver, "
-        "which you hold in no channel",
-    )
-    assert "ask there" not in stack.slack.ephemerals_for(ERIN)[-1].text
 
 
 async def test_deny_closes_the_request_and_a_late_click_is_told_who_decided(
@@ -279,22 +263,6 @@ async def test_an_undecided_request_expires_and_cannot_be_approved_after(
         "expired",
         "refused",
     ]
-
-
-async def test_a_click_after_the_deadline_finds_the_request_expired_before_the_sweeper_does(
-    stack: LocalStack,
-) -> None:
-    opened = await request(stack, DAVE, SCALE_101)
-    # 31 minutes later; the sweeper (every GPUOPS_SWEEP_SECONDS) has not run yet
-    stack.runtime.workflow.clock = lambda: datetime.now(UTC) + timedelta(minutes=31)
-    seen = len(stack.slack.ephemerals_for(BOB))
-    await click(stack, opened, BOB)
-    told = await next_ephemeral(stack, BOB, seen)
-    assert f"{opened.id} is already expired" in told.text
-    await wait_root(stack, opened, "expired")
-    await wait_reply(stack, opened, "Expired: nobody approved")
-    assert (await wait_state(stack.runtime.store, opened.id, S.EXPIRED)).decided_by is None
-    assert stack.e2e.calls("action", "PUT") == []
 
 
 async def test_a_cluster_changed_since_the_preview_is_refused_as_stale(

@@ -1,6 +1,7 @@
 """After a change: the cluster summary in the thread follows the cluster's status until it
 is steady (SPEC §4.3.5), or not at all with follow-up off; and ``/metrics`` counts the
-decisions and outcomes of change requests."""
+decisions and outcomes of change requests. Over HTTP on SQLite (two replicas on
+PostgreSQL); the follow-up's logic on both backends: tests/core/test_followup.py."""
 
 from __future__ import annotations
 
@@ -33,14 +34,9 @@ SCALE_UP = "update together-prod tc-h200-ondemand num_gpus=16"  # needs no appro
 
 
 async def test_follow_up_edits_the_summary_until_the_cluster_is_ready(
-    database_url: str, make_stack: StackFactory
+    make_stack: StackFactory,
 ) -> None:
-    stack = await make_stack(
-        database_url=database_url,
-        poll_seconds=0.2,
-        transition_seconds=0.6,
-        stepwise_transitions=True,
-    )
+    stack = await make_stack(poll_seconds=0.2, transition_seconds=0.6, stepwise_transitions=True)
     opened = await request(stack, DAVE, SCALE_UP, approval=False)
     ready = await wait_reply(stack, opened, "infer-h200 is Ready.")
     record = await wait_state(stack.runtime.store, opened.id, S.SUCCEEDED)
@@ -128,9 +124,9 @@ async def test_metrics_count_approval_decisions_expiries_and_outcomes(stack: Loc
 
 
 async def test_a_follow_up_resumes_after_a_restart_and_ends_once(
-    database_url: str, make_stack: StackFactory
+    make_stack: StackFactory,
 ) -> None:
-    stack = await make_stack(database_url=database_url, poll_seconds=0.2, transition_seconds=2.0)
+    stack = await make_stack(poll_seconds=0.2, transition_seconds=2.0)
     opened = await request(stack, DAVE, SCALE_UP, approval=False)
     record = await wait_state(stack.runtime.store, opened.id, S.SUCCEEDED)
     assert record.summary_ts is not None

@@ -1,7 +1,8 @@
 """Durable state and failure (SPEC §5): a pending request survives a restart; a bot killed
 while sending a change leaves it ``unknown`` — reported, its cluster freed, never re-run —
 while a change another live replica is sending is left alone; provider faults during
-execution end in the right state; one running change per cluster."""
+execution end in the right state; one running change per cluster. (A sweep racing a
+change's start and a failure while starting one are core logic: tests/core/test_execution.py.)"""
 
 from __future__ import annotations
 
@@ -10,10 +11,7 @@ from typing import Any
 
 import pytest
 
-from bot.core.store import AuditRow, Started, StartedHow
 from bot.core.store import RequestState as S
-from bot.core.store import requests as store_requests
-from bot.core.store.audit import append_entry
 from bot.local.demo.stack import LocalStack
 from bot.local.simulators.base import Fault, FaultKind
 from tests.conftest import StackFactory
@@ -21,13 +19,11 @@ from tests.support.reliability import FAST_RETRY_SETTINGS
 from tests.support.workflow_kit import (
     BOB,
     CAROL,
-    CHANNEL,
     DAVE,
     audit_trail,
     click,
     events,
     next_ephemeral,
-    open_direct,
     poll_until,
     request,
     serve_process,
@@ -190,33 +186,6 @@ async def test_a_replica_leaves_alone_a_change_another_live_replica_is_sending(
     assert len(e2e_puts(stack)) == 1
 
 
-async def test_a_sweep_at_the_moment_a_change_starts_does_not_call_it_interrupted(
-    stack: LocalStack, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The other replica's sweeper looks right after the request became ``executing``: the
-    executor must already hold its lease then (they are one transaction)."""
-    other = await stack.start_replica("replica-b", start_background=False)
-    store = stack.runtime.store
-    swept: list[int] = []
-    start = store.start_execution
-
-    async def then_sweep(request_id: str, **kwargs: Any) -> Started:
-        started = await start(request_id, **kwargs)
-        if started.how is StartedHow.STARTED:
-            swept.append(await other.runtime.workflow.recover_interrupted())
-        return started
-
-    monkeypatch.setattr(store, "start_execution", then_sweep)
-    opened = await request(stack, DAVE, SCALE_101)
-    await click(stack, opened, BOB)
-    await poll_until(lambda: swept)
-    assert swept == [0]
-    await wait_unlocked(store, "e2e", "e2e-delhi", "101")  # the executor is done
-    record = await store.get_request(opened.id)
-    assert record is not None and record.state is S.SUCCEEDED, record
-    assert len(e2e_puts(stack)) == 1
-
-
 @pytest.mark.parametrize(
     ("status", "state", "says"),
     [
@@ -280,38 +249,3 @@ async def test_one_change_at_a_time_per_cluster(stack: LocalStack) -> None:
     await wait_state(store, first.id, S.UNKNOWN)  # the hung call ends with a 504
     await wait_unlocked(store, "e2e", "e2e-delhi", "101")
     assert e2e_puts(stack) == [{"action": "scale_cluster", "additional_nodes": 1}]
-
-
-async def test_a_failure_while_starting_a_change_leaves_it_to_recovery(
-    sqlite_stack: LocalStack, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The start's audit entry fails: the whole start (lease, lock, ``executing``) is rolled
-    back with it, nothing is sent, and recovery ends the approved change as never sent."""
-    stack = sqlite_stack
-    workflow, store = stack.runtime.workflow, stack.runtime.store
-    opened = await open_direct(
-        stack, DAVE, "e2e-delhi", "101", "scale_cluster", {"additional_nodes": "1"}
-    )
-    real_append = append_entry
-
-    async def append(conn: Any, row: AuditRow, dialect: str) -> Any:
-        if row.event == "executing":
-            raise RuntimeError("the audit table went away")
-        return await real_append(conn, row, dialect)
-
-    monkeypatch.setattr(store_requests, "append_entry", append)
-    with pytest.raises(RuntimeError):
-        await workflow.decide(user=BOB, channel=CHANNEL, request_id=opened.id, decision="approve")
-    assert e2e_puts(stack) == []  # never sent
-    # this process no longer counts it as being sent, and holds neither lease nor lock
-    assert await workflow.wait_for_executions(grace=0.1) == set()
-    record = await store.get_request(opened.id)
-    assert record is not None and record.state is S.APPROVED
-    assert await store.cluster_holder("e2e", "e2e-delhi", "101") is None
-    assert await store.get_lease(f"exec:{opened.id}") is None
-    real_clock = workflow.clock
-    workflow.clock = lambda: real_clock() + timedelta(seconds=workflow.deps.exec_lease_seconds + 1)
-    assert await workflow.recover_interrupted() == 1
-    record = await wait_state(store, opened.id, S.FAILED)
-    assert record.result_message and "nothing was sent" in record.result_message
-    assert e2e_puts(stack) == []

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from bot.core.store import ChangeRequestRecord
 from bot.core.store import RequestState as S
 from bot.local.demo.stack import LocalStack
@@ -27,6 +29,13 @@ from tests.support.workflow_kit import (
 )
 
 SCALE_UP = "update together-prod tc-h200-ondemand num_gpus=16"  # 8 → 16, needs no approval
+
+
+@pytest.fixture
+async def stack(sqlite_stack: LocalStack) -> LocalStack:
+    """These flows over HTTP on SQLite: what they show does not depend on the backend;
+    their logic runs on SQLite and PostgreSQL on the core harness (tests/core/)."""
+    return sqlite_stack
 
 
 async def succeeded(stack: LocalStack, opened: Opened) -> ChangeRequestRecord:
