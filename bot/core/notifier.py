@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Literal, Protocol
 
 from bot.core.store import ChangeRequestRecord
+from bot.errors import GpuopsError
 from bot.providers.base import ClusterSummary
 
 EventKind = Literal[
@@ -39,7 +40,7 @@ class RequestEvent:
     left_pending: bool = False  # it was waiting for a decision: the approval prompt is done
 
 
-class NotDelivered(Exception):
+class NotDelivered(GpuopsError):
     """The surface could not show something; ``user_message`` says what a person can do."""
 
     def __init__(self, reason: str, user_message: str) -> None:
