@@ -9,7 +9,7 @@ from typing import Any
 from slack_bolt.async_app import AsyncApp
 
 from bot.core.answers import Reply
-from bot.core.requests.decisions import NeedsBreakGlass
+from bot.core.api import NeedsBreakGlass
 from bot.core.service import CommandService
 from bot.slack import blocks as render
 from bot.slack.messenger import Messenger, SlackDeliveryError

@@ -8,9 +8,9 @@ from typing import Any
 from slack_bolt.async_app import AsyncApp
 
 from bot.core.answers import Reply, error, store_unavailable
+from bot.core.api import StoreUnavailable
 from bot.core.forms import FormRequest
 from bot.core.service import CommandService
-from bot.core.store import StoreUnavailable
 from bot.core.timeline import TimelineRequest, building
 from bot.slack import blocks as render
 from bot.slack.messenger import Messenger, OpenedView, SlackDeliveryError

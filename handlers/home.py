@@ -9,9 +9,9 @@ from typing import Any
 from slack_bolt.async_app import AsyncApp
 
 from bot.core.answers import Reply, error
+from bot.core.api import NeedsBreakGlass
 from bot.core.home import HomeActions
 from bot.core.home_refresh import HomeRefresher
-from bot.core.requests.decisions import NeedsBreakGlass
 from bot.slack import blocks as render
 from bot.slack.home import SHOW_ACTION_ID
 from bot.slack.messenger import Messenger, SlackDeliveryError

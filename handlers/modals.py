@@ -10,10 +10,9 @@ from typing import Any
 from slack_bolt.async_app import AsyncApp
 
 from bot.core.answers import Reply, error, store_unavailable
+from bot.core.api import NeedsBreakGlass, StoreUnavailable
 from bot.core.forms import ReadySubmission, SubmissionErrors
-from bot.core.requests.decisions import NeedsBreakGlass
 from bot.core.service import CommandService
-from bot.core.store import StoreUnavailable
 from bot.slack import blocks as render
 from bot.slack.deadline import Deadline
 from bot.slack.messenger import Messenger, SlackDeliveryError

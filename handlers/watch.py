@@ -11,9 +11,9 @@ from typing import Any
 from slack_bolt.async_app import AsyncApp
 
 from bot.core.answers import Reply, error
+from bot.core.api import RemediationDesk
 from bot.core.forms import FormKind, FormRequest
 from bot.core.service import CommandService
-from bot.core.watch.remediations import RemediationDesk
 from bot.slack import watch_blocks as render
 from bot.slack.blocks import reply_message
 from bot.slack.messenger import Messenger, SlackDeliveryError

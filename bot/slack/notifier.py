@@ -9,9 +9,9 @@ import contextlib
 import logging
 from datetime import datetime
 
+from bot.core.api import ChangeRequestRecord, RequestState
 from bot.core.notifier import EventKind, NotDelivered, RequestEvent, Tone
 from bot.core.requests.view import revertible, view_of
-from bot.core.store import ChangeRequestRecord, RequestState
 from bot.providers.base import ClusterSummary
 from bot.slack import blocks
 from bot.slack.blocks import SlackMessage

@@ -16,7 +16,7 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
 from bot.core.answers import Reply, error, store_unavailable
-from bot.core.store import StoreUnavailable
+from bot.core.api import StoreUnavailable
 from bot.slack import watch_blocks
 from bot.slack.blocks import reply_message
 from bot.slack.home import SHOW_ACTION_ID

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-from bot.core.store.watch import RemediationRecord
+from bot.core.api import RemediationRecord
 from bot.core.watch.health import GONE, HealthEvent
 from bot.core.watch.notifier import DecisionOutcome, ReservationReminder
 from bot.providers.base import ClusterSummary
