@@ -12,12 +12,12 @@ from bot.core.answers import Reply
 from bot.core.api import NeedsBreakGlass
 from bot.core.service import CommandService
 from bot.slack import blocks as render
+from bot.slack.interactions import Respond, ResponseUrl, Route, Whisper, open_form, tell
 from bot.slack.messenger import Messenger, SlackDeliveryError
+from handlers.clicks import DECISIONS, Click, ask_break_glass, read_click_or_say
 from handlers.payloads import BlockAction, parse, state_values
 
 log = logging.getLogger(__name__)
-
-DECISIONS = {"approve_request": "approve", "deny_request": "deny", "cancel_request": "cancel"}
 
 
 def register(app: AsyncApp) -> None:
@@ -31,100 +31,52 @@ async def handle_decision(ack: Any, body: dict[str, Any], context: Any, respond:
     await ack()
     ops: CommandService = context["gpuops"]
     messenger: Messenger = context["messenger"]
-    action = parse(BlockAction, body)
-    if action is None or action.channel_id is None or not action.actions[0].value:
-        await _whisper_via(respond, render.error("I could not read that click; try again."))
+    click = await read_click_or_say(body, respond)
+    if click is None:
         return
-    click = action.actions[0]
     if click.action_id == "deny_request":
-        await _ask_why_deny(ops, messenger, respond, action, str(click.value))
+        await _ask_why_deny(ops, messenger, respond, click)
         return
     result = await ops.decide(
-        user=action.user.id,
-        channel=action.channel_id,
-        request_id=str(click.value),
-        decision=DECISIONS[click.action_id],  # type: ignore[arg-type]
+        user=click.user,
+        channel=click.channel,
+        request_id=click.value,
+        decision=DECISIONS[click.action_id],
     )
     if isinstance(result, NeedsBreakGlass):
-        await _ask_break_glass(messenger, respond, action, result.request_id)
-    elif isinstance(result, Reply):
-        await whisper(
-            messenger, respond, action.channel_id, action.user.id, result, action.thread_ts
+        await ask_break_glass(
+            messenger, click.action, result.request_id, click.channel, ResponseUrl(respond)
         )
+    elif isinstance(result, Reply):
+        await tell(result, *whisper_routes(messenger, respond, click), about="a decision's answer")
 
 
 async def handle_revert(ack: Any, body: dict[str, Any], context: Any, respond: Any) -> None:
     await ack()
     ops: CommandService = context["gpuops"]
     messenger: Messenger = context["messenger"]
-    action = parse(BlockAction, body)
-    if action is None or action.channel_id is None or not action.actions[0].value:
-        await _whisper_via(respond, render.error("I could not read that click; try again."))
+    click = await read_click_or_say(body, respond)
+    if click is None:
         return
-    reply = await ops.revert(
-        user=action.user.id, channel=action.channel_id, request_id=str(action.actions[0].value)
-    )
-    await whisper(messenger, respond, action.channel_id, action.user.id, reply, action.thread_ts)
+    reply = await ops.revert(user=click.user, channel=click.channel, request_id=click.value)
+    await tell(reply, *whisper_routes(messenger, respond, click), about="a revert's answer")
 
 
-async def whisper(
-    messenger: Messenger,
-    respond: Any,
-    channel: str,
-    user: str,
-    reply: Reply,
-    thread_ts: str | None,
-) -> None:
-    message = render.reply_message(reply)
-    try:
-        await messenger.ephemeral(channel, user, message, thread_ts=thread_ts)
-    except SlackDeliveryError:
-        await _whisper_via(respond, message)
-
-
-async def _whisper_via(respond: Any, message: render.SlackMessage) -> None:
-    try:
-        await respond(response_type="ephemeral", replace_original=False, **message.as_kwargs())
-    except Exception as exc:
-        log.error("could not deliver an ephemeral reply: %s", type(exc).__name__)
+def whisper_routes(messenger: Messenger, respond: Respond, click: Click) -> tuple[Route, Route]:
+    """Answer a click to the person alone: a whisper in its thread, else by response_url."""
+    return Whisper(messenger, click.channel, click.user, click.thread_ts), ResponseUrl(respond)
 
 
 async def _ask_why_deny(
-    ops: CommandService, messenger: Messenger, respond: Any, action: BlockAction, request_id: str
+    ops: CommandService, messenger: Messenger, respond: Respond, click: Click
 ) -> None:
     """Deny asks for an optional reason first (a refusal is told at once, no form)."""
-    assert action.channel_id is not None
-    refused = await ops.may_deny(
-        user=action.user.id, channel=action.channel_id, request_id=request_id
-    )
+    refused = await ops.may_deny(user=click.user, channel=click.channel, request_id=click.value)
     if refused is not None:
-        await whisper(
-            messenger, respond, action.channel_id, action.user.id, refused, action.thread_ts
-        )
+        await tell(refused, *whisper_routes(messenger, respond, click), about="a refused deny")
         return
-    view = render.deny_modal(request_id, action.channel_id, action.thread_ts)
-    try:
-        if not action.trigger_id:
-            raise SlackDeliveryError("views.open", "no_trigger", None)
-        await messenger.open_view(action.trigger_id, view)
-    except SlackDeliveryError as exc:
-        await _whisper_via(
-            respond, render.error(f"I could not open the deny form ({exc.code}); try again.")
-        )
-
-
-async def _ask_break_glass(
-    messenger: Messenger, respond: Any, action: BlockAction, request_id: str
-) -> None:
-    view = render.break_glass_modal(request_id, action.channel_id)
-    try:
-        if not action.trigger_id:
-            raise SlackDeliveryError("views.open", "no_trigger", None)
-        await messenger.open_view(action.trigger_id, view)
-    except SlackDeliveryError as exc:
-        await _whisper_via(
-            respond, render.error(f"I could not open the break-glass form ({exc.code}); try again.")
-        )
+    view = render.deny_modal(click.value, click.channel, click.thread_ts)
+    await open_form(messenger, click.action.trigger_id, view, "deny", ResponseUrl(respond))
 
 
 async def handle_action_select(ack: Any, body: dict[str, Any], context: Any) -> None:
