@@ -12,9 +12,9 @@ from bot.core.answers import Reply
 from bot.core.api import NeedsBreakGlass
 from bot.core.service import CommandService
 from bot.slack import blocks as render
-from bot.slack.interactions import Respond, ResponseUrl, Route, Whisper, open_form, tell
+from bot.slack.interactions import ResponseUrl
 from bot.slack.messenger import Messenger, SlackDeliveryError
-from handlers.clicks import DECISIONS, Click, ask_break_glass, read_click_or_say
+from handlers.clicks import DECISIONS, Click, ask_break_glass, on_click
 from handlers.payloads import BlockAction, parse, state_values
 
 log = logging.getLogger(__name__)
@@ -27,15 +27,11 @@ def register(app: AsyncApp) -> None:
     app.action("action")(handle_action_select)
 
 
-async def handle_decision(ack: Any, body: dict[str, Any], context: Any, respond: Any) -> None:
-    await ack()
+@on_click
+async def handle_decision(click: Click, context: Any) -> None:
     ops: CommandService = context["gpuops"]
-    messenger: Messenger = context["messenger"]
-    click = await read_click_or_say(body, respond)
-    if click is None:
-        return
     if click.action_id == "deny_request":
-        await _ask_why_deny(ops, messenger, respond, click)
+        await _ask_why_deny(ops, click)
         return
     result = await ops.decide(
         user=click.user,
@@ -45,38 +41,31 @@ async def handle_decision(ack: Any, body: dict[str, Any], context: Any, respond:
     )
     if isinstance(result, NeedsBreakGlass):
         await ask_break_glass(
-            messenger, click.action, result.request_id, click.channel, ResponseUrl(respond)
+            click.messenger,
+            click.action,
+            result.request_id,
+            click.channel,
+            ResponseUrl(click.respond),
         )
     elif isinstance(result, Reply):
-        await tell(result, *whisper_routes(messenger, respond, click), about="a decision's answer")
+        await click.answer(result, about="a decision's answer")
 
 
-async def handle_revert(ack: Any, body: dict[str, Any], context: Any, respond: Any) -> None:
-    await ack()
+@on_click
+async def handle_revert(click: Click, context: Any) -> None:
     ops: CommandService = context["gpuops"]
-    messenger: Messenger = context["messenger"]
-    click = await read_click_or_say(body, respond)
-    if click is None:
-        return
     reply = await ops.revert(user=click.user, channel=click.channel, request_id=click.value)
-    await tell(reply, *whisper_routes(messenger, respond, click), about="a revert's answer")
+    await click.answer(reply, about="a revert's answer")
 
 
-def whisper_routes(messenger: Messenger, respond: Respond, click: Click) -> tuple[Route, Route]:
-    """Answer a click to the person alone: a whisper in its thread, else by response_url."""
-    return Whisper(messenger, click.channel, click.user, click.thread_ts), ResponseUrl(respond)
-
-
-async def _ask_why_deny(
-    ops: CommandService, messenger: Messenger, respond: Respond, click: Click
-) -> None:
+async def _ask_why_deny(ops: CommandService, click: Click) -> None:
     """Deny asks for an optional reason first (a refusal is told at once, no form)."""
     refused = await ops.may_deny(user=click.user, channel=click.channel, request_id=click.value)
     if refused is not None:
-        await tell(refused, *whisper_routes(messenger, respond, click), about="a refused deny")
+        await click.answer(refused, about="a refused deny")
         return
     view = render.deny_modal(click.value, click.channel, click.thread_ts)
-    await open_form(messenger, click.action.trigger_id, view, "deny", ResponseUrl(respond))
+    await click.open_form(view, "deny", ResponseUrl(click.respond))
 
 
 async def handle_action_select(ack: Any, body: dict[str, Any], context: Any) -> None:

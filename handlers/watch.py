@@ -4,7 +4,6 @@ open_action_form under a health alert; extend_reservation under a reminder."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
@@ -14,14 +13,11 @@ from bot.core.forms import FormKind, FormRequest
 from bot.core.service import CommandService
 from bot.slack import watch_blocks as render
 from bot.slack.blocks import error as render_error
-from bot.slack.interactions import ResponseUrl, Whisper, modal_metadata, open_form, tell
+from bot.slack.interactions import Whisper, modal_metadata, tell
 from bot.slack.messenger import Messenger
-from handlers.actions import whisper_routes
-from handlers.clicks import UNREADABLE, read_click, read_click_or_say
+from handlers.clicks import UNREADABLE, Click, on_click
 from handlers.commands import open_modal
 from handlers.payloads import SlashCommand, ViewSubmission, parse, state_values
-
-log = logging.getLogger(__name__)
 
 
 def register(app: AsyncApp) -> None:
@@ -33,35 +29,27 @@ def register(app: AsyncApp) -> None:
     app.action(render.EXTEND_RESERVATION)(handle_open_form)
 
 
-async def handle_approve(ack: Any, body: dict[str, Any], context: Any, respond: Any) -> None:
-    await ack()
+@on_click
+async def handle_approve(click: Click, context: Any) -> None:
     desk: RemediationDesk = context["watch"]
-    messenger: Messenger = context["messenger"]
-    click = await read_click_or_say(body, respond)
-    if click is None:
-        return
     reply = await desk.decide(
         user=click.user, channel=click.channel, record_id=click.value, verb="approve"
     )
-    await tell(reply, *whisper_routes(messenger, respond, click), about="a remediation approval")
+    await click.answer(reply, about="a remediation approval")
 
 
-async def handle_reject(ack: Any, body: dict[str, Any], context: Any, respond: Any) -> None:
-    await ack()
+@on_click
+async def handle_reject(click: Click, context: Any) -> None:
     desk: RemediationDesk = context["watch"]
-    messenger: Messenger = context["messenger"]
-    click = await read_click_or_say(body, respond)
-    if click is None:
-        return
     refusal = await desk.may_decide(
         user=click.user, channel=click.channel, record_id=click.value, verb="reject"
     )
-    routes = whisper_routes(messenger, respond, click)
     if refusal is not None:
-        await tell(refusal, *routes, about="a refused remediation reject")
+        await click.answer(refusal, about="a refused remediation reject")
         return
-    view = render.reject_modal(click.value, click.channel, click.thread_ts)
-    await open_form(messenger, click.action.trigger_id, view, "reject", *routes)
+    await click.open_form(
+        render.reject_modal(click.value, click.channel, click.thread_ts), "reject"
+    )
 
 
 async def handle_reject_submission(ack: Any, body: dict[str, Any], context: Any) -> None:
@@ -82,17 +70,15 @@ async def handle_reject_submission(ack: Any, body: dict[str, Any], context: Any)
     await tell(reply, whisper, about=f"how the rejection of {user} went")
 
 
-async def handle_open_form(ack: Any, body: dict[str, Any], context: Any, respond: Any) -> None:
+@on_click
+async def handle_open_form(click: Click, context: Any) -> None:
     """A next step under a health alert or a reminder: the prefilled form, as `/gpu
     update|action` opens it (and under the same policy); extending a reservation starts in
     its end time."""
-    await ack()
     ops: CommandService = context["gpuops"]
-    messenger: Messenger = context["messenger"]
-    click = read_click(body)
-    project, _, cluster_id = click.value.partition(":") if click else ("", "", "")
-    if click is None or not project or not cluster_id:
-        await tell(render_error(UNREADABLE), ResponseUrl(respond), about="an unreadable click")
+    project, _, cluster_id = click.value.partition(":")
+    if not project or not cluster_id:
+        await click.answer(render_error(UNREADABLE), about="an unreadable click")
         return
     kind: FormKind = "action" if click.action_id == render.OPEN_ACTION_FORM else "update"
     extend = click.action_id == render.EXTEND_RESERVATION
@@ -106,4 +92,4 @@ async def handle_open_form(ack: Any, body: dict[str, Any], context: Any, respond
     opener = SlashCommand(
         user_id=click.user, channel_id=click.channel, trigger_id=click.action.trigger_id
     )
-    await open_modal(ops, messenger, respond, opener, request)
+    await open_modal(ops, click.messenger, click.respond, opener, request)
