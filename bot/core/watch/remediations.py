@@ -180,14 +180,7 @@ class RemediationDesk:
             return
         log.info("remediation %s is gone at Together: closed", record.remediation_id)
         await self.notifier.remediation_gone(updated, had_buttons)
-        await self.access.audit(
-            "gpuops",
-            "remediation_gone",
-            project=record.project,
-            cluster_id=record.cluster_id,
-            outcome="gone",
-            remediation=record.remediation_id,
-        )
+        await self._audit_seen(record, "remediation_gone", "gone")
 
     async def _follow(self, client: RemediationDecisions, record: RemediationRecord) -> None:
         remediation = await client.get(record.cluster_id, record.instance_id, record.remediation_id)
@@ -210,13 +203,10 @@ class RemediationDesk:
             if moved is not None:
                 REMEDIATION_DECISIONS.labels("elsewhere").inc()
                 await self.notifier.remediation_left_elsewhere(moved, remediation)
-                await self.access.audit(
-                    "gpuops",
+                await self._audit_seen(
+                    record,
                     "remediation_decided_elsewhere",
-                    project=record.project,
-                    cluster_id=record.cluster_id,
-                    outcome=remediation.state,
-                    remediation=record.remediation_id,
+                    remediation.state,
                     reviewed_by=remediation.reviewed_by or "",
                 )
                 updated = moved
@@ -243,14 +233,7 @@ class RemediationDesk:
             return None
         REMEDIATION_DECISIONS.labels("already_decided").inc()
         await self.notifier.remediation_decided(settled, "already_decided", text)
-        await self.access.audit(
-            "gpuops",
-            "remediation_decided_unseen",
-            project=record.project,
-            cluster_id=record.cluster_id,
-            outcome=remediation.state,
-            remediation=record.remediation_id,
-        )
+        await self._audit_seen(record, "remediation_decided_unseen", remediation.state)
         return settled
 
     async def _reopen(self, record: RemediationRecord, remediation: Remediation) -> None:
@@ -267,13 +250,20 @@ class RemediationDesk:
         if reopened is None:
             return
         await self.notifier.remediation_reopened(reopened, remediation)
+        await self._audit_seen(record, "remediation_reopened", "awaiting")
+
+    async def _audit_seen(
+        self, record: RemediationRecord, event: str, outcome: str, **detail: str
+    ) -> None:
+        """Audit what gpuops itself saw happen to a posted remediation."""
         await self.access.audit(
             "gpuops",
-            "remediation_reopened",
+            event,
             project=record.project,
             cluster_id=record.cluster_id,
-            outcome="awaiting",
+            outcome=outcome,
             remediation=record.remediation_id,
+            **detail,
         )
 
     # ---- deciding ----------------------------------------------------------------------
