@@ -274,12 +274,9 @@ class RemediationDesk:
         """None if ``user`` may decide it here (and it still awaits a decision); else the
         refusal (audited) to show them — before a reject form is opened for nothing."""
         try:
-            record = await self.store.get_remediation(record_id)
-            if record is None:
-                return _UNKNOWN
-            refusal = await self._refusal(user, channel, record, verb)
-            if refusal is not None:
-                return refusal
+            record = await self._decidable(user, channel, record_id, verb)
+            if isinstance(record, Reply):
+                return record
             if record.decision is not RemediationDecision.AWAITING:
                 return await self._lost(user, record, verb)
         except StoreUnavailable as exc:
@@ -306,12 +303,9 @@ class RemediationDesk:
         self, user: str, channel: str, record_id: str, verb: Verb, comment: str | None
     ) -> RemediationRecord | Reply:
         """The record if this click won the decision (compare-and-set), else the answer."""
-        record = await self.store.get_remediation(record_id)
-        if record is None:
-            return _UNKNOWN
-        refusal = await self._refusal(user, channel, record, verb)
-        if refusal is not None:
-            return refusal
+        record = await self._decidable(user, channel, record_id, verb)
+        if isinstance(record, Reply):
+            return record
         won = await self.store.decide_remediation(
             record.id,
             from_decisions={RemediationDecision.AWAITING},
@@ -322,6 +316,16 @@ class RemediationDesk:
         if won is None:
             return await self._lost(user, record, verb)
         return won
+
+    async def _decidable(
+        self, user: str, channel: str, record_id: str, verb: Verb
+    ) -> RemediationRecord | Reply:
+        """The record if it exists and ``user`` may decide it; else the answer."""
+        record = await self.store.get_remediation(record_id)
+        if record is None:
+            return _UNKNOWN
+        refusal = await self._refusal(user, channel, record, verb)
+        return record if refusal is None else refusal
 
     async def _refusal(
         self, user: str, channel: str, record: RemediationRecord, verb: Verb
