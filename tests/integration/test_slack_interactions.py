@@ -51,26 +51,18 @@ def dm_texts(slack: FakeSlack) -> list[str]:
     return [m.text for m in slack.messages.get(slack.dm_channel(ALICE), [])]
 
 
-async def test_a_whisper_goes_to_the_person_in_the_channel(
-    slack: FakeSlack, messenger: Messenger
+@pytest.mark.parametrize(
+    ("channel", "whispered", "dms"),
+    [(MEMBER, ["done"], []), (NOT_MEMBER, [], ["done"])],
+    ids=["a whisper where the bot is", "a DM where it is not"],
+)
+async def test_the_first_route_that_works_delivers(
+    slack: FakeSlack, messenger: Messenger, channel: str, whispered: list[str], dms: list[str]
 ) -> None:
-    told = await tell(
-        notice("done"), Whisper(messenger, MEMBER, ALICE), DirectMessage(messenger, ALICE)
-    )
-    assert told is True
-    assert [e.text for e in slack.ephemerals_for(ALICE, MEMBER)] == ["done"]
-    assert dm_texts(slack) == []
-
-
-async def test_a_whisper_the_bot_cannot_post_falls_back_to_a_dm(
-    slack: FakeSlack, messenger: Messenger
-) -> None:
-    told = await tell(
-        notice("done"), Whisper(messenger, NOT_MEMBER, ALICE), DirectMessage(messenger, ALICE)
-    )
-    assert told is True
-    assert slack.ephemerals_for(ALICE) == []
-    assert dm_texts(slack) == ["done"]
+    routes = Whisper(messenger, channel, ALICE), DirectMessage(messenger, ALICE)
+    assert await tell(notice("done"), *routes) is True
+    assert [e.text for e in slack.ephemerals_for(ALICE)] == whispered
+    assert dm_texts(slack) == dms
 
 
 async def test_a_failed_response_url_falls_through_to_the_next_route(
