@@ -3,7 +3,6 @@ act with no channel (decisions are checked in the request's channel, answers go 
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
@@ -18,8 +17,6 @@ from bot.slack.interactions import DirectMessage, open_form, tell
 from bot.slack.messenger import Messenger
 from handlers.clicks import DECISIONS, ask_break_glass
 from handlers.payloads import BlockAction, parse
-
-log = logging.getLogger(__name__)
 
 
 async def from_home(body: dict[str, Any]) -> bool:
