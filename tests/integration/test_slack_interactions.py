@@ -1,7 +1,7 @@
 """One way to answer a person who acted, over real HTTP against the Slack stand-in: the
 routes are tried in turn, a failed response_url falls through to the next, a public reply
 goes to the channel, a form that cannot open is explained, and a modal's metadata is read
-back the same way wherever it is read."""
+back the same way wherever it is read; and every message button reads its click one way."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from bot.core.answers import error, notice
+from bot.local.demo.stack import LocalStack
 from bot.local.slack import FakeSlack
 from bot.slack.interactions import (
     DirectMessage,
@@ -22,6 +23,7 @@ from bot.slack.interactions import (
     tell,
 )
 from bot.slack.messenger import Messenger, build_web_client
+from handlers.clicks import UNREADABLE
 
 TOKEN = "xoxb-test-token-123"
 MEMBER = "C0OPS"
@@ -127,3 +129,20 @@ def test_modal_metadata_keeps_the_text_values_of_a_json_object(
     raw: str | None, read: dict[str, str]
 ) -> None:
     assert modal_metadata(raw) == read
+
+
+@pytest.mark.parametrize("action_id", ["approve_request", "revert_request", "reject_remediation"])
+async def test_an_unreadable_click_is_told_so_through_the_response_url(
+    sqlite_stack: LocalStack, action_id: str
+) -> None:
+    """Every message button's listener reads its click one way (on_click): one without a
+    value goes no further and the person is told, through the click's response_url."""
+    stack = sqlite_stack
+    user, channel = "U04DAVE", "C0INCIDENT"
+    result = await stack.sender.block_action(
+        user, channel, action_id=action_id, value="", message_ts="1700000000.000100"
+    )
+    assert result.status == 200
+    told = await stack.slack.wait_for(lambda: next(iter(stack.slack.ephemerals_for(user)), None))
+    assert told.source == "response_url" and told.text == UNREADABLE
+    assert await stack.runtime.store.list_requests() == []
