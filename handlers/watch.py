@@ -67,7 +67,7 @@ async def handle_reject_submission(ack: Any, body: dict[str, Any], context: Any)
         user=user, channel=channel, record_id=meta.get("record", ""), verb="reject", comment=comment
     )
     whisper = Whisper(messenger, channel, user, meta.get("thread_ts"))
-    await tell(reply, whisper, about=f"how the rejection of {user} went")
+    await tell(reply, whisper, about=f"the outcome of {user}'s rejection")
 
 
 @on_click

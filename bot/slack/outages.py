@@ -18,7 +18,7 @@ from bot.core.answers import Reply, error, store_unavailable
 from bot.core.api import StoreUnavailable
 from bot.slack import watch_blocks
 from bot.slack.home import SHOW_ACTION_ID
-from bot.slack.interactions import DirectMessage, Whisper, modal_metadata, tell
+from bot.slack.interactions import DirectMessage, Route, Whisper, modal_metadata, tell
 from bot.slack.messenger import Messenger
 from bot.slack.middleware import STORE_UNAVAILABLE, Next
 
@@ -95,8 +95,9 @@ async def tell_whoever_acted(messenger: Messenger, body: Mapping[str, Any], repl
     if not user:
         return
     channel = _channel(body)
-    whisper = [Whisper(messenger, channel, user)] if channel else []
-    await tell(reply, *whisper, DirectMessage(messenger, user), about=f"{user} of a store outage")
+    routes: list[Route] = [Whisper(messenger, channel, user)] if channel else []
+    routes.append(DirectMessage(messenger, user))
+    await tell(reply, *routes, about=f"the store-outage answer to {user}")
 
 
 def _channel(body: Mapping[str, Any]) -> str | None:
