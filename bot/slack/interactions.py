@@ -32,6 +32,18 @@ class Whisper:
 
 
 @dataclass(frozen=True)
+class Post:
+    """A message in ``channel`` (in the thread of ``thread_ts``) that everyone there sees."""
+
+    messenger: Messenger
+    channel: str
+    thread_ts: str | None = None
+
+    async def send(self, message: SlackMessage, public: bool) -> None:
+        await self.messenger.post(self.channel, message, thread_ts=self.thread_ts)
+
+
+@dataclass(frozen=True)
 class DirectMessage:
     """A message in the person's DM with the bot (where a Home click is answered)."""
 
@@ -60,7 +72,7 @@ class ResponseUrl:
             raise SlackDeliveryError("response_url", type(exc).__name__, None) from exc
 
 
-Route = Whisper | DirectMessage | ResponseUrl
+Route = Whisper | Post | DirectMessage | ResponseUrl
 
 
 async def tell(reply: Reply | SlackMessage, *routes: Route, about: str = "a reply") -> bool:

@@ -14,8 +14,10 @@ import pytest
 from bot.core.answers import error, notice
 from bot.local.demo.stack import LocalStack
 from bot.local.slack import FakeSlack
+from bot.slack.blocks import notice as render_notice
 from bot.slack.interactions import (
     DirectMessage,
+    Post,
     ResponseUrl,
     Whisper,
     modal_metadata,
@@ -65,6 +67,15 @@ async def test_the_first_route_that_works_delivers(
     assert await tell(notice("done"), *routes) is True
     assert [e.text for e in slack.ephemerals_for(ALICE)] == whispered
     assert dm_texts(slack) == dms
+
+
+async def test_a_post_is_seen_by_the_channel_in_its_thread(
+    slack: FakeSlack, messenger: Messenger
+) -> None:
+    root = await messenger.post(MEMBER, render_notice("the request"))
+    assert await tell(notice("for all", public=True), Post(messenger, MEMBER, root))
+    [reply] = slack.replies(MEMBER, root)
+    assert reply.text == "for all" and slack.ephemerals_for(ALICE) == []
 
 
 async def test_a_failed_response_url_falls_through_to_the_next_route(
