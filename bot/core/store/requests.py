@@ -58,7 +58,7 @@ class StepTaken(GpuopsError):
     made its request, or it was ended): no request was created."""
 
 
-class _Moved(Exception):
+class _Moved(GpuopsError):
     """The request was not where the transition needs it: leave the transaction by it, so
     nothing taken in it (lease, lock) stays."""
 
