@@ -17,6 +17,7 @@ from dotenv import dotenv_values
 from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from bot.errors import GpuopsError
 from bot.providers import catalog
 from bot.providers.http import ClientSettings
 
@@ -25,7 +26,7 @@ Mode = Literal["serve", "socket", "demo", "check"]
 _DATABASE_SCHEMES = ("sqlite", "postgresql", "postgres")
 
 
-class ConfigError(Exception):
+class ConfigError(GpuopsError):
     """The environment cannot run the requested mode; ``problems`` lists each reason."""
 
     def __init__(self, problems: list[str]) -> None:

@@ -9,15 +9,15 @@ from typing import Any
 from slack_bolt.async_app import AsyncApp
 
 from bot.core.answers import Reply
-from bot.core.requests.decisions import NeedsBreakGlass
+from bot.core.api import NeedsBreakGlass
 from bot.core.service import CommandService
 from bot.slack import blocks as render
+from bot.slack.interactions import ResponseUrl
 from bot.slack.messenger import Messenger, SlackDeliveryError
+from handlers.clicks import DECISIONS, Click, ask_break_glass, on_click
 from handlers.payloads import BlockAction, parse, state_values
 
 log = logging.getLogger(__name__)
-
-DECISIONS = {"approve_request": "approve", "deny_request": "deny", "cancel_request": "cancel"}
 
 
 def register(app: AsyncApp) -> None:
@@ -27,104 +27,45 @@ def register(app: AsyncApp) -> None:
     app.action("action")(handle_action_select)
 
 
-async def handle_decision(ack: Any, body: dict[str, Any], context: Any, respond: Any) -> None:
-    await ack()
+@on_click
+async def handle_decision(click: Click, context: Any) -> None:
     ops: CommandService = context["gpuops"]
-    messenger: Messenger = context["messenger"]
-    action = parse(BlockAction, body)
-    if action is None or action.channel_id is None or not action.actions[0].value:
-        await _whisper_via(respond, render.error("I could not read that click; try again."))
-        return
-    click = action.actions[0]
     if click.action_id == "deny_request":
-        await _ask_why_deny(ops, messenger, respond, action, str(click.value))
+        await _ask_why_deny(ops, click)
         return
     result = await ops.decide(
-        user=action.user.id,
-        channel=action.channel_id,
-        request_id=str(click.value),
-        decision=DECISIONS[click.action_id],  # type: ignore[arg-type]
+        user=click.user,
+        channel=click.channel,
+        request_id=click.value,
+        decision=DECISIONS[click.action_id],
     )
     if isinstance(result, NeedsBreakGlass):
-        await _ask_break_glass(messenger, respond, action, result.request_id)
+        await ask_break_glass(
+            click.messenger,
+            click.action,
+            result.request_id,
+            click.channel,
+            ResponseUrl(click.respond),
+        )
     elif isinstance(result, Reply):
-        await whisper(
-            messenger, respond, action.channel_id, action.user.id, result, action.thread_ts
-        )
+        await click.answer(result, about="a decision's answer")
 
 
-async def handle_revert(ack: Any, body: dict[str, Any], context: Any, respond: Any) -> None:
-    await ack()
+@on_click
+async def handle_revert(click: Click, context: Any) -> None:
     ops: CommandService = context["gpuops"]
-    messenger: Messenger = context["messenger"]
-    action = parse(BlockAction, body)
-    if action is None or action.channel_id is None or not action.actions[0].value:
-        await _whisper_via(respond, render.error("I could not read that click; try again."))
-        return
-    reply = await ops.revert(
-        user=action.user.id, channel=action.channel_id, request_id=str(action.actions[0].value)
-    )
-    await whisper(messenger, respond, action.channel_id, action.user.id, reply, action.thread_ts)
+    reply = await ops.revert(user=click.user, channel=click.channel, request_id=click.value)
+    await click.answer(reply, about="a revert's answer")
 
 
-async def whisper(
-    messenger: Messenger,
-    respond: Any,
-    channel: str,
-    user: str,
-    reply: Reply,
-    thread_ts: str | None,
-) -> None:
-    message = render.reply_message(reply)
-    try:
-        await messenger.ephemeral(channel, user, message, thread_ts=thread_ts)
-    except SlackDeliveryError:
-        await _whisper_via(respond, message)
-
-
-async def _whisper_via(respond: Any, message: render.SlackMessage) -> None:
-    try:
-        await respond(response_type="ephemeral", replace_original=False, **message.as_kwargs())
-    except Exception as exc:
-        log.error("could not deliver an ephemeral reply: %s", type(exc).__name__)
-
-
-async def _ask_why_deny(
-    ops: CommandService, messenger: Messenger, respond: Any, action: BlockAction, request_id: str
-) -> None:
+async def _ask_why_deny(ops: CommandService, click: Click) -> None:
     """Deny asks for an optional reason first (a refusal is told at once, no form)."""
-    assert action.channel_id is not None
-    refused = await ops.may_deny(
-        user=action.user.id, channel=action.channel_id, request_id=request_id
-    )
+    refused = await ops.may_deny(user=click.user, channel=click.channel, request_id=click.value)
     if refused is not None:
-        await whisper(
-            messenger, respond, action.channel_id, action.user.id, refused, action.thread_ts
-        )
+        await click.answer(refused, about="a refused deny")
         return
-    view = render.deny_modal(request_id, action.channel_id, action.thread_ts)
-    try:
-        if not action.trigger_id:
-            raise SlackDeliveryError("views.open", "no_trigger", None)
-        await messenger.open_view(action.trigger_id, view)
-    except SlackDeliveryError as exc:
-        await _whisper_via(
-            respond, render.error(f"I could not open the deny form ({exc.code}); try again.")
-        )
-
-
-async def _ask_break_glass(
-    messenger: Messenger, respond: Any, action: BlockAction, request_id: str
-) -> None:
-    view = render.break_glass_modal(request_id, action.channel_id)
-    try:
-        if not action.trigger_id:
-            raise SlackDeliveryError("views.open", "no_trigger", None)
-        await messenger.open_view(action.trigger_id, view)
-    except SlackDeliveryError as exc:
-        await _whisper_via(
-            respond, render.error(f"I could not open the break-glass form ({exc.code}); try again.")
-        )
+    view = render.deny_modal(click.value, click.channel, click.thread_ts)
+    await click.open_form(view, "deny", ResponseUrl(click.respond))
 
 
 async def handle_action_select(ack: Any, body: dict[str, Any], context: Any) -> None:

@@ -8,11 +8,12 @@ from typing import Any
 from slack_bolt.async_app import AsyncApp
 
 from bot.core.answers import Reply, error, store_unavailable
+from bot.core.api import StoreUnavailable
 from bot.core.forms import FormRequest
 from bot.core.service import CommandService
-from bot.core.store import StoreUnavailable
 from bot.core.timeline import TimelineRequest, building
 from bot.slack import blocks as render
+from bot.slack.interactions import ResponseUrl, tell
 from bot.slack.messenger import Messenger, OpenedView, SlackDeliveryError
 from bot.slack.timeline import TimelineSender
 from handlers.payloads import SlashCommand, parse
@@ -151,14 +152,7 @@ def internal_error(exc: Exception) -> Reply:
 
 async def deliver(respond: Any, reply: Reply) -> None:
     """Answer through the command's response_url (works even where the bot is not a member)."""
-    try:
-        await respond(
-            response_type="in_channel" if reply.public else "ephemeral",
-            replace_original=False,
-            **render.reply_message(reply).as_kwargs(),
-        )
-    except Exception as exc:  # the person must not be left with silence: log it loudly
-        log.error("could not deliver a reply through response_url: %s", type(exc).__name__)
+    await tell(reply, ResponseUrl(respond), about="a reply through response_url")
 
 
 async def open_modal(

@@ -3,23 +3,20 @@ act with no channel (decisions are checked in the request's channel, answers go 
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 
-from bot.core.answers import Reply, error
+from bot.core.answers import Reply
+from bot.core.api import NeedsBreakGlass
 from bot.core.home import HomeActions
 from bot.core.home_refresh import HomeRefresher
-from bot.core.requests.decisions import NeedsBreakGlass
 from bot.slack import blocks as render
 from bot.slack.home import SHOW_ACTION_ID
-from bot.slack.messenger import Messenger, SlackDeliveryError
+from bot.slack.interactions import DirectMessage, open_form, tell
+from bot.slack.messenger import Messenger
+from handlers.clicks import DECISIONS, ask_break_glass
 from handlers.payloads import BlockAction, parse
-
-log = logging.getLogger(__name__)
-
-DECISIONS = {"approve_request": "approve", "deny_request": "deny", "cancel_request": "cancel"}
 
 
 async def from_home(body: dict[str, Any]) -> bool:
@@ -58,11 +55,14 @@ async def handle_home_decision(ack: Any, body: dict[str, Any], context: Any) -> 
         if await _ask_why_deny(home, messenger, action, request_id):
             refresher.schedule(user, delay=0.0)  # refused: the tab may be out of date
         return  # else the form's submission decides; the tab is republished when it does
-    result = await home.decide(user, request_id, DECISIONS[click.action_id])  # type: ignore[arg-type]
+    result = await home.decide(user, request_id, DECISIONS[click.action_id])
     if isinstance(result, NeedsBreakGlass):
-        await _ask_break_glass(home, messenger, action, request_id)
+        channel = await home.request_channel(request_id)
+        await ask_break_glass(
+            messenger, action, request_id, channel, DirectMessage(messenger, user)
+        )
     if isinstance(result, Reply):
-        await tell_by_dm(messenger, user, result)
+        await tell(result, DirectMessage(messenger, user), about="the answer to a Home click")
     refresher.schedule(user, delay=0.0)  # whatever happened, show it on their tab
 
 
@@ -71,37 +71,14 @@ async def _ask_why_deny(
 ) -> bool:
     """Deny asks for an optional reason first, as in the request's thread (the form decides
     in the request's channel); a refusal is told at once by DM, no form. True if refused."""
+    by_dm = DirectMessage(messenger, action.user.id)
     channel, refused = await home.may_deny(action.user.id, request_id)
     if refused is not None:
-        await tell_by_dm(messenger, action.user.id, refused)
+        await tell(refused, by_dm, about="a refused Home deny")
         return True
-    try:
-        if not action.trigger_id:
-            raise SlackDeliveryError("views.open", "no_trigger", None)
-        await messenger.open_view(action.trigger_id, render.deny_modal(request_id, channel, None))
-    except SlackDeliveryError as exc:
-        await tell_by_dm(
-            messenger,
-            action.user.id,
-            error(f"I could not open the deny form ({exc.code}); try again."),
-        )
+    view = render.deny_modal(request_id, channel, None)
+    await open_form(messenger, action.trigger_id, view, "deny", by_dm)
     return False
-
-
-async def _ask_break_glass(
-    home: HomeActions, messenger: Messenger, action: BlockAction, request_id: str
-) -> None:
-    channel = await home.request_channel(request_id)
-    try:
-        if not action.trigger_id:
-            raise SlackDeliveryError("views.open", "no_trigger", None)
-        await messenger.open_view(action.trigger_id, render.break_glass_modal(request_id, channel))
-    except SlackDeliveryError as exc:
-        await tell_by_dm(
-            messenger,
-            action.user.id,
-            error(f"I could not open the break-glass form ({exc.code}); try again."),
-        )
 
 
 async def handle_home_show(ack: Any, body: dict[str, Any], context: Any) -> None:
@@ -114,12 +91,4 @@ async def handle_home_show(ack: Any, body: dict[str, Any], context: Any) -> None
     if action is None or not project or not cluster_id:
         return
     reply = await home.show(action.user.id, project, cluster_id)
-    await tell_by_dm(messenger, action.user.id, reply)
-
-
-async def tell_by_dm(messenger: Messenger, user: str, reply: Reply) -> None:
-    """A Home click has no channel to whisper in: the answer goes to the person's DM."""
-    try:
-        await messenger.post(user, render.reply_message(reply))
-    except SlackDeliveryError as exc:
-        log.error("could not DM %s the answer to a Home click (%s)", user, exc.code)
+    await tell(reply, DirectMessage(messenger, action.user.id), about="the answer to a Home click")

@@ -9,8 +9,8 @@ from slack_bolt.async_app import AsyncApp
 
 from bot.core.service import CommandService
 from bot.core.timeline import TimelineRequest
-from bot.slack import blocks as render
-from bot.slack.messenger import Messenger, SlackDeliveryError
+from bot.slack.interactions import Post, Route, Whisper, tell
+from bot.slack.messenger import Messenger
 from bot.slack.timeline import TimelineSender
 from handlers.commands import internal_error
 from handlers.payloads import AppMention, parse
@@ -45,11 +45,9 @@ async def handle_mention(event: dict[str, Any], context: Any, logger: Any) -> No
         if failed is None:
             return
         reply = failed
-    message = render.reply_message(reply)
-    try:
-        if reply.public:
-            await messenger.post(mention.channel, message, thread_ts=thread_ts)
-        else:
-            await messenger.ephemeral(mention.channel, mention.user, message, thread_ts=thread_ts)
-    except SlackDeliveryError as exc:
-        logger.warning("could not answer a mention in %s: %s", mention.channel, exc.code)
+    where: Route = (
+        Post(messenger, mention.channel, thread_ts)
+        if reply.public
+        else Whisper(messenger, mention.channel, mention.user, thread_ts)
+    )
+    await tell(reply, where, about=f"the answer to a mention in {mention.channel}")

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 
 from bot.core.answers import Reply, error, store_unavailable
+from bot.core.api import NeedsBreakGlass, StoreUnavailable
 from bot.core.forms import ReadySubmission, SubmissionErrors
-from bot.core.requests.decisions import NeedsBreakGlass
 from bot.core.service import CommandService
-from bot.core.store import StoreUnavailable
 from bot.slack import blocks as render
 from bot.slack.deadline import Deadline
+from bot.slack.interactions import DirectMessage, Whisper, modal_metadata, tell
 from bot.slack.messenger import Messenger, SlackDeliveryError
 from handlers.payloads import ViewSubmission, parse, state_values
 
@@ -91,7 +90,7 @@ def _answer_view(submission: ViewSubmission, reply: Reply) -> dict[str, Any]:
 
 def result_channel(submission: ViewSubmission) -> str:
     """Where the form's command was typed (its metadata), else the person's DM."""
-    return _metadata(submission.view.private_metadata).get("channel") or submission.user.id
+    return modal_metadata(submission.view.private_metadata).get("channel") or submission.user.id
 
 
 async def answer_in_time(
@@ -160,14 +159,8 @@ async def whisper_or_dm(
 ) -> None:
     """Whisper to the person in the channel; DM them if the bot cannot post there."""
     channel = where.channel if isinstance(where, ReadySubmission) else where
-    message = render.reply_message(reply)
-    try:
-        await messenger.ephemeral(channel, user, message)
-    except SlackDeliveryError as exc:
-        try:
-            await messenger.post(user, message)
-        except SlackDeliveryError:
-            log.error("could not tell %s the outcome of a form (%s)", user, exc.code)
+    routes = Whisper(messenger, channel, user), DirectMessage(messenger, user)
+    await tell(reply, *routes, about=f"the outcome of a form to {user}")
 
 
 async def handle_break_glass(ack: Any, body: dict[str, Any], context: Any) -> None:
@@ -181,7 +174,7 @@ async def handle_break_glass(ack: Any, body: dict[str, Any], context: Any) -> No
             response_action="errors", errors={"reason": "Give a reason of at least 10 characters."}
         )
         return
-    meta = _metadata(submission.view.private_metadata)
+    meta = modal_metadata(submission.view.private_metadata)
     await ack()
     result = await ops.decide(
         user=submission.user.id,
@@ -190,17 +183,11 @@ async def handle_break_glass(ack: Any, body: dict[str, Any], context: Any) -> No
         decision="approve",
         break_glass_reason=reason,
     )
+    if isinstance(result, NeedsBreakGlass):
+        result = error("Break glass needs a reason.")
     if isinstance(result, Reply):
-        await whisper_or_dm(
-            messenger, meta.get("channel", submission.user.id), submission.user.id, result
-        )
-    elif isinstance(result, NeedsBreakGlass):
-        await whisper_or_dm(
-            messenger,
-            meta.get("channel", submission.user.id),
-            submission.user.id,
-            error("Break glass needs a reason."),
-        )
+        where = meta.get("channel") or submission.user.id
+        await whisper_or_dm(messenger, where, submission.user.id, result)
 
 
 async def handle_deny(ack: Any, body: dict[str, Any], context: Any) -> None:
@@ -211,7 +198,7 @@ async def handle_deny(ack: Any, body: dict[str, Any], context: Any) -> None:
     submission = parse(ViewSubmission, body)
     if submission is None:
         return
-    meta = _metadata(submission.view.private_metadata)
+    meta = modal_metadata(submission.view.private_metadata)
     where = meta.get("channel") or submission.user.id
     result = await ops.decide(
         user=submission.user.id,
@@ -222,11 +209,3 @@ async def handle_deny(ack: Any, body: dict[str, Any], context: Any) -> None:
     )
     if isinstance(result, Reply):
         await whisper_or_dm(messenger, where, submission.user.id, result)
-
-
-def _metadata(raw: str) -> dict[str, str]:
-    try:
-        data = json.loads(raw or "{}")
-    except ValueError:
-        return {}
-    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}

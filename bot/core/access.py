@@ -13,6 +13,7 @@ from bot.core.answers import Reply, error
 from bot.core.authorizer import Authorizer
 from bot.core.policy import Policy, Role
 from bot.core.store import Store, StoreUnavailable
+from bot.errors import GpuopsError
 from bot.providers.base import ChangeInputError, ChangePlan, ClusterState, ProviderAdapter
 from bot.providers.errors import ProviderError, RuleViolation
 from bot.redact import redact
@@ -22,7 +23,7 @@ log = logging.getLogger(__name__)
 AdapterLookup = Callable[[str], ProviderAdapter]
 
 
-class Refusal(Exception):
+class Refusal(GpuopsError):
     """A request refused before anything changed; the text is shown and audited."""
 
     def __init__(

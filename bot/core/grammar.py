@@ -25,6 +25,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from bot.core.schedule import Schedule, ScheduleError, parse_at, parse_in
+from bot.errors import GpuopsError
 from bot.providers import catalog
 from bot.providers.base import ProviderDescriptor
 
@@ -56,7 +57,7 @@ USAGE = {
 }
 
 
-class UsageError(ValueError):
+class UsageError(GpuopsError, ValueError):
     """The command text does not fit the grammar; the message says what would."""
 
 

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Literal, Protocol
 
 from bot.core.store import ChangeRequestRecord
+from bot.errors import GpuopsError
 from bot.providers.base import ClusterSummary
 
 EventKind = Literal[
@@ -42,7 +43,7 @@ class RequestEvent:
     summary_follows: bool = False
 
 
-class NotDelivered(Exception):
+class NotDelivered(GpuopsError):
     """The surface could not show something; ``user_message`` says what a person can do."""
 
     def __init__(self, reason: str, user_message: str) -> None:

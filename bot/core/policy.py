@@ -35,6 +35,7 @@ from pydantic_core import ErrorDetails, PydanticCustomError
 from bot.config import check_http_url
 from bot.core.guardrails.config import ApprovalRule, Freeze, Limits, Prices, WeeklyWindow
 from bot.core.watch.config import WatchConfig
+from bot.errors import GpuopsError
 from bot.providers import catalog
 from bot.providers.base import ProviderDescriptor, ProviderSection
 
@@ -336,7 +337,7 @@ class Policy(_Strict):
 # --- loading ----------------------------------------------------------------------------
 
 
-class PolicyError(Exception):
+class PolicyError(GpuopsError):
     """The policy file cannot be used; each problem names the file and the key path."""
 
     def __init__(self, problems: list[str]) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 from bot.core.policy import Policy, PolicyError, load_policy
+from bot.errors import GpuopsError
 from bot.metrics import POLICY_RELOADS
 
 log = logging.getLogger(__name__)
@@ -22,7 +23,7 @@ ReloadResult = Literal["reloaded", "unchanged", "invalid"]
 CHECK_EVERY_SECONDS = 10.0  # how often the file is looked at (SPEC: at least every 30 s)
 
 
-class PolicyRejected(ValueError):
+class PolicyRejected(GpuopsError, ValueError):
     """A policy that parses but cannot be put in force (e.g. a credential it names is unset)."""
 
 

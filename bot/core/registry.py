@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 import httpx
 
 from bot.core.policy import Policy, ProjectCommon
+from bot.errors import GpuopsError
 from bot.providers.base import (
     Connection,
     ProviderAdapter,
@@ -17,7 +18,7 @@ from bot.providers.catalog import descriptor
 from bot.providers.http import ClientSettings, ProviderTransport
 
 
-class MissingCredential(LookupError):
+class MissingCredential(GpuopsError, LookupError):
     def __init__(self, project: str, variable: str) -> None:
         self.project = project
         self.variable = variable

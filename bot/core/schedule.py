@@ -8,6 +8,8 @@ from math import ceil
 
 from pydantic import BaseModel, ConfigDict
 
+from bot.errors import GpuopsError
+
 MIN_AHEAD = timedelta(minutes=1)
 MAX_AHEAD = timedelta(days=14)
 BOUNDS = "from 1 minute to 14 days ahead"
@@ -15,7 +17,7 @@ _IN = re.compile(r"^([0-9]{1,6})([mhd])\Z")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days"}
 
 
-class ScheduleError(ValueError):
+class ScheduleError(GpuopsError, ValueError):
     """A run time that cannot be read or is out of bounds; the message says what is right."""
 
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta
 
+from bot.errors import GpuopsError
+
 _AGO = re.compile(r"^([0-9]{1,6})([mhd])$")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days"}
 _RFC3339_OFFSET = re.compile(r"(Z|[+-][0-9]{2}:[0-9]{2})$", re.IGNORECASE)
 SINCE_FORMS = "`30m`, `2h`, `1d` or an RFC 3339 time such as `2026-12-01T08:00:00Z`"
 
 
-class SinceError(ValueError):
+class SinceError(GpuopsError, ValueError):
     """``since`` is not a time gpuops can read; the message says what would be."""
 
 

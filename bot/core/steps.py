@@ -31,6 +31,7 @@ from bot.core.store import (
     StoreUnavailable,
 )
 from bot.core.store.steps import StepOutcome, StepRecord, StepState, StepStore
+from bot.errors import GpuopsError
 from bot.metrics import COMMANDS
 from bot.providers import catalog
 from bot.providers.base import ChangePlan, ClusterSummary
@@ -65,7 +66,7 @@ class StepStart:
         return [name for name in wanted if not str(getattr(self, name)).strip()]
 
 
-class CompletionFailed(Exception):
+class CompletionFailed(GpuopsError):
     """The platform was not told; ``retry`` when telling it again later may work."""
 
     def __init__(self, reason: str, *, retry: bool) -> None:

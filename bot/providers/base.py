@@ -16,6 +16,7 @@ import httpx
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic_core import PydanticCustomError
 
+from bot.errors import GpuopsError
 from bot.providers.http import ClientSettings, ProviderTransport
 from bot.providers.pricing import NodePrice
 from bot.providers.remediations import Remediation, RemediationAddress
@@ -211,7 +212,7 @@ def unknown_field(name: str, known: Sequence[str], owner: str) -> str:
     return f"not a field of {owner}{meant} (fields: {', '.join(known) or 'none'})"
 
 
-class ChangeInputError(ValueError):
+class ChangeInputError(GpuopsError, ValueError):
     """Some fields of a change could not be parsed; ``errors`` maps field → message."""
 
     def __init__(self, errors: Mapping[str, str]) -> None:

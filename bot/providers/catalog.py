@@ -9,6 +9,7 @@ import functools
 from collections.abc import Mapping
 from importlib.metadata import entry_points
 
+from bot.errors import GpuopsError
 from bot.providers import e2e, together
 from bot.providers.base import ProviderChanges, ProviderDescriptor, ProviderName
 
@@ -18,7 +19,7 @@ BUILT_IN: tuple[ProviderDescriptor, ...] = (together.DESCRIPTOR, e2e.DESCRIPTOR)
 RESERVED_WORDS = frozenset({"help", "list", "show", "audit", "timeline", "policy"})
 
 
-class CatalogError(Exception):
+class CatalogError(GpuopsError):
     """A registered provider cannot be used (not a descriptor, or a name or verb taken)."""
 
 

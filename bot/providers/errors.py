@@ -8,10 +8,11 @@ Texts are redacted at construction: no exception from here can carry a secret.
 
 from __future__ import annotations
 
+from bot.errors import GpuopsError
 from bot.redact import redact
 
 
-class ProviderError(Exception):
+class ProviderError(GpuopsError):
     """A provider call failed."""
 
     kind = "error"
@@ -98,7 +99,7 @@ class ProviderMalformedReply(ProviderError):
     kind = "malformed"
 
 
-class RuleViolation(ValueError):
+class RuleViolation(GpuopsError, ValueError):
     """A change breaks a provider rule; refused before any call.
 
     ``field`` names the API field at fault (the modal block to mark), when there is one.

@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import stamina
 
+from bot.errors import GpuopsError
 from bot.metrics import PROVIDER_LATENCY, PROVIDER_RETRIES
 from bot.pacing import waiting_elsewhere
 from bot.providers.errors import (
@@ -79,7 +80,7 @@ class ClientSettings:
         return min(by_attempts, self.retry_budget + self.total_timeout)
 
 
-class _Retry(Exception):
+class _Retry(GpuopsError):
     """Raised inside the retry loop for an outcome that may be repeated."""
 
     def __init__(

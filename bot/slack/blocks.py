@@ -659,58 +659,64 @@ def change_form(form: FormView | FormMessage) -> Block:
 DENY_CALLBACK = "gpu_deny"
 
 
-def deny_modal(request_id: str, channel: str, thread_ts: str | None) -> Block:
-    """Ask a denier why (optional): the reason is audited and shown in the thread."""
+def reason_modal(
+    callback_id: str,
+    title: str,
+    submit: str,
+    metadata: Mapping[str, Any],
+    intro: str | None,
+    ask: str,
+    *,
+    block_id: str = "reason",
+    min_length: int | None = None,
+) -> Block:
+    """A modal that asks why before acting: one text input (``min_length``: required)."""
+    element: Block = {"type": "plain_text_input", "action_id": block_id, "max_length": 500}
+    asking: Block = {
+        "type": "input",
+        "block_id": block_id,
+        "label": {"type": "plain_text", "text": ask},
+        "element": element,
+    }
+    if min_length is None:
+        asking["optional"] = True
+    else:
+        element["min_length"] = min_length
     return {
         "type": "modal",
-        "callback_id": DENY_CALLBACK,
-        "title": {"type": "plain_text", "text": "Deny request"},
-        "submit": {"type": "plain_text", "text": "Deny"},
+        "callback_id": callback_id,
+        "title": {"type": "plain_text", "text": title},
+        "submit": {"type": "plain_text", "text": submit},
         "close": {"type": "plain_text", "text": "Cancel"},
-        "private_metadata": json.dumps(
-            {"request_id": request_id, "channel": channel, "thread_ts": thread_ts}
-        ),
-        "blocks": [
-            section(f":no_entry_sign: You are denying `{escape(request_id)}`: nothing is changed."),
-            {
-                "type": "input",
-                "block_id": "reason",
-                "optional": True,
-                "label": {"type": "plain_text", "text": "Why? (recorded in the thread and audit)"},
-                "element": {"type": "plain_text_input", "action_id": "reason", "max_length": 500},
-            },
-        ],
+        "private_metadata": json.dumps(dict(metadata)),
+        "blocks": [*([section(intro)] if intro else []), asking],
     }
+
+
+def deny_modal(request_id: str, channel: str, thread_ts: str | None) -> Block:
+    """Ask a denier why (optional): the reason is audited and shown in the thread."""
+    return reason_modal(
+        DENY_CALLBACK,
+        "Deny request",
+        "Deny",
+        {"request_id": request_id, "channel": channel, "thread_ts": thread_ts},
+        f":no_entry_sign: You are denying `{escape(request_id)}`: nothing is changed.",
+        "Why? (recorded in the thread and audit)",
+    )
 
 
 def break_glass_modal(request_id: str, channel: str | None) -> Block:
     """Ask an admin approving their own request why it cannot wait for a second person."""
-    return {
-        "type": "modal",
-        "callback_id": BREAK_GLASS_CALLBACK,
-        "title": {"type": "plain_text", "text": "Break glass"},
-        "submit": {"type": "plain_text", "text": "Approve my own"},
-        "close": {"type": "plain_text", "text": "Cancel"},
-        "private_metadata": json.dumps({"request_id": request_id, "channel": channel}),
-        "blocks": [
-            section(
-                ":rotating_light: You are approving your own request "
-                f"`{escape(request_id)}`."
-                " This is announced in the thread and the audit channel."
-            ),
-            {
-                "type": "input",
-                "block_id": "reason",
-                "label": {"type": "plain_text", "text": "Why can't this wait for a second person?"},
-                "element": {
-                    "type": "plain_text_input",
-                    "action_id": "reason",
-                    "min_length": 10,
-                    "max_length": 500,
-                },
-            },
-        ],
-    }
+    return reason_modal(
+        BREAK_GLASS_CALLBACK,
+        "Break glass",
+        "Approve my own",
+        {"request_id": request_id, "channel": channel},
+        f":rotating_light: You are approving your own request `{escape(request_id)}`."
+        " This is announced in the thread and the audit channel.",
+        "Why can't this wait for a second person?",
+        min_length=10,
+    )
 
 
 def update_modal(

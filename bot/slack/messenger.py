@@ -17,6 +17,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.errors import GpuopsError
 from bot.metrics import SLACK_API_ERRORS
 from bot.pacing import waiting_elsewhere
 from bot.redact import redact
@@ -40,7 +41,7 @@ _ADVICE = {
 }
 
 
-class SlackDeliveryError(Exception):
+class SlackDeliveryError(GpuopsError):
     def __init__(self, method: str, code: str, channel: str | None) -> None:
         self.method = method
         self.code = code

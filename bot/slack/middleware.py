@@ -12,7 +12,7 @@ from slack_bolt.middleware.async_middleware import AsyncMiddleware
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
-from bot.core.store import StoreUnavailable
+from bot.core.api import StoreUnavailable
 from bot.slack.deadline import Deadline
 
 log = logging.getLogger(__name__)

@@ -12,9 +12,9 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
+from bot.core.api import ChangeRequestRecord, RequestState
 from bot.core.notifier import EventKind, NotDelivered, RequestEvent, Tone
 from bot.core.requests.view import revertible, view_of
-from bot.core.store import ChangeRequestRecord, RequestState
 from bot.providers.base import ClusterSummary
 from bot.slack import blocks
 from bot.slack.blocks import SlackMessage

@@ -6,7 +6,6 @@ acted in (a Home click: by DM)."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -16,11 +15,11 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
 from bot.core.answers import Reply, error, store_unavailable
-from bot.core.store import StoreUnavailable
+from bot.core.api import StoreUnavailable
 from bot.slack import watch_blocks
-from bot.slack.blocks import reply_message
 from bot.slack.home import SHOW_ACTION_ID
-from bot.slack.messenger import Messenger, SlackDeliveryError
+from bot.slack.interactions import DirectMessage, Route, Whisper, modal_metadata, tell
+from bot.slack.messenger import Messenger
 from bot.slack.middleware import STORE_UNAVAILABLE, Next
 
 log = logging.getLogger(__name__)
@@ -68,7 +67,7 @@ class AnswerStoreOutages(AsyncMiddleware):
             return await next()
         messenger = req.context.get("messenger")
         if isinstance(messenger, Messenger):
-            task = asyncio.create_task(tell(messenger, req.body, store_unavailable()))
+            task = asyncio.create_task(tell_whoever_acted(messenger, req.body, store_unavailable()))
             self._answering.add(task)
             task.add_done_callback(self._answering.discard)
         return BoltResponse(status=200, body="")
@@ -82,7 +81,7 @@ async def answer_store_error(error: Exception, body: Mapping[str, Any], context:
     log.warning("a listener was cut off by the store: %s", error)
     messenger = context.get("messenger") if isinstance(context, Mapping) else None
     if isinstance(messenger, Messenger) and acts(body):
-        await tell(messenger, body, cut_off())
+        await tell_whoever_acted(messenger, body, cut_off())
     return True
 
 
@@ -90,23 +89,15 @@ def cut_off() -> Reply:
     return error(CUT_OFF_TEXT)
 
 
-async def tell(messenger: Messenger, body: Mapping[str, Any], reply: Reply) -> None:
+async def tell_whoever_acted(messenger: Messenger, body: Mapping[str, Any], reply: Reply) -> None:
     """Whisper to whoever acted where they acted; DM them from Home or when that fails."""
     user = _field(body.get("user"), "id")
     if not user:
         return
-    message = reply_message(reply)
     channel = _channel(body)
-    try:
-        if channel:
-            try:
-                await messenger.ephemeral(channel, user, message)
-                return
-            except SlackDeliveryError:
-                pass  # not_in_channel and the like: the person is told by DM below instead
-        await messenger.post(user, message)
-    except SlackDeliveryError as exc:
-        log.error("could not tell %s the store is unavailable (%s)", user, exc.code)
+    routes: list[Route] = [Whisper(messenger, channel, user)] if channel else []
+    routes.append(DirectMessage(messenger, user))
+    await tell(reply, *routes, about=f"the store-outage answer to {user}")
 
 
 def _channel(body: Mapping[str, Any]) -> str | None:
@@ -116,12 +107,7 @@ def _channel(body: Mapping[str, Any]) -> str | None:
     view = body.get("view")
     if not isinstance(view, dict) or view.get("type") == "home":
         return None
-    try:
-        meta = json.loads(str(view.get("private_metadata") or "{}"))
-    except ValueError:
-        return None
-    found = meta.get("channel") if isinstance(meta, dict) else None
-    return found if isinstance(found, str) and found else None
+    return modal_metadata(view.get("private_metadata")).get("channel") or None
 
 
 def _field(value: object, key: str) -> str | None:

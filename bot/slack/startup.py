@@ -16,6 +16,8 @@ import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.errors import GpuopsError
+
 log = logging.getLogger(__name__)
 
 # auth.test's answers for a token that will never work; anything else may pass.
@@ -24,7 +26,7 @@ REFUSED_TOKEN_ERRORS = frozenset(
 )
 
 
-class TokenRefused(Exception):
+class TokenRefused(GpuopsError):
     """Slack refused the bot token: the process must not serve with it."""
 
     def __init__(self, code: str) -> None:

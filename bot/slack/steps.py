@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.core.api import StepOutcome, StepRecord
 from bot.core.steps import CompletionFailed
-from bot.core.store.steps import StepOutcome, StepRecord
 from bot.slack import blocks as render
 from bot.slack.messenger import Messenger, SlackDeliveryError
 from bot.slack.text import escape

@@ -8,7 +8,7 @@ import logging
 import tempfile
 
 from bot.core.answers import Reply, error, store_unavailable
-from bot.core.store import StoreUnavailable
+from bot.core.api import StoreUnavailable
 from bot.core.timeline import Timeline, TimelineRequest, nothing_to_list, shared_comment
 from bot.slack.messenger import FileUpload, Messenger, SlackDeliveryError
 

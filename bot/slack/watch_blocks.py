@@ -5,10 +5,9 @@ escaped everywhere."""
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 
-from bot.core.store.watch import RemediationRecord
+from bot.core.api import RemediationRecord
 from bot.core.watch.health import GONE, HealthEvent
 from bot.core.watch.notifier import DecisionOutcome, ReservationReminder
 from bot.providers.base import ClusterSummary
@@ -21,6 +20,7 @@ from bot.slack.blocks import (
     context,
     escape,
     fields_section,
+    reason_modal,
     section,
     summary_pairs,
     user_ref,
@@ -240,28 +240,16 @@ def progress_note(remediation: Remediation) -> SlackMessage:
 
 def reject_modal(record_id: str, channel: str, thread_ts: str | None) -> Block:
     """Ask why, before rejecting (Together keeps the comment with the remediation)."""
-    metadata = {"record": record_id, "channel": channel, "thread_ts": thread_ts}
-    return {
-        "type": "modal",
-        "callback_id": REJECT_REMEDIATION_CALLBACK,
-        "title": {"type": "plain_text", "text": "Reject remediation"},
-        "submit": {"type": "plain_text", "text": "Reject"},
-        "close": {"type": "plain_text", "text": "Cancel"},
-        "private_metadata": json.dumps(metadata),
-        "blocks": [
-            {
-                "type": "input",
-                "block_id": "comment",
-                "label": {"type": "plain_text", "text": "Why reject it? (Together keeps this)"},
-                "element": {
-                    "type": "plain_text_input",
-                    "action_id": "comment",
-                    "min_length": 3,
-                    "max_length": 500,
-                },
-            }
-        ],
-    }
+    return reason_modal(
+        REJECT_REMEDIATION_CALLBACK,
+        "Reject remediation",
+        "Reject",
+        {"record": record_id, "channel": channel, "thread_ts": thread_ts},
+        None,
+        "Why reject it? (Together keeps this)",
+        block_id="comment",
+        min_length=3,
+    )
 
 
 def _button(label: str, action_id: str, value: str, style: str) -> Block:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import contextlib
 import logging
 
+from bot.core.api import RemediationDecision, RemediationRecord
 from bot.core.notifier import NotDelivered
-from bot.core.store.watch import RemediationDecision, RemediationRecord
 from bot.core.watch.health import HealthEvent
 from bot.core.watch.notifier import DecisionOutcome, ReservationReminder
 from bot.providers.remediations import Remediation

@@ -5,35 +5,27 @@ stop, JSON logs, and nothing in it that a server does not need."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shutil
 import subprocess
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
-import httpx
 import pytest
 
 from bot.local.demo.stack import (
-    CHANNELS,
     DEMO_BOT_TOKEN,
     DEMO_E2E_KEY,
-    DEMO_E2E_TOKEN,
     DEMO_POLICY,
     DEMO_SIGNING_SECRET,
     DEMO_TOGETHER_KEY,
-    USERGROUPS,
-    USERS,
 )
-from bot.local.simulators.e2e import E2ESimulator
-from bot.local.simulators.together import TogetherSimulator
 from bot.local.slack.sender import SlackSender
-from bot.local.slack.server import FakeSlack
+from tests.support.process_kit import CREDENTIALS, SLACK_SECRETS, World, running_world, wait_healthy
 from tests.support.reliability import closed_port
 
 IMAGE = os.environ.get("GPUOPS_IMAGE", "")
@@ -83,49 +75,32 @@ print(json.dumps({"present": present, "dirs": dirs}))
 
 
 @dataclass
-class Host:
-    slack: FakeSlack
-    together: TogetherSimulator
-    e2e: E2ESimulator
+class Host(World):
     database_url: str
 
 
 @pytest.fixture
 async def host() -> AsyncIterator[Host]:
     """The simulators and the stand-in on this host, and a database of its own."""
-    slack = FakeSlack(DEMO_BOT_TOKEN, channels=CHANNELS, users=USERS, usergroups=USERGROUPS)
-    together = TogetherSimulator(api_key=DEMO_TOGETHER_KEY, transition_seconds=0.3)
-    e2e = E2ESimulator(api_key=DEMO_E2E_KEY, auth_token=DEMO_E2E_TOKEN, transition_seconds=0.3)
     name = f"gpuops_image_{uuid.uuid4().hex[:12]}"
     admin = await asyncpg.connect(f"{POSTGRES}/postgres")
     await admin.execute(f'CREATE DATABASE "{name}"')
-    await slack.start()
-    await together.start()
-    await e2e.start()
     try:
-        yield Host(slack, together, e2e, f"{POSTGRES}/{name}")
+        async with running_world() as world:
+            yield Host(world.slack, world.together, world.e2e, f"{POSTGRES}/{name}")
     finally:
-        await e2e.stop()
-        await together.stop()
-        await slack.stop()
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.close()
 
 
-async def wait_healthy(url: str, container: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + START_WITHIN
-    async with httpx.AsyncClient(timeout=2.0) as client:
-        while loop.time() < deadline:
-            state = podman("inspect", "--format", "{{.State.Status}}", container).stdout.strip()
-            assert state == "running", podman("logs", container).stderr
-            try:
-                if (await client.get(url)).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass  # not listening yet: the container is running, so wait and ask again
-            await asyncio.sleep(0.5)
-    pytest.fail(f"{url} not healthy within {START_WITHIN} s:\n" + podman("logs", container).stderr)
+def running(container: str) -> Callable[[], None]:
+    """For ``wait_healthy``: fails at once when the container has stopped."""
+
+    def check() -> None:
+        state = podman("inspect", "--format", "{{.State.Status}}", container).stdout.strip()
+        assert state == "running", podman("logs", container).stderr
+
+    return check
 
 
 async def test_the_image_serves_slack_as_a_non_root_user(host: Host, tmp_path: Path) -> None:
@@ -135,16 +110,10 @@ async def test_the_image_serves_slack_as_a_non_root_user(host: Host, tmp_path: P
     port = closed_port()
     container = f"gpuops-check-{uuid.uuid4().hex[:8]}"
     env = {
-        "SLACK_BOT_TOKEN": DEMO_BOT_TOKEN,
-        "SLACK_SIGNING_SECRET": DEMO_SIGNING_SECRET,
-        "SLACK_API_URL": host.slack.api_url,
-        "TOGETHER_BASE_URL": host.together.base_url,
-        "E2E_BASE_URL": host.e2e.base_url,
-        "TOGETHER_API_KEY": DEMO_TOGETHER_KEY,
-        "E2E_API_KEY": DEMO_E2E_KEY,
-        "E2E_AUTH_TOKEN": DEMO_E2E_TOKEN,
+        **SLACK_SECRETS,
+        **CREDENTIALS,
+        **host.urls(),
         "GPUOPS_DATABASE_URL": host.database_url,
-        "GPUOPS_POLL_SECONDS": "0",
         "GPUOPS_LOG_FORMAT": "json",
         "GPUOPS_PORT": str(port),
     }
@@ -155,7 +124,14 @@ async def test_the_image_serves_slack_as_a_non_root_user(host: Host, tmp_path: P
     podman(*run, IMAGE, "serve", "--host", "127.0.0.1", env=env)
     try:
         base = f"http://127.0.0.1:{port}"
-        await wait_healthy(f"{base}/healthz", container)
+        await wait_healthy(
+            f"{base}/healthz",
+            running(container),
+            within=START_WITHIN,
+            every=0.5,
+            timeout=2.0,
+            explain=lambda: podman("logs", container).stderr,
+        )
         async with SlackSender(f"{base}/slack/events", DEMO_SIGNING_SECRET, host.slack) as sender:
             answer = await sender.command(
                 "U04DAVE", "C0INCIDENT", "show together-prod tc-h100-reserved"

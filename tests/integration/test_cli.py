@@ -5,77 +5,29 @@ a signed /gpu show works through it, SIGTERM stops it), and ``socket`` without i
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import socket
-import sys
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 
 from bot.core.store import Store
-from bot.local.demo.stack import (
-    CHANNELS,
-    DEMO_BOT_TOKEN,
-    DEMO_E2E_KEY,
-    DEMO_E2E_TOKEN,
-    DEMO_POLICY,
-    DEMO_SIGNING_SECRET,
-    DEMO_TOGETHER_KEY,
-    USERGROUPS,
-    USERS,
-)
+from bot.local.demo.stack import DEMO_BOT_TOKEN, DEMO_POLICY, DEMO_SIGNING_SECRET
 from bot.local.faults.proxy import FaultProxy
-from bot.local.simulators.e2e import E2ESimulator
-from bot.local.simulators.together import TogetherSimulator
 from bot.local.slack.sender import SlackSender, Tamper
-from bot.local.slack.server import FakeSlack
-
-GPUOPS = str(Path(sys.executable).with_name("gpuops"))
-CREDENTIALS = {
-    "TOGETHER_API_KEY": DEMO_TOGETHER_KEY,
-    "E2E_API_KEY": DEMO_E2E_KEY,
-    "E2E_AUTH_TOKEN": DEMO_E2E_TOKEN,
-}
-
-
-def base_env(tmp_path: Path, policy: Path, **extra: str) -> dict[str, str]:
-    """A clean environment: nothing leaks in from the developer's shell."""
-    return {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(tmp_path),
-        "SLACK_BOT_TOKEN": DEMO_BOT_TOKEN,
-        "SLACK_SIGNING_SECRET": DEMO_SIGNING_SECRET,
-        "GPUOPS_POLICY": str(policy),
-        "GPUOPS_DATABASE_URL": f"sqlite:///{tmp_path / 'gpuops.db'}",
-        **CREDENTIALS,
-        **extra,
-    }
-
-
-@dataclass
-class Finished:
-    code: int
-    stdout: str
-    stderr: str
-
-
-async def run_gpuops(args: list[str], env: dict[str, str], cwd: Path) -> Finished:
-    process = await asyncio.create_subprocess_exec(
-        GPUOPS,
-        *args,
-        env=env,
-        cwd=cwd,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), 120)
-    assert process.returncode is not None
-    return Finished(process.returncode, out.decode(), err.decode())
+from tests.support.process_kit import (
+    CREDENTIALS,
+    World,
+    base_env,
+    free_port,
+    run_gpuops,
+    running_world,
+    start_gpuops,
+    still_running,
+    wait_healthy,
+)
 
 
 @pytest.fixture
@@ -130,77 +82,21 @@ async def test_check_config_names_a_missing_credential(tmp_path: Path, policy_fi
 # -- serve and socket ---------------------------------------------------------------------------
 
 
-@dataclass
-class World:
-    slack: FakeSlack
-    together: TogetherSimulator
-    e2e: E2ESimulator
-
-
 @pytest.fixture
 async def world() -> AsyncIterator[World]:
-    slack = FakeSlack(DEMO_BOT_TOKEN, channels=CHANNELS, users=USERS, usergroups=USERGROUPS)
-    together = TogetherSimulator(api_key=DEMO_TOGETHER_KEY, transition_seconds=0.3)
-    e2e = E2ESimulator(api_key=DEMO_E2E_KEY, auth_token=DEMO_E2E_TOKEN, transition_seconds=0.3)
-    await slack.start()
-    await together.start()
-    await e2e.start()
-    try:
-        yield World(slack, together, e2e)
-    finally:
-        await e2e.stop()
-        await together.stop()
-        await slack.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-async def wait_healthy(url: str, process: asyncio.subprocess.Process, within: float) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    async with httpx.AsyncClient(timeout=1.0) as client:
-        while loop.time() < deadline:
-            assert process.returncode is None, "gpuops serve exited during start-up"
-            try:
-                if (await client.get(url)).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            await asyncio.sleep(0.1)
-    pytest.fail(f"{url} was not healthy within {within}s")
+    async with running_world() as running:
+        yield running
 
 
 async def test_serve_answers_signed_requests_and_stops_on_sigterm(
     tmp_path: Path, policy_file: Path, world: World
 ) -> None:
     port = free_port()
-    env = base_env(
-        tmp_path,
-        policy_file,
-        SLACK_API_URL=world.slack.api_url,
-        TOGETHER_BASE_URL=world.together.base_url,
-        E2E_BASE_URL=world.e2e.base_url,
-        GPUOPS_POLL_SECONDS="0",
-    )
-    process = await asyncio.create_subprocess_exec(
-        GPUOPS,
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        env=env,
-        cwd=tmp_path,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    env = base_env(tmp_path, policy_file, **world.urls())
+    process = await start_gpuops("serve", port, env, tmp_path)
     try:
         base = f"http://127.0.0.1:{port}"
-        await wait_healthy(f"{base}/healthz", process, within=60.0)
+        await wait_healthy(f"{base}/healthz", still_running(process), within=60.0)
         async with SlackSender(f"{base}/slack/events", DEMO_SIGNING_SECRET, world.slack) as sender:
             forged = await sender.command(
                 "U04DAVE", "C0INCIDENT", "show e2e-delhi 101", tamper=Tamper.WRONG_SIGNATURE
@@ -291,29 +187,10 @@ async def test_socket_connects_to_slack_and_answers_commands_over_it(
 ) -> None:
     world.slack.app_token = APP_TOKEN
     port = free_port()
-    env = base_env(
-        tmp_path,
-        policy_file,
-        SLACK_APP_TOKEN=APP_TOKEN,
-        SLACK_API_URL=world.slack.api_url,
-        TOGETHER_BASE_URL=world.together.base_url,
-        E2E_BASE_URL=world.e2e.base_url,
-        GPUOPS_POLL_SECONDS="0",
-    )
-    process = await asyncio.create_subprocess_exec(
-        GPUOPS,
-        "socket",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        env=env,
-        cwd=tmp_path,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    env = base_env(tmp_path, policy_file, SLACK_APP_TOKEN=APP_TOKEN, **world.urls())
+    process = await start_gpuops("socket", port, env, tmp_path)
     try:
-        await wait_healthy(f"http://127.0.0.1:{port}/healthz", process, within=60.0)
+        await wait_healthy(f"http://127.0.0.1:{port}/healthz", still_running(process), within=60.0)
         await world.slack.socket_mode.wait_connected(within=60.0)
         async with SlackSender.over_socket_mode(world.slack) as sender:
             result = await sender.command(

@@ -4,13 +4,10 @@ exits 1 naming the entry edited, removed or inserted."""
 
 from __future__ import annotations
 
-import asyncio
 import csv
 import io
 import json
 import os
-import sys
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -19,15 +16,7 @@ from sqlalchemy import text
 from bot.core.store import Store
 from bot.core.store.chain import GENESIS_HASH, entry_hash
 from bot.core.store.tables import audit
-
-GPUOPS = str(Path(sys.executable).with_name("gpuops"))
-
-
-@dataclass
-class Finished:
-    code: int
-    stdout: str
-    stderr: str
+from tests.support.process_kit import Finished, run_gpuops
 
 
 def audit_env(tmp_path: Path, database_url: str) -> dict[str, str]:
@@ -64,18 +53,7 @@ async def tamper(database_url: str, statement: str, **params: object) -> None:
 
 async def gpuops_audit(tmp_path: Path, database_url: str, *args: str) -> Finished:
     """``gpuops audit …`` as a subprocess with only the database in its environment."""
-    process = await asyncio.create_subprocess_exec(
-        GPUOPS,
-        "audit",
-        *args,
-        env=audit_env(tmp_path, database_url),
-        cwd=tmp_path,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), 60)
-    assert process.returncode is not None
-    return Finished(process.returncode, out.decode(), err.decode())
+    return await run_gpuops(["audit", *args], audit_env(tmp_path, database_url), tmp_path)
 
 
 async def test_verify_passes_then_names_an_edited_row(tmp_path: Path, database_url: str) -> None:

@@ -9,7 +9,7 @@ import asyncio
 import json
 import re
 import signal
-from asyncio.subprocess import PIPE
+from asyncio.subprocess import DEVNULL
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,23 +17,20 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bot.local.demo.stack import (
-    CHANNELS,
-    DEMO_BOT_TOKEN,
-    DEMO_E2E_KEY,
-    DEMO_E2E_TOKEN,
-    DEMO_POLICY,
-    DEMO_SIGNING_SECRET,
-    DEMO_TOGETHER_KEY,
-    USERGROUPS,
-    USERS,
-)
+from bot.local.demo.stack import DEMO_BOT_TOKEN, DEMO_POLICY, DEMO_SIGNING_SECRET
 from bot.local.faults.proxy import FaultProxy
-from bot.local.simulators.e2e import E2ESimulator
-from bot.local.simulators.together import TogetherSimulator
 from bot.local.slack.sender import SlackSender
-from bot.local.slack.server import FakeSlack
-from tests.integration.test_cli import CREDENTIALS, GPUOPS, Finished, base_env, free_port
+from tests.support.process_kit import (
+    CREDENTIALS,
+    World,
+    base_env,
+    free_port,
+    run_gpuops,
+    running_world,
+    start_gpuops,
+    still_running,
+    wait_healthy,
+)
 
 APP_TOKEN = "xapp-1-A0GPUOPS-cli-start-test"
 StartServer = Callable[..., Awaitable["Server"]]
@@ -41,52 +38,21 @@ RFC3339_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
 
 @dataclass
-class Stand:
-    slack: FakeSlack
-    together: TogetherSimulator
-    e2e: E2ESimulator
+class Stand(World):
     policy: Path
 
 
 @pytest.fixture
 async def stand(tmp_path: Path) -> AsyncIterator[Stand]:
-    slack = FakeSlack(
-        DEMO_BOT_TOKEN, channels=CHANNELS, users=USERS, usergroups=USERGROUPS, app_token=APP_TOKEN
-    )
-    together = TogetherSimulator(api_key=DEMO_TOGETHER_KEY, transition_seconds=0.3)
-    e2e = E2ESimulator(api_key=DEMO_E2E_KEY, auth_token=DEMO_E2E_TOKEN, transition_seconds=0.3)
-    await slack.start()
-    await together.start()
-    await e2e.start()
     policy = tmp_path / "policy.yml"
     policy.write_text(DEMO_POLICY)
-    try:
-        yield Stand(slack, together, e2e, policy)
-    finally:
-        await e2e.stop()
-        await together.stop()
-        await slack.stop()
+    async with running_world(app_token=APP_TOKEN) as world:
+        yield Stand(world.slack, world.together, world.e2e, policy)
 
 
 def stand_env(tmp_path: Path, stand: Stand, **extra: str) -> dict[str, str]:
-    settings = {
-        "SLACK_APP_TOKEN": APP_TOKEN,
-        "SLACK_API_URL": stand.slack.api_url,
-        "TOGETHER_BASE_URL": stand.together.base_url,
-        "E2E_BASE_URL": stand.e2e.base_url,
-        "GPUOPS_POLL_SECONDS": "0",
-    }
+    settings = {"SLACK_APP_TOKEN": APP_TOKEN, **stand.urls()}
     return base_env(tmp_path, stand.policy, **{**settings, **extra})
-
-
-async def run_cli(args: list[str], env: dict[str, str], cwd: Path) -> Finished:
-    """``gpuops`` to its end (a busy machine takes its time starting Python: no margin)."""
-    process = await asyncio.create_subprocess_exec(
-        GPUOPS, *args, env=env, cwd=cwd, stdout=PIPE, stderr=PIPE
-    )
-    out, err = await asyncio.wait_for(process.communicate(), 120)
-    assert process.returncode is not None
-    return Finished(process.returncode, out.decode(), err.decode())
 
 
 @dataclass
@@ -122,17 +88,16 @@ class Server:
                 return None
 
     async def wait_health(self, status: int, within: float = 60.0) -> httpx.Response:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + within
-        while loop.time() < deadline:
-            assert self.process.returncode is None, "\n".join(self.lines)
-            answer = await self.health()
-            if answer is not None and answer.status_code == status:
-                return answer
-            await asyncio.sleep(0.1)
-        pytest.fail(
-            f"/healthz did not answer {status} within {within} s:\n" + "\n".join(self.lines)
+        return await wait_healthy(
+            f"{self.base}/healthz",
+            still_running(self.process, self.log),
+            within=within,
+            status=status,
+            explain=self.log,
         )
+
+    def log(self) -> str:
+        return "\n".join(self.lines)
 
     async def stop(self) -> int:
         self.process.send_signal(signal.SIGTERM)
@@ -149,19 +114,7 @@ async def start_server() -> AsyncIterator[StartServer]:
     async def start(command: str, env: dict[str, str], cwd: Path, *extra: str) -> Server:
         # Port 0: the system gives the server a port no other test holds (a probed free port
         # can be taken by another worker before the server binds it), and the log says which.
-        process = await asyncio.create_subprocess_exec(
-            GPUOPS,
-            *extra,
-            command,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            env=env,
-            cwd=cwd,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-        )
+        process = await start_gpuops(command, 0, env, cwd, *extra, stdout=DEVNULL)
         server = Server(process, "")
         server._reader = asyncio.create_task(server._read())
         servers.append(server)
@@ -195,7 +148,7 @@ async def test_a_refused_token_stops_start_up_with_one_line_naming_it(
         env["SLACK_BOT_TOKEN"] = "xoxb-1-another-workspace"
     else:
         stand.slack.token_refusal = refusal
-    done = await run_cli([command, "--port", str(free_port())], env, tmp_path)
+    done = await run_gpuops([command, "--port", str(free_port())], env, tmp_path)
     assert done.code == 1, done.stderr
     naming = [line for line in done.stderr.splitlines() if "SLACK_BOT_TOKEN" in line]
     assert naming == [
@@ -323,7 +276,7 @@ async def test_json_logs_parse_line_by_line_and_carry_the_request_context(
 
 async def test_an_unknown_log_format_is_refused(tmp_path: Path, stand: Stand) -> None:
     env = stand_env(tmp_path, stand, GPUOPS_LOG_FORMAT="yaml")
-    done = await run_cli(["serve", "--port", str(free_port())], env, tmp_path)
+    done = await run_gpuops(["serve", "--port", str(free_port())], env, tmp_path)
     assert done.code == 1
     assert done.stderr.strip() == "gpuops: GPUOPS_LOG_FORMAT must be text or json (got 'yaml')"
 
@@ -337,7 +290,7 @@ async def test_check_config_online_passes_each_check_on_its_own_line(
     elsewhere = tmp_path / "elsewhere.yml"  # --policy wins over GPUOPS_POLICY
     elsewhere.write_text(DEMO_POLICY)
     env = stand_env(tmp_path, stand, GPUOPS_POLICY=str(tmp_path / "absent.yml"))
-    done = await run_cli(["check-config", "--policy", str(elsewhere), "--online"], env, tmp_path)
+    done = await run_gpuops(["check-config", "--policy", str(elsewhere), "--online"], env, tmp_path)
     assert done.code == 0, done.stdout + done.stderr
     checks = done.stdout.split("online checks:\n", 1)[1].split("\n\n", 1)[0].splitlines()
     assert [re.sub(r"listed \d+ ", "listed N ", " ".join(line.split())) for line in checks] == [
@@ -363,7 +316,7 @@ async def test_check_config_online_names_each_failure_and_exits_1(
         )
     )
     env = stand_env(tmp_path, stand, E2E_API_KEY="e2e-key-that-is-wrong")
-    done = await run_cli(["check-config", "--online"], env, tmp_path)
+    done = await run_gpuops(["check-config", "--online"], env, tmp_path)
     assert done.code == 1, done.stdout + done.stderr
     lines = [" ".join(line.split()) for line in done.stdout.splitlines()]
     assert "ok Slack auth.test: the bot is UBOT in team T0GPUOPS" in lines
@@ -381,7 +334,7 @@ async def test_check_config_online_names_each_failure_and_exits_1(
 
 async def test_check_config_online_with_a_refused_token(tmp_path: Path, stand: Stand) -> None:
     stand.slack.token_refusal = "token_revoked"
-    done = await run_cli(["check-config", "--online"], stand_env(tmp_path, stand), tmp_path)
+    done = await run_gpuops(["check-config", "--online"], stand_env(tmp_path, stand), tmp_path)
     assert done.code == 1
     lines = [" ".join(line.split()) for line in done.stdout.splitlines()]
     assert (

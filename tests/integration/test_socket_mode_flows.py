@@ -8,28 +8,26 @@ from __future__ import annotations
 import asyncio
 import re
 import signal
+from asyncio.subprocess import DEVNULL
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from bot.local.demo.stack import (
-    CHANNELS,
-    DEMO_BOT_TOKEN,
-    DEMO_E2E_KEY,
-    DEMO_E2E_TOKEN,
-    DEMO_POLICY,
-    DEMO_TOGETHER_KEY,
-    USERGROUPS,
-    USERS,
-)
-from bot.local.simulators.e2e import E2ESimulator
-from bot.local.simulators.together import TogetherSimulator
+from bot.local.demo.stack import DEMO_POLICY
 from bot.local.slack.models import Message, View
 from bot.local.slack.sender import SenderResult, SlackSender
 from bot.local.slack.server import FakeSlack
-from tests.integration.test_cli import GPUOPS, World, base_env, free_port, wait_healthy
+from tests.support.process_kit import (
+    World,
+    base_env,
+    free_port,
+    running_world,
+    start_gpuops,
+    still_running,
+    wait_healthy,
+)
 from tests.support.slack_support import blocks_json, input_block
 
 APP_TOKEN = "xapp-1-A0GPUOPS-socket-flows"
@@ -45,58 +43,25 @@ class SocketBot:
 
 
 @pytest.fixture
-async def world() -> AsyncIterator[World]:
-    slack = FakeSlack(DEMO_BOT_TOKEN, channels=CHANNELS, users=USERS, usergroups=USERGROUPS)
-    together = TogetherSimulator(api_key=DEMO_TOGETHER_KEY, transition_seconds=0.3)
-    e2e = E2ESimulator(api_key=DEMO_E2E_KEY, auth_token=DEMO_E2E_TOKEN, transition_seconds=0.3)
-    for server in (slack, together, e2e):
-        await server.start()
-    try:
-        yield World(slack, together, e2e)
-    finally:
-        await e2e.stop()
-        await together.stop()
-        await slack.stop()
-
-
-@pytest.fixture
-async def socket_bot(tmp_path: Path, world: World) -> AsyncIterator[SocketBot]:
+async def socket_bot(tmp_path: Path) -> AsyncIterator[SocketBot]:
     policy = tmp_path / "policy.yml"
     policy.write_text(DEMO_POLICY)
-    world.slack.app_token = APP_TOKEN
     port = free_port()
-    env = base_env(
-        tmp_path,
-        policy,
-        SLACK_APP_TOKEN=APP_TOKEN,
-        SLACK_API_URL=world.slack.api_url,
-        TOGETHER_BASE_URL=world.together.base_url,
-        E2E_BASE_URL=world.e2e.base_url,
-        GPUOPS_POLL_SECONDS="0",
-    )
-    process = await asyncio.create_subprocess_exec(
-        GPUOPS,
-        "socket",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        env=env,
-        cwd=tmp_path,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        await wait_healthy(f"http://127.0.0.1:{port}/healthz", process, within=90.0)
-        await world.slack.socket_mode.wait_connected(within=10.0)
-        async with SlackSender.over_socket_mode(world.slack) as sender:
-            yield SocketBot(world, sender, process)
-        process.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(process.wait(), 10) == 0
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+    async with running_world(app_token=APP_TOKEN) as world:
+        env = base_env(tmp_path, policy, SLACK_APP_TOKEN=APP_TOKEN, **world.urls())
+        process = await start_gpuops("socket", port, env, tmp_path, stdout=DEVNULL)
+        try:
+            healthz = f"http://127.0.0.1:{port}/healthz"
+            await wait_healthy(healthz, still_running(process), within=90.0)
+            await world.slack.socket_mode.wait_connected(within=10.0)
+            async with SlackSender.over_socket_mode(world.slack) as sender:
+                yield SocketBot(world, sender, process)
+            process.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(process.wait(), 10) == 0
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
 
 
 async def _view(slack: FakeSlack, user: str, versions: int) -> View:

@@ -26,6 +26,7 @@ from bot.core.requests.view import (
     state_words,
 )
 from bot.core.store import ChangeRequestRecord, RequestState
+from bot.errors import GpuopsError
 from bot.metrics import APPROVAL_DECISIONS
 from bot.providers.base import ChangePlan
 
@@ -53,7 +54,7 @@ class NeedsBreakGlass:
     request_id: str
 
 
-class _AskBreakGlass(Exception):
+class _AskBreakGlass(GpuopsError):
     """An admin approving their own request must first give a break-glass reason."""
 
 

@@ -19,6 +19,7 @@ from bot.core.guardrails.guard import Guard, stored_override, stored_size
 from bot.core.policy import Role
 from bot.core.requests.deps import RequestDeps
 from bot.core.store import ChangeRequestRecord
+from bot.errors import GpuopsError
 from bot.providers.base import ChangePlan, ClusterState
 
 
@@ -35,7 +36,7 @@ def stale_text(old: ChangePlan, fresh: ChangePlan) -> str:
 log = logging.getLogger(__name__)
 
 
-class SendRefused(Exception):
+class SendRefused(GpuopsError):
     """A check just before sending failed: the change is refused, nothing was sent."""
 
     def __init__(self, why: str, kind: str) -> None:

@@ -7,6 +7,8 @@ import sqlite3
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL
 
+from bot.errors import GpuopsError
+
 # SQLSTATE classes that mean the database is not there for us right now: connection
 # exceptions, insufficient resources, operator intervention (shutdown, starting up).
 _UNAVAILABLE_SQLSTATE_PREFIXES = ("08", "53", "57P")
@@ -23,7 +25,7 @@ _SQLITE_UNAVAILABLE_MARKERS = (
 )
 
 
-class StoreUnavailable(Exception):
+class StoreUnavailable(GpuopsError):
     """The state store is unreachable, too slow or read-only. The operation did not happen
     (or, for a commit cut off midway, may not have: callers treat it as not done and let
     the compare-and-set of a retry decide). Its text names the database, never a password."""

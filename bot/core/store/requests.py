@@ -46,18 +46,19 @@ from bot.core.store.records import (
     normalize_request_id,
 )
 from bot.core.store.tables import change_requests, workflow_steps
+from bot.errors import GpuopsError
 
 _REQUEST_ID_ATTEMPTS = 8
 _APPROVER_ATTEMPTS = 50
 _EXECUTING = frozenset({RequestState.EXECUTING})
 
 
-class StepTaken(Exception):
+class StepTaken(GpuopsError):
     """The workflow step a request was to be linked to is no longer running (another replica
     made its request, or it was ended): no request was created."""
 
 
-class _Moved(Exception):
+class _Moved(GpuopsError):
     """The request was not where the transition needs it: leave the transaction by it, so
     nothing taken in it (lease, lock) stays."""
 

@@ -180,14 +180,7 @@ class RemediationDesk:
             return
         log.info("remediation %s is gone at Together: closed", record.remediation_id)
         await self.notifier.remediation_gone(updated, had_buttons)
-        await self.access.audit(
-            "gpuops",
-            "remediation_gone",
-            project=record.project,
-            cluster_id=record.cluster_id,
-            outcome="gone",
-            remediation=record.remediation_id,
-        )
+        await self._audit_seen(record, "remediation_gone", "gone")
 
     async def _follow(self, client: RemediationDecisions, record: RemediationRecord) -> None:
         remediation = await client.get(record.cluster_id, record.instance_id, record.remediation_id)
@@ -210,13 +203,10 @@ class RemediationDesk:
             if moved is not None:
                 REMEDIATION_DECISIONS.labels("elsewhere").inc()
                 await self.notifier.remediation_left_elsewhere(moved, remediation)
-                await self.access.audit(
-                    "gpuops",
+                await self._audit_seen(
+                    record,
                     "remediation_decided_elsewhere",
-                    project=record.project,
-                    cluster_id=record.cluster_id,
-                    outcome=remediation.state,
-                    remediation=record.remediation_id,
+                    remediation.state,
                     reviewed_by=remediation.reviewed_by or "",
                 )
                 updated = moved
@@ -243,14 +233,7 @@ class RemediationDesk:
             return None
         REMEDIATION_DECISIONS.labels("already_decided").inc()
         await self.notifier.remediation_decided(settled, "already_decided", text)
-        await self.access.audit(
-            "gpuops",
-            "remediation_decided_unseen",
-            project=record.project,
-            cluster_id=record.cluster_id,
-            outcome=remediation.state,
-            remediation=record.remediation_id,
-        )
+        await self._audit_seen(record, "remediation_decided_unseen", remediation.state)
         return settled
 
     async def _reopen(self, record: RemediationRecord, remediation: Remediation) -> None:
@@ -267,13 +250,20 @@ class RemediationDesk:
         if reopened is None:
             return
         await self.notifier.remediation_reopened(reopened, remediation)
+        await self._audit_seen(record, "remediation_reopened", "awaiting")
+
+    async def _audit_seen(
+        self, record: RemediationRecord, event: str, outcome: str, **detail: str
+    ) -> None:
+        """Audit what gpuops itself saw happen to a posted remediation."""
         await self.access.audit(
             "gpuops",
-            "remediation_reopened",
+            event,
             project=record.project,
             cluster_id=record.cluster_id,
-            outcome="awaiting",
+            outcome=outcome,
             remediation=record.remediation_id,
+            **detail,
         )
 
     # ---- deciding ----------------------------------------------------------------------
@@ -284,12 +274,9 @@ class RemediationDesk:
         """None if ``user`` may decide it here (and it still awaits a decision); else the
         refusal (audited) to show them — before a reject form is opened for nothing."""
         try:
-            record = await self.store.get_remediation(record_id)
-            if record is None:
-                return _UNKNOWN
-            refusal = await self._refusal(user, channel, record, verb)
-            if refusal is not None:
-                return refusal
+            record = await self._decidable(user, channel, record_id, verb)
+            if isinstance(record, Reply):
+                return record
             if record.decision is not RemediationDecision.AWAITING:
                 return await self._lost(user, record, verb)
         except StoreUnavailable as exc:
@@ -316,12 +303,9 @@ class RemediationDesk:
         self, user: str, channel: str, record_id: str, verb: Verb, comment: str | None
     ) -> RemediationRecord | Reply:
         """The record if this click won the decision (compare-and-set), else the answer."""
-        record = await self.store.get_remediation(record_id)
-        if record is None:
-            return _UNKNOWN
-        refusal = await self._refusal(user, channel, record, verb)
-        if refusal is not None:
-            return refusal
+        record = await self._decidable(user, channel, record_id, verb)
+        if isinstance(record, Reply):
+            return record
         won = await self.store.decide_remediation(
             record.id,
             from_decisions={RemediationDecision.AWAITING},
@@ -332,6 +316,16 @@ class RemediationDesk:
         if won is None:
             return await self._lost(user, record, verb)
         return won
+
+    async def _decidable(
+        self, user: str, channel: str, record_id: str, verb: Verb
+    ) -> RemediationRecord | Reply:
+        """The record if it exists and ``user`` may decide it; else the answer."""
+        record = await self.store.get_remediation(record_id)
+        if record is None:
+            return _UNKNOWN
+        refusal = await self._refusal(user, channel, record, verb)
+        return record if refusal is None else refusal
 
     async def _refusal(
         self, user: str, channel: str, record: RemediationRecord, verb: Verb
