@@ -85,6 +85,10 @@ class RunningListeners:
         self._tasks.add(task)
         task.add_done_callback(self._done)
 
+    def running(self) -> list[asyncio.Task[BoltResponse]]:
+        """The dispatches not ended yet (the demo and the tests wait on them)."""
+        return [task for task in self._tasks if not task.done()]
+
     def _done(self, task: asyncio.Task[BoltResponse]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:

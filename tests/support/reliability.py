@@ -26,6 +26,7 @@ from bot.local.slack.models import Ephemeral, Message, ResponsePost
 from bot.providers.e2e import E2EAdapter
 from bot.providers.http import ProviderTransport
 from bot.providers.together import TogetherAdapter
+from bot.slack.deadline import RUNNING_LISTENERS
 
 # Tiny backoff so that a matrix of retried faults stays fast; a 429's Retry-After is
 # honoured but capped at 50 ms.
@@ -111,14 +112,9 @@ async def refuse_connections(
 
 
 def _bolt_listeners() -> list[asyncio.Task[Any]]:
+    """Listeners at work: the dispatches going on after their answer was written."""
     current = asyncio.current_task()
-    return [
-        t
-        for t in asyncio.all_tasks()
-        if t is not current
-        and not t.done()
-        and "run_ack_function_asynchronously" in getattr(t.get_coro(), "__qualname__", "")
-    ]
+    return [t for t in RUNNING_LISTENERS.running() if t is not current]
 
 
 async def settle(stack: LocalStack, within: float = 15.0) -> None:

@@ -19,7 +19,7 @@ from bot.local.simulators.together import TogetherSimulator
 from bot.local.slack.sender import SlackSender
 from bot.local.slack.server import FakeSlack
 from bot.runtime import Runtime
-from bot.slack.deadline import DeadlineSocketModeHandler
+from bot.slack.deadline import RUNNING_LISTENERS, DeadlineSocketModeHandler
 from bot.slack.http_server import HttpLimits, LimitedSite, limited_runner
 
 # Values that only exist here; distinctive so that leak scans can look for them.
@@ -331,14 +331,10 @@ def _provider_env(options: StackOptions) -> dict[str, str]:
 
 
 async def handlers_finished(within: float = 5.0) -> None:
-    """Wait (at most ``within`` s) for Slack handlers still at work after their ack — Bolt
-    runs each listener in a task of its own — so that stopping the stack does not cut off a
-    change being reported or close the store under it."""
-    running = [
-        task
-        for task in asyncio.all_tasks()
-        if not task.done()
-        and getattr(task.get_coro(), "__name__", "") == "run_ack_function_asynchronously"
-    ]
+    """Wait (at most ``within`` s) for Slack listeners still at work after their answer was
+    written, so that stopping the stack does not cut off a change being reported or close
+    the store under it."""
+    current = asyncio.current_task()
+    running = [task for task in RUNNING_LISTENERS.running() if task is not current]
     if running:
         await asyncio.wait(running, timeout=within)
