@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 
 from bot.local.demo.stack import (
@@ -29,6 +28,7 @@ from bot.local.demo.stack import (
 from bot.local.slack.models import Ephemeral, Message
 from bot.local.slack.sender import SlackSender
 from bot.local.slack.server import FakeSlack
+from tests.support.process_kit import wait_healthy
 from tests.support.workflow_kit import BOB, CHANNEL, DAVE, buttons, readable_text
 from tests.thirdprovider.simulator import LUMEN_TOKEN, LumenSimulator
 
@@ -128,15 +128,13 @@ async def served(world: World) -> AsyncIterator[Served]:
 
 
 async def _healthy(process: asyncio.subprocess.Process, base: str, log: Path) -> None:
-    async with httpx.AsyncClient(timeout=1.0) as http, asyncio.timeout(90):
-        while process.returncode is None:
-            try:
-                if (await http.get(f"{base}/healthz")).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            await asyncio.sleep(0.05)
-    raise AssertionError(f"gpuops serve did not come up: {log.read_text()[-2000:]}")
+    def tail() -> str:
+        return f"gpuops serve did not come up: {log.read_text()[-2000:]}"
+
+    def alive() -> None:
+        assert process.returncode is None, tail()
+
+    await wait_healthy(f"{base}/healthz", alive, within=90, every=0.05, explain=tail)
 
 
 async def _answer(world: World, served: Served, user: str, text: str) -> Ephemeral:
