@@ -13,7 +13,7 @@ from typing import Any
 
 import pydantic
 import pytest
-from sqlalchemy import inspect, text
+from sqlalchemy import MetaData, Table, inspect, text
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
@@ -543,3 +543,46 @@ def _bad_open_arguments() -> Iterator[tuple[str, str | None, str]]:
 async def test_open_rejects_bad_arguments(url: str, schema: str | None, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         await Store.open(url, schema=schema)
+
+
+async def test_migration_10_gives_each_request_the_step_that_made_it(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Requests made by a Workflow Builder step before version 10 know their step after it
+    (ending a request looks up steps only for those), the others none."""
+    import bot.core.store.migrations as migrations
+    from bot.core.store.tables import change_requests, workflow_steps
+
+    v9_requests = Table(
+        change_requests.name,
+        MetaData(),
+        *(c._copy() for c in change_requests.columns if c.name != "step_id"),
+    )
+    now = datetime.now(UTC)
+    row = {
+        "created_at": now, "updated_at": now, "state": "succeeded", "provider": "together",
+        "project": "together-prod", "cluster_id": "tc-1", "cluster_name": "tc-1",
+        "action": "update", "plan": {}, "kinds": [], "needs_approval": False,
+        "requester": "U04DAVE", "channel": "C0INCIDENT", "break_glass": False, "version": 1,
+    }  # fmt: skip
+    with monkeypatch.context() as patched:
+        patched.setattr(migrations, "MIGRATIONS", migrations.MIGRATIONS[:9])
+        old = await Store.open(database_url)
+        async with old.engine.begin() as conn:
+            await conn.execute(
+                v9_requests.insert(), [{**row, "id": "CR-STEP1"}, {**row, "id": "CR-HAND1"}]
+            )
+            await conn.execute(
+                workflow_steps.insert().values(
+                    execution_id="Fx0STEP", requester="U04DAVE", channel="C0INCIDENT",
+                    request_id="CR-STEP1", state="running", created_at=now, updated_at=now,
+                )
+            )  # fmt: skip
+        await old.close()
+    store = await Store.open(database_url)
+    try:
+        made, by_hand = await store.get_request("CR-STEP1"), await store.get_request("CR-HAND1")
+        assert made is not None and made.step_id == "Fx0STEP"
+        assert by_hand is not None and by_hand.step_id is None
+    finally:
+        await store.close()

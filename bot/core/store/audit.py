@@ -1,16 +1,21 @@
 """The append-only audit trail, hash-chained (bot.core.store.chain): there is deliberately no
 update or delete.
 
-Appends are serialized by the chain head, one row in ``gpuops_audit_chain``: the append's
-first statement is ``UPDATE … SET entries = entries + 1 … RETURNING last_hash``, which both
-takes that row's lock until the transaction ends and reads the newest committed hash
-(PostgreSQL re-reads a row it waited for), so two replicas appending at once queue there and
-the chain never forks. The second statement inserts the entry and moves the head (one
-statement on PostgreSQL: the INSERT and the head's UPDATE in one WITH; SQLite, in process,
-runs them as two). That is one statement more per append than an unchained insert — the
-cheapest way found: an advisory lock would need a third statement to read the newest hash
-after taking it (in READ COMMITTED a statement's snapshot predates the lock it takes), and a
-serializable transaction would fail and retry under contention instead of queueing.
+An append is one statement on PostgreSQL and two on SQLite, and the database itself joins
+the entry to the chain: it reads the head's ``last_hash`` and hashes the entry's canonical
+JSON around it (``chain.canonical_pieces``), so no round trip is needed to learn the hash
+before writing the entry.
+
+- PostgreSQL: ``WITH head AS (SELECT … FOR UPDATE), appended AS (INSERT … SELECT … FROM head
+  RETURNING …), moved AS (UPDATE the head) SELECT … FROM appended``. ``FOR UPDATE`` queues
+  appends from several replicas on the head's row, and in READ COMMITTED a row locked after
+  a wait is read again at its newest version, so the chain never forks. The entry's time is
+  ``clock_timestamp()`` read with that lock held, so chain order is time order.
+- SQLite: ``INSERT … SELECT … FROM gpuops_audit_chain`` (the hash by ``gpuops_sha256``, a
+  function each connection registers), then the head's ``UPDATE``. The first statement takes
+  the database's write lock for the rest of the transaction, and one process's
+  transactions are serialized by the store's lock (SQLite serves one replica), so the time
+  taken just before it keeps chain order time order too.
 """
 
 from __future__ import annotations
@@ -20,15 +25,17 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, bindparam, func, select, update
+from sqlalchemy import ColumnElement, Insert, Select, Text, bindparam, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from bot.core.store.chain import (
     CHAIN_NAME,
+    HASHED_FIELDS,
     ChainBreak,
     ChainHead,
-    entry_hash,
+    canonical_pieces,
     first_break,
+    stamp,
     stored_detail,
 )
 from bot.core.store.engine import StoreBase, require_aware, utcnow
@@ -38,53 +45,88 @@ from bot.core.store.tables import audit, audit_chain
 
 EXPORT_PAGE = 500
 
-_TAKE_HEAD = (
-    update(audit_chain)
-    .where(audit_chain.c.name == CHAIN_NAME)
-    .values(entries=audit_chain.c.entries + 1)
-    .returning(audit_chain.c.last_hash)
-)
+_HASHED_COLUMNS = HASHED_FIELDS
+_STAMP_FORMAT = 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'  # chain.stamp's, in PostgreSQL's to_char
 
 
-_ENTRY_COLUMNS = [c for c in audit.c if c.key != "id"]
+def _bound(key: str) -> Any:
+    return bindparam(f"b_{key}", type_=audit.c[key].type)
+
+
+def _text(key: str) -> Any:
+    return bindparam(f"b_{key}", type_=Text())
+
+
+def _postgres_append() -> Select[Any]:
+    head = (
+        select(audit_chain.c.last_hash, func.clock_timestamp().label("at"))
+        .where(audit_chain.c.name == CHAIN_NAME)
+        .with_for_update()
+        .cte("head")
+    )
+    stamped = func.to_char(func.timezone("UTC", head.c.at), _STAMP_FORMAT)
+    canonical = (
+        _text("before_at") + stamped + _text("before_prev") + head.c.last_hash + _text("after_prev")
+    )
+    hashed = func.encode(func.sha256(func.convert_to(canonical, "UTF8")), "hex")
+    values = select(head.c.at, *(_bound(key) for key in _HASHED_COLUMNS), head.c.last_hash, hashed)
+    columns = ["at", *_HASHED_COLUMNS, "prev_hash", "hash"]
+    appended = audit.insert().from_select(columns, values).returning(*audit.c).cte("appended")
+    moved = (
+        update(audit_chain)
+        .where(audit_chain.c.name == CHAIN_NAME)
+        .values(
+            entries=audit_chain.c.entries + 1,
+            last_id=select(appended.c.id).scalar_subquery(),
+            last_hash=select(appended.c.hash).scalar_subquery(),
+        )
+        .cte("moved")
+    )
+    return select(appended).add_cte(moved)
+
+
+def _sqlite_append() -> Insert:
+    canonical = _text("before_prev") + audit_chain.c.last_hash + _text("after_prev")
+    values = select(
+        _bound("at"),
+        *(_bound(key) for key in _HASHED_COLUMNS),
+        audit_chain.c.last_hash,
+        func.gpuops_sha256(canonical),
+    ).where(audit_chain.c.name == CHAIN_NAME)
+    columns = ["at", *_HASHED_COLUMNS, "prev_hash", "hash"]
+    return audit.insert().from_select(columns, values).returning(*audit.c)
+
+
 # Built once: each append only binds its values (bot.core.store.requests says why).
-_INSERT_ENTRY = audit.insert().returning(*audit.c)
+_APPEND = {"postgresql": _postgres_append(), "sqlite": _sqlite_append()}
 _MOVE_HEAD = (
     update(audit_chain)
     .where(audit_chain.c.name == CHAIN_NAME)
-    .values(last_hash=bindparam("b_hash"), last_id=bindparam("b_last_id"))
+    .values(
+        entries=audit_chain.c.entries + 1,
+        last_hash=bindparam("b_hash"),
+        last_id=bindparam("b_last_id"),
+    )
 )
-_appended = (
-    audit.insert()
-    .values({c.key: bindparam(f"b_{c.key}", type_=c.type) for c in _ENTRY_COLUMNS})
-    .returning(*audit.c)
-    .cte("appended")
-)
-_moved = (
-    update(audit_chain)
-    .where(audit_chain.c.name == CHAIN_NAME)
-    .values(last_hash=bindparam("b_hash"), last_id=select(_appended.c.id).scalar_subquery())
-    .cte("moved")
-)
-# PostgreSQL: the entry and the head's move in one statement (one WITH).
-_APPEND_AND_MOVE = select(_appended).add_cte(_moved)
 
 
 async def append_entry(conn: AsyncConnection, row: AuditRow, dialect: str) -> AuditEntry:
     """Append ``row`` at the end of the chain inside the caller's transaction (see the
-    module docstring): the head is taken first and held until that transaction ends."""
-    prev_hash = (await conn.execute(_TAKE_HEAD)).scalar_one()
+    module docstring): the head stays taken until that transaction ends."""
     fields: dict[str, Any] = row.model_dump()
     fields["detail"] = stored_detail(row.detail)
-    fields["at"] = utcnow()  # under the head's lock: chain order is time order
-    fields["prev_hash"] = prev_hash
-    fields["hash"] = entry_hash(fields, prev_hash)
+    pieces = canonical_pieces(fields)
+    params = {f"b_{key}": fields[key] for key in _HASHED_COLUMNS}
+    params["b_after_prev"] = pieces.after_prev
     if dialect == "postgresql":
-        params = {f"b_{key}": value for key, value in fields.items()}
-        entry = (await conn.execute(_APPEND_AND_MOVE, params)).mappings().one()
+        params["b_before_at"], params["b_before_prev"] = pieces.before_at, pieces.before_prev
+        entry = (await conn.execute(_APPEND["postgresql"], params)).mappings().one()
     else:
-        entry = (await conn.execute(_INSERT_ENTRY, fields)).mappings().one()
-        await conn.execute(_MOVE_HEAD, {"b_hash": fields["hash"], "b_last_id": entry["id"]})
+        at = utcnow()
+        params["b_at"] = at
+        params["b_before_prev"] = pieces.before_at + stamp(at) + pieces.before_prev
+        entry = (await conn.execute(_APPEND["sqlite"], params)).mappings().one()
+        await conn.execute(_MOVE_HEAD, {"b_hash": entry["hash"], "b_last_id": entry["id"]})
     return AuditEntry.model_validate(dict(entry))
 
 

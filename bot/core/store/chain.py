@@ -68,6 +68,50 @@ def entry_hash(fields: Mapping[str, Any], prev_hash: str) -> str:
     return hashlib.sha256(canonical_json(fields, prev_hash).encode("utf-8")).hexdigest()
 
 
+def sha256_hex(text: str) -> str:
+    """The hash the database computes in an append (SQLite's ``gpuops_sha256``)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+_AT_MARK = "#" * 27  # as long as a stamp, and never one
+_PREV_MARK = "#" * 64  # as long as a hash, and never one
+
+
+@dataclass(frozen=True)
+class CanonicalPieces:
+    """An entry's canonical JSON with its time and ``prev_hash`` left out, for an append
+    that reads both inside its one statement: ``before_at + stamp + before_prev +
+    prev_hash + after_prev`` is ``canonical_json``."""
+
+    before_at: str
+    before_prev: str
+    after_prev: str
+
+    def joined(self, at_stamp: str, prev_hash: str) -> str:
+        return self.before_at + at_stamp + self.before_prev + prev_hash + self.after_prev
+
+
+def canonical_pieces(fields: Mapping[str, Any]) -> CanonicalPieces:
+    """Split the canonical JSON around ``at`` and ``prev_hash``. With sorted keys, only
+    ``actor`` (a string) comes before ``at``, and only ``project`` and ``request_id``
+    (strings) after ``prev_hash``: a string's quotes are escaped, so the first ``"at":``
+    and the last ``"prev_hash":`` are the entry's own, whatever ``detail`` holds."""
+    body: dict[str, Any] = {name: fields.get(name) for name in HASHED_FIELDS}
+    body["detail"] = _normalized(body["detail"] or {})
+    body["at"], body["prev_hash"] = _AT_MARK, _PREV_MARK
+    text = json.dumps(
+        body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+    at_key, prev_key = f'"at":"{_AT_MARK}"', f'"prev_hash":"{_PREV_MARK}"'
+    before_at, _, rest = text.partition(at_key)
+    before_prev, _, after_prev = rest.rpartition(prev_key)
+    return CanonicalPieces(
+        before_at=before_at + '"at":"',
+        before_prev='"' + before_prev + '"prev_hash":"',
+        after_prev='"' + after_prev,
+    )
+
+
 class ChainedEntry(Protocol):
     """What the walk reads of an entry (``AuditEntry`` has it)."""
 

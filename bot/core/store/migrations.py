@@ -361,6 +361,17 @@ def _v9_no_step_token(conn: Connection) -> None:
     conn.execute(text("ALTER TABLE gpuops_workflow_steps DROP COLUMN token"))
 
 
+def _v10_request_step(conn: Connection) -> None:
+    # A request knows the step that made it: ending it needs no look-up of steps when none did.
+    conn.execute(text("ALTER TABLE gpuops_change_requests ADD COLUMN step_id TEXT"))
+    conn.execute(
+        text(
+            "UPDATE gpuops_change_requests SET step_id = (SELECT s.execution_id"
+            " FROM gpuops_workflow_steps s WHERE s.request_id = gpuops_change_requests.id)"
+        )
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "change requests, audit, deliveries, cluster locks, leases", _v1_initial_tables),
     Migration(2, "change requests: approval prompt ts", _v2_approval_prompt_ts),
@@ -374,6 +385,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "change requests: follow-up, schedule, revert", _v7_time),
     Migration(8, "change requests: approvals so far", _v8_request_approvals),
     Migration(9, "workflow steps: no step token kept", _v9_no_step_token),
+    Migration(10, "change requests: the step that made one", _v10_request_step),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -74,6 +74,7 @@ class ChangeRequestRecord(BaseModel):
     prior_values: dict[str, Any] | None = None  # the changed fields' values just before sending
     # Requests needing approval: {"needed", "usergroups", "kinds", "by_rule", "by": [ids]}.
     approvals: dict[str, Any] | None = None
+    step_id: str | None = None  # the Workflow Builder step that made it, if one did
 
     @property
     def approvers(self) -> list[str]:

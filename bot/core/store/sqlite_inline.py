@@ -28,6 +28,8 @@ from typing import Any
 from sqlalchemy.dialects.sqlite.aiosqlite import SQLiteDialect_aiosqlite
 from sqlalchemy.engine import URL
 
+from bot.core.store.chain import sha256_hex
+
 _Work = tuple["asyncio.Future[Any] | None", Callable[[], Any]]
 
 
@@ -171,6 +173,9 @@ def inline_creator(url: URL, **overrides: Any) -> Callable[[], Awaitable[InlineC
     args, params = connect_arguments(url, **overrides)
 
     async def create() -> InlineConnection:
-        return InlineConnection(sqlite3.connect(*args, **params))
+        connection = sqlite3.connect(*args, **params)
+        # The audit append hashes its entry inside its statement (bot.core.store.audit).
+        connection.create_function("gpuops_sha256", 1, sha256_hex, deterministic=True)
+        return InlineConnection(connection)
 
     return create

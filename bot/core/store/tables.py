@@ -52,6 +52,7 @@ change_requests = Table(
     Column("revert_of", String(16)),
     Column("prior_values", json_type()),
     Column("approvals", json_type()),
+    Column("step_id", Text()),
     Index("ix_gpuops_change_requests_state", "state"),
     Index("ix_gpuops_change_requests_project", "project"),
     Index("ix_gpuops_change_requests_expires_at", "expires_at"),
