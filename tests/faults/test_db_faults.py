@@ -107,6 +107,9 @@ async def stack(make_stack: StackFactory, database: str) -> LocalStack:
         instance_id="direct",
         transition_seconds=0,
         total_timeout=5.0,  # room for case 1's slow update
+        # Recovery runs when a test calls it (recover_interrupted): a background round
+        # 30 s in, on a busy machine, would interrupt the changes a test holds in an outage.
+        sweep_seconds=3600,
         extra_settings=DB_SETTINGS,
     )
 
