@@ -159,3 +159,23 @@ async def test_an_e2e_request_and_its_approval_cost_their_bound(
     assert len(counted.statements) <= statements, counted.shown()
     assert counted.transactions <= transactions, counted.shown()
     assert_each_transition_one_transaction(counted)
+
+
+async def test_the_requests_open_on_a_cluster_are_found_by_index(tmp_path: Any) -> None:
+    """Opening a request asks for the others open on its cluster: with thousands of ended
+    requests in the project that must be an index look-up, not a scan of the project."""
+    from bot.core.store import Store
+    from bot.core.store.requests import _BESIDE
+
+    store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'plan.db'}")
+    try:
+        bound = _BESIDE.params(
+            project="together-prod", cluster="tc-1", states=["pending", "approved", "executing"]
+        )
+        sql = bound.compile(dialect=store.engine.dialect, compile_kwargs={"literal_binds": True})
+        async with store.engine.connect() as conn:
+            plan = (await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}")).all()
+        details = " ".join(str(row[-1]) for row in plan)
+        assert "ix_gpuops_change_requests_cluster" in details, details
+    finally:
+        await store.close()

@@ -58,6 +58,7 @@ change_requests = Table(
     Index("ix_gpuops_change_requests_expires_at", "expires_at"),
     Index("ix_gpuops_change_requests_follow_until", "follow_until"),
     Index("ix_gpuops_change_requests_run_at", "run_at"),
+    Index("ix_gpuops_change_requests_cluster", "project", "cluster_id", "state"),
 )
 
 audit = Table(
