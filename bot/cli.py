@@ -344,6 +344,7 @@ def _demo(script: str | None, tour: bool, socket: bool) -> int:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
+    _check_providers()
     if args.command == "check-config":
         raise SystemExit(_check_config(args.policy, args.online))
     if args.command == "demo":
@@ -366,6 +367,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     except Exception as exc:  # a start-up failure is one clear line, not a traceback
         from bot.redact import redact
 
+        raise SystemExit(f"gpuops: {redact(str(exc))}") from None
+
+
+def _check_providers() -> None:
+    """Every command needs the providers: one installed package that registers a broken
+    one is named in one line, before anything imports it in passing."""
+    from bot.providers.catalog import CatalogError, descriptors
+    from bot.redact import redact
+
+    try:
+        descriptors()
+    except CatalogError as exc:
         raise SystemExit(f"gpuops: {redact(str(exc))}") from None
 
 

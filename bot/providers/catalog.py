@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 
 from bot.errors import GpuopsError
 from bot.providers import e2e, together
@@ -27,14 +27,23 @@ def registered() -> list[ProviderDescriptor]:
     """The descriptors the installed distributions name under ``gpuops.providers``."""
     found = []
     for entry in entry_points(group=ENTRY_POINT_GROUP):
-        loaded = entry.load()
-        if not isinstance(loaded, ProviderDescriptor):
+        named = f"entry point {entry.name} = {entry.value} ({ENTRY_POINT_GROUP}{_from(entry)})"
+        try:
+            loaded = entry.load()
+        except Exception as exc:  # a broken package: named, not a traceback from an import
             raise CatalogError(
-                f"entry point {entry.name} = {entry.value} ({ENTRY_POINT_GROUP}) is not a "
-                "ProviderDescriptor"
-            )
+                f"{named} could not be loaded ({type(exc).__name__}: {exc}); "
+                "fix or uninstall that package"
+            ) from exc
+        if not isinstance(loaded, ProviderDescriptor):
+            raise CatalogError(f"{named} is not a ProviderDescriptor")
         found.append(loaded)
     return found
+
+
+def _from(entry: EntryPoint) -> str:
+    dist = entry.dist
+    return f", from {dist.name} {dist.version}" if dist is not None else ""
 
 
 def check(candidates: list[ProviderDescriptor]) -> tuple[ProviderDescriptor, ...]:

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from bot.local.demo.stack import DEMO_POLICY
 from bot.providers import catalog
 from bot.providers.base import ProviderDescriptor
+from tests.support.process_kit import base_env, run_gpuops
 from tests.thirdprovider.descriptor import DESCRIPTOR
 
 
@@ -60,3 +62,46 @@ def test_an_entry_point_that_is_not_a_descriptor_is_refused(
 
 def test_a_built_in_registered_through_the_group_as_well_is_listed_once() -> None:
     assert catalog.check([*catalog.BUILT_IN, *catalog.BUILT_IN]) == catalog.BUILT_IN
+
+
+def _broken_site(tmp_path: Path) -> Path:
+    """A distribution registering a provider whose module is not installed."""
+    site = tmp_path / "broken-site"
+    info = site / "gpuops_broken-0.2.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: gpuops-broken\nVersion: 0.2\n")
+    (info / "entry_points.txt").write_text(
+        "[gpuops.providers]\nbroken = gpuops_broken_missing.descriptor:DESCRIPTOR\n"
+    )
+    return site
+
+
+BROKEN_SAYS = (
+    "entry point broken = gpuops_broken_missing.descriptor:DESCRIPTOR (gpuops.providers, "
+    "from gpuops-broken 0.2) could not be loaded (ModuleNotFoundError: No module named "
+    "'gpuops_broken_missing'); fix or uninstall that package"
+)
+
+
+def test_an_entry_point_that_cannot_be_loaded_is_named_with_its_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(_broken_site(tmp_path)))
+    with pytest.raises(catalog.CatalogError) as refused:
+        catalog.registered()
+    assert str(refused.value) == BROKEN_SAYS
+
+
+@pytest.mark.parametrize(
+    "args", [["check-config"], ["serve", "--port", "0"], ["audit", "verify"]], ids=" ".join
+)
+async def test_every_command_refuses_a_broken_provider_package_in_one_line(
+    tmp_path: Path, args: list[str]
+) -> None:
+    policy = tmp_path / "policy.yml"
+    policy.write_text(DEMO_POLICY)
+    env = base_env(tmp_path, policy, PYTHONPATH=str(_broken_site(tmp_path)))
+    done = await run_gpuops(args, env, tmp_path)
+    assert done.code == 1, done.stdout + done.stderr
+    assert done.stderr == f"gpuops: {BROKEN_SAYS}\n"
+    assert done.stdout == ""
