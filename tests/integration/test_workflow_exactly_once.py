@@ -228,3 +228,26 @@ async def test_a_slash_command_retried_by_slack_acts_once(stack: LocalStack) -> 
     assert len(roots(stack, CHANNEL)) == 1
     assert len(await stack.runtime.store.list_requests()) == 1
     assert len(stack.slack.ephemerals_for(DAVE)) == seen + 2
+
+
+async def test_a_refused_change_retried_by_slack_is_refused_and_audited_once(
+    stack: LocalStack,
+) -> None:
+    """A retry of a refused change says nothing and records nothing a second time: its
+    delivery key is claimed before the command runs."""
+    mallory = "U06MALLORY"  # no grant anywhere
+    first = await stack.sender.command(
+        mallory, CHANNEL, "update together-prod tc-h200-ondemand num_gpus=16"
+    )
+    again, third = await asyncio.gather(
+        stack.sender.redeliver(first), stack.sender.redeliver(first, retry_num=2)
+    )
+    assert first.status == again.status == third.status == 200
+    answer = await next_ephemeral(stack, mallory, 0)
+    assert "together-prod" in answer.text
+    await stack.sender.command(mallory, CHANNEL, "help")  # once answered, a repeat would be
+    await next_ephemeral(stack, mallory, 1)
+    assert len(stack.slack.ephemerals_for(mallory)) == 2
+    refused = [e for e in await stack.runtime.store.list_audit(limit=50) if e.actor == mallory]
+    assert [e.event for e in refused] == ["refused"]
+    assert await stack.runtime.store.list_requests() == []
