@@ -145,8 +145,8 @@ class StepCompleter:
 
     async def finish(self, record: ChangeRequestRecord) -> None:
         """End the step that made ``record``, if any, now that the request has ended."""
-        if record.state not in TERMINAL_STATES or record.step_id is None:
-            return
+        if record.state not in TERMINAL_STATES or record.step_id == "":
+            return  # none made it (a request without step_id, from an older replica, is looked up)
         step = await self.steps.for_request(record.id)
         if step is None or step.state is not StepState.RUNNING:
             return

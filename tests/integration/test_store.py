@@ -583,6 +583,6 @@ async def test_migration_10_gives_each_request_the_step_that_made_it(
     try:
         made, by_hand = await store.get_request("CR-STEP1"), await store.get_request("CR-HAND1")
         assert made is not None and made.step_id == "Fx0STEP"
-        assert by_hand is not None and by_hand.step_id is None
+        assert by_hand is not None and by_hand.step_id == ""
     finally:
         await store.close()

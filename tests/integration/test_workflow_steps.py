@@ -35,6 +35,7 @@ from tests.support.workflow_kit import (
     events,
     find_prompt,
     readable_text,
+    request,
     wait_state,
 )
 
@@ -369,3 +370,30 @@ async def test_reconcile_fails_a_step_that_never_got_its_request(sqlite_stack: L
             step=run.execution_id,
         )
     assert await stack.runtime.store.list_requests() == []
+
+
+async def test_a_step_request_written_by_an_older_replica_still_ends_its_step(
+    sqlite_stack: LocalStack,
+) -> None:
+    """During a rolling upgrade a replica older than migration 10 writes requests without
+    ``step_id`` (NULL: not known); the step that made one is looked up when it ends, as
+    before, where a request known to have none ("") looks nothing up."""
+    stack = sqlite_stack
+    run = await run_step(stack, inputs(*SCALE_101))
+    opened = await opened_by_step(stack)
+    record = await stack.runtime.store.get_request(opened.id)
+    assert record is not None and record.step_id == run.execution_id
+    async with stack.runtime.store.engine.begin() as conn:  # as the older replica left it
+        await conn.execute(
+            text("UPDATE gpuops_change_requests SET step_id = NULL WHERE id = :id"),
+            {"id": opened.id},
+        )
+    await click(stack, opened, BOB)
+    done = await ended(stack, run)
+    assert done.state == "completed" and done.outputs is not None
+    assert done.outputs["state"] == "succeeded"
+    by_hand = await request(
+        stack, DAVE, "update together-prod tc-h200-ondemand num_gpus=16", approval=False
+    )
+    made = await stack.runtime.store.get_request(by_hand.id)
+    assert made is not None and made.step_id == ""

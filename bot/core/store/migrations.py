@@ -362,7 +362,9 @@ def _v9_no_step_token(conn: Connection) -> None:
 
 
 def _v10_request_step(conn: Connection) -> None:
-    # A request knows the step that made it: ending it needs no look-up of steps when none did.
+    # A request knows the step that made it ("" for none): ending it needs no look-up of
+    # steps when none did. Rows an older replica writes during a rolling upgrade have NULL
+    # ("not known") and are looked up as before.
     # Opening one asks for the others open on its cluster: found by index, not by scanning
     # the project's every request (a busy project has thousands).
     conn.execute(
@@ -374,8 +376,8 @@ def _v10_request_step(conn: Connection) -> None:
     conn.execute(text("ALTER TABLE gpuops_change_requests ADD COLUMN step_id TEXT"))
     conn.execute(
         text(
-            "UPDATE gpuops_change_requests SET step_id = (SELECT s.execution_id"
-            " FROM gpuops_workflow_steps s WHERE s.request_id = gpuops_change_requests.id)"
+            "UPDATE gpuops_change_requests SET step_id = COALESCE((SELECT s.execution_id"
+            " FROM gpuops_workflow_steps s WHERE s.request_id = gpuops_change_requests.id), '')"
         )
     )
 

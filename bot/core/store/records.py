@@ -74,7 +74,9 @@ class ChangeRequestRecord(BaseModel):
     prior_values: dict[str, Any] | None = None  # the changed fields' values just before sending
     # Requests needing approval: {"needed", "usergroups", "kinds", "by_rule", "by": [ids]}.
     approvals: dict[str, Any] | None = None
-    step_id: str | None = None  # the Workflow Builder step that made it, if one did
+    # The Workflow Builder step that made it; "" when none did; None when not known (opened
+    # by a replica older than migration 10, during a rolling upgrade: look it up).
+    step_id: str | None = None
 
     @property
     def approvers(self) -> list[str]:

@@ -252,7 +252,7 @@ class RequestsMixin(StoreBase):
         }
         values.setdefault("revert_of", None)
         values.setdefault("run_at", None)
-        values["step_id"] = step
+        values["step_id"] = step or ""  # known: "" is none (None is "not known")
         for _ in range(_REQUEST_ID_ATTEMPTS):
             async with self._begin() as conn:
                 others = await self._beside_in(conn, values, beside)
