@@ -160,7 +160,9 @@ class Runtime:
             register_listeners=handlers.register_all,
         )
         reloader = PolicyReloader(
-            settings.gpuops_policy, _policy_applier(registry, authorizer, environment)
+            settings.gpuops_policy,
+            _policy_applier(registry, authorizer, environment),
+            after=workflow.policy_reloaded,
         )
         runtime = cls(
             settings,

@@ -17,6 +17,7 @@ EventKind = Literal[
     "withdrawn",  # gpuops withdrew it before anyone could act (it could not be shown)
     "approved",
     "approval_added",  # one more approval of several needed; still pending
+    "rule_changed",  # a policy reload changed what approving it takes; still pending
     "break_glass",  # an admin approved their own request, with a reason
     "denied",
     "cancelled",

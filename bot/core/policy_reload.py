@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Literal
 
@@ -43,9 +43,15 @@ class PolicyReloader:
     """Reloads ``path`` into ``apply`` (which may raise PolicyRejected) when asked or when
     the file's content changes."""
 
-    def __init__(self, path: Path, apply: Callable[[Policy], None]) -> None:
+    def __init__(
+        self,
+        path: Path,
+        apply: Callable[[Policy], None],
+        after: Callable[[], Awaitable[object]] | None = None,
+    ) -> None:
         self.path = path
         self.apply = apply
+        self.after = after  # once a new policy is in force (its failure is logged, not raised)
         content = _read(path) or b""
         self.in_force = policy_hash(content)  # the hash of the policy in force
         self._seen = self.in_force  # the last content looked at, valid or not
@@ -55,7 +61,13 @@ class PolicyReloader:
     async def reload(self) -> ReloadResult:
         """Read the file now; what came of it."""
         async with self._lock:
-            return self._reload()
+            result = self._reload()
+            if result == "reloaded" and self.after is not None:
+                try:
+                    await self.after()
+                except Exception:  # the new policy is in force all the same
+                    log.exception("after the policy reload")
+            return result
 
     def _reload(self) -> ReloadResult:
         content = _read(self.path)

@@ -414,6 +414,15 @@ def thread_note(text: str, *, icon: str = "", mentions: Iterable[str] = ()) -> S
     return SlackMessage(text=safe, blocks=[section(f"{icon} {safe}".strip())])
 
 
+def rule_changed_note(r: RequestView, also: str | None = None) -> SlackMessage:
+    """``The policy was reloaded: scale needs 2 approvers (approval rule of e2e-delhi) · 1
+    of 2: @bob.`` — what approving the request takes now, and ``also`` (our text)."""
+    said = f"The policy was reloaded: {approval_why(r)}"
+    if also:
+        said += f"; {escape(also)}"
+    return SlackMessage(text=said + ".", blocks=[section(f":scroll: {said}.")])
+
+
 def break_glass_note(r: RequestView) -> SlackMessage:
     """The thread's note for a requester's break glass that is one approval of several."""
     text = (

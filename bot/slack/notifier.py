@@ -86,6 +86,9 @@ class SlackNotifier:
         if event.kind == "approval_added":
             await self._approval_added(record, event)
             return
+        if event.kind == "rule_changed":
+            await self._rule_changed(record, event)
+            return
         await self._running_shown(record.id)  # its later edits come after that one
         if (event.left_pending or record.run_at is not None) and record.prompt_ts:
             # Replace the prompt's buttons with the outcome so nobody clicks a decided request.
@@ -146,6 +149,16 @@ class SlackNotifier:
             note = blocks.decision_note(
                 ":white_check_mark:", "Approved", event.actor, f"({event.text})"
             )
+        await self._post_or_log(record.channel, note, thread_ts=record.root_ts)
+
+    async def _rule_changed(self, record: ChangeRequestRecord, event: RequestEvent) -> None:
+        """A policy reload changed what approving it takes: the prompt says it (its buttons
+        kept), and the thread says it changed."""
+        view = view_of(record)
+        if record.prompt_ts:
+            prompt = blocks.approval_prompt(view, expire_minutes=_prompt_minutes(record))
+            await self._edit(record.channel, record.prompt_ts, prompt)
+        note = blocks.rule_changed_note(view, event.text)
         await self._post_or_log(record.channel, note, thread_ts=record.root_ts)
 
     @staticmethod

@@ -11,10 +11,24 @@ import signal
 import httpx
 import pytest
 
+from bot.core.store import RequestState as S
 from bot.local.demo.stack import DEMO_POLICY
 from tests.conftest import StackFactory
 from tests.support.guard_kit import answer_to
-from tests.support.workflow_kit import ERIN, poll_until, serve_process
+from tests.support.workflow_kit import (
+    BOB,
+    CHANNEL,
+    DAVE,
+    ERIN,
+    audit_trail,
+    click,
+    events,
+    poll_until,
+    request,
+    serve_process,
+    wait_mirror,
+    wait_reply,
+)
 
 ERIN_EVERYWHERE = DEMO_POLICY.replace(
     "    role: viewer\n    channels: [C0INCIDENT]\n", "    role: viewer\n"
@@ -79,3 +93,51 @@ async def test_sighup_reloads_a_running_server_and_it_keeps_serving(
         assert reloads("reloaded", await metrics_text(served.base_url)) == 1
         result = await served.sender.command(ERIN, "C0RANDOM", "list")
         assert result.status == 200
+
+
+SCALE_NEEDS_TWO = DEMO_POLICY.replace(
+    "  break_glass: true\n",
+    "  break_glass: true\n  rules:\n"
+    "    - projects: [e2e-delhi]\n      kinds: [scale_cluster]\n      approvers: 2\n",
+)
+assert SCALE_NEEDS_TWO != DEMO_POLICY
+
+
+async def test_a_reload_shows_pending_requests_what_approving_them_takes_now(
+    make_stack: StackFactory,
+) -> None:
+    """The new policy governs approvals of requests made before it (SPEC §8): their prompt
+    and thread say what approving them takes now, once across replicas, and an approval
+    given before counts under the new rule."""
+    stack = await make_stack()
+    opened = await request(stack, DAVE, "action e2e-delhi 101 scale_cluster additional_nodes=1")
+    prompt = stack.slack.message(CHANNEL, opened.prompt_ts or "")
+    assert prompt is not None and "needs 1 approver (default of e2e-delhi)" in prompt.text
+
+    path = stack.runtime.settings.gpuops_policy
+    path.write_text(SCALE_NEEDS_TWO)
+    assert await stack.runtime.reload_policy() == "reloaded"
+    note = await wait_reply(stack, opened, "The policy was reloaded")
+    assert "needs 2 approvers (approval rule of e2e-delhi)" in note.text
+    prompt = stack.slack.message(CHANNEL, opened.prompt_ts or "")
+    assert prompt is not None and "needs 2 approvers (approval rule of e2e-delhi)" in prompt.text
+    assert "Approve" in str(prompt.blocks)  # its buttons stay
+    # Another replica reloading the same file finds it noted: nothing said twice.
+    assert await stack.runtime.workflow.policy_reloaded() == 0
+    trail = events(await audit_trail(stack.runtime.store, opened.id))
+    assert trail == ["requested", "approval_rule_changed"]
+
+    await click(stack, opened, BOB)  # counted: 1 of 2
+    await wait_reply(stack, opened, "1 of 2")
+    record = await stack.runtime.store.get_request(opened.id)
+    assert record is not None and record.state is S.PENDING and record.approvers == [BOB]
+
+    path.write_text(DEMO_POLICY)  # back to one approver: bob's approval is enough
+    assert await stack.runtime.reload_policy() == "reloaded"
+    await wait_reply(stack, opened, "the next Approve sends it")
+    assert stack.e2e.calls("action", "PUT") == []
+    await click(stack, opened, BOB)
+    await wait_mirror(stack, opened, "Change done")
+    assert [p.body for p in stack.e2e.calls("action", "PUT")] == [
+        {"action": "scale_cluster", "additional_nodes": 1}
+    ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +28,24 @@ class Requirement:
             "by_rule": self.by_rule,
             "by": list(approvers),
         }
+
+
+def requirement_in_force(policy: Policy, project: str, kinds: Iterable[str]) -> Requirement:
+    """What approving a pending request of these kinds takes under ``policy`` (one approver
+    from anyone when the policy no longer asks for approval: it is pending all the same)."""
+    wanted = tuple(kinds)
+    return requirement_for(policy, project, wanted) or Requirement(1, (), wanted, by_rule=False)
+
+
+def shown_requirement(approvals: Mapping[str, Any] | None, kinds: Iterable[str]) -> Requirement:
+    """The requirement a request's stored ``approvals`` note (what its messages show)."""
+    noted = approvals or {}
+    return Requirement(
+        int(noted.get("needed", 1)),
+        tuple(str(g) for g in noted.get("usergroups", [])),
+        tuple(str(k) for k in noted.get("kinds", list(kinds))),
+        bool(noted.get("by_rule", False)),
+    )
 
 
 def requirement_for(policy: Policy, project: str, kinds: Iterable[str]) -> Requirement | None:

@@ -10,7 +10,7 @@ from typing import Literal
 
 from bot.core.access import Refusal
 from bot.core.answers import Reply, notice
-from bot.core.guardrails.approvals import Requirement, requirement_for
+from bot.core.guardrails.approvals import Requirement, requirement_in_force
 from bot.core.guardrails.guard import Guard, stored_override
 from bot.core.policy import Role
 from bot.core.requests import transitions
@@ -243,8 +243,7 @@ class Decisions:
 
     def requirement(self, record: ChangeRequestRecord) -> Requirement:
         """What approving this request takes under the policy in force now."""
-        found = requirement_for(self.deps.policy, record.project, record.kinds)
-        return found or Requirement(1, (), tuple(record.kinds), by_rule=False)
+        return requirement_in_force(self.deps.policy, record.project, record.kinds)
 
     async def _in_rule_groups(
         self, user: str, record: ChangeRequestRecord, decision: Decision
@@ -337,10 +336,12 @@ class Decisions:
         ]
         count = len(counted)
         progress = f"{count} of {requirement.needed}"
+        if count >= requirement.needed:
+            # The last one: approved now, audited as such. Also an approver's second click
+            # once a policy reload has lowered what the request needs (bot.core.requests.rules).
+            return None
         if not added:
             return notice(f"You already approved {record.id} ({progress}); it counts once.")
-        if count >= requirement.needed:
-            return None  # the last one: approved now, audited as such
         glass = {"break_glass": True, "reason": glass_reason} if glass_reason is not None else {}
         more = f"needs {requirement.needed - count} more"
         if requirement.usergroups:

@@ -24,6 +24,7 @@ from bot.core.requests.opening import Opening
 from bot.core.requests.outcomes import Result
 from bot.core.requests.presend import PreSend
 from bot.core.requests.revert import Reverts
+from bot.core.requests.rules import RuleRefresh
 from bot.core.requests.scheduler import Scheduler
 from bot.core.requests.sweeper import Sweeper
 from bot.core.requests.tasks import BackgroundTasks
@@ -73,6 +74,7 @@ class ChangeWorkflow:
         self.sweeper = Sweeper(self.deps, self.follow_up)
         self.opening = Opening(self.deps, self.execution)
         self.decisions = Decisions(self.deps, self.execution, self.sweeper)
+        self.rules = RuleRefresh(self.deps)
         self.reverts = Reverts(self.deps, self.opening)
         self.scheduler = Scheduler(self.deps, self.execution)
 
@@ -154,6 +156,11 @@ class ChangeWorkflow:
 
     async def sweep_once(self) -> None:
         await self.sweeper.sweep_once()
+
+    async def policy_reloaded(self) -> int:
+        """A new policy is in force: pending requests show what approving them takes now
+        (bot.core.requests.rules); how many changed."""
+        return await self.rules.after_reload()
 
     async def sweep_forever(self, every: float) -> None:
         await self.sweeper.sweep_forever(every)

@@ -371,6 +371,27 @@ class RequestsMixin(StoreBase):
                 return won, True
         raise RuntimeError(f"{request_id}: approvals kept changing; try again")
 
+    async def note_requirement(
+        self, seen: ChangeRequestRecord, requirement: Mapping[str, Any], audit: AuditRow
+    ) -> ChangeRequestRecord | None:
+        """Note what approving a pending request takes now (a policy reload changed it: the
+        approvals so far, a break glass among them, stay), with its audit entry, compare-
+        and-set on the version ``seen`` has: None when the request moved meanwhile
+        (another replica noted it first, or someone decided it)."""
+        values = {"approvals": {**(seen.approvals or {}), **requirement}}
+        async with self._begin() as conn:
+            won = await _update_in(
+                conn,
+                seen.id,
+                values,
+                from_states=(RequestState.PENDING,),
+                expected_version=seen.version,
+            )
+            if won is not None:
+                named = {"request_id": won.id, "project": won.project, "cluster_id": won.cluster_id}
+                await append_entry(conn, audit.model_copy(update=named), self._dialect)
+        return won
+
     async def start_execution(
         self,
         request_id: str,

@@ -1,0 +1,65 @@
+"""Pending requests after a policy reload (SPEC §8: a new policy governs the approvals of
+requests made before it): each whose approval requirement changed has it noted (one
+replica does it, compare-and-set), audited, shown on its prompt and root, and said in its
+thread, so what people read is what approving it takes now."""
+
+from __future__ import annotations
+
+import logging
+
+from bot.core.guardrails.approvals import Requirement, requirement_in_force, shown_requirement
+from bot.core.notifier import RequestEvent
+from bot.core.requests.deps import RequestDeps
+from bot.core.store import AuditRow, ChangeRequestRecord, RequestState
+
+log = logging.getLogger(__name__)
+
+PENDING_AT_MOST = 1000  # pending requests looked at per reload (they are few)
+
+
+def _noted(requirement: Requirement) -> dict[str, object]:
+    noted = requirement.as_json()
+    del noted["by"]
+    return noted
+
+
+class RuleRefresh:
+    """Brings pending requests' noted approval requirement in line with the policy."""
+
+    def __init__(self, deps: RequestDeps) -> None:
+        self.deps = deps
+
+    async def after_reload(self) -> int:
+        """Note, show and tell each pending request whose requirement changed; how many."""
+        pending = await self.deps.store.list_requests(
+            states=[RequestState.PENDING], limit=PENDING_AT_MOST
+        )
+        changed = 0
+        for record in pending:
+            try:
+                changed += await self._refresh(record)
+            except Exception:  # one request's messages must not keep the others stale
+                log.exception("could not show %s's new approval rule", record.id)
+        return changed
+
+    async def _refresh(self, record: ChangeRequestRecord) -> bool:
+        now = requirement_in_force(self.deps.policy, record.project, record.kinds)
+        before = shown_requirement(record.approvals, record.kinds)
+        if now == before:
+            return False
+        wanted = _noted(now)  # who approved so far stays
+        audit = AuditRow(
+            actor="gpuops",
+            event="approval_rule_changed",
+            outcome=f"{len(record.approvers)} of {now.needed}",
+            detail={"before": _noted(before), "after": wanted, "why": "policy reload"},
+        )
+        noted = await self.deps.store.note_requirement(record, wanted, audit)
+        if noted is None:
+            return False  # another replica noted it first, or it was decided meanwhile
+        enough = len(noted.approvers) >= now.needed
+        text = "it has the approvals it needs now: the next Approve sends it" if enough else None
+        await self.deps.notifier.request_changed(
+            noted, RequestEvent("rule_changed", "gpuops", text)
+        )
+        return True
