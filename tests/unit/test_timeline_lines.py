@@ -35,6 +35,10 @@ def event(event_name: str, *, request: bool = True, **fields: Any) -> ChannelEve
     ("made", "expected"),
     [
         (event("denied"), "**CR-PFXSA6** denied by U02BOB"),
+        (
+            event("approval_rule_changed", actor="gpuops", outcome="1 of 2"),
+            "**CR-PFXSA6** approval rule changed by a policy reload: 1 of 2 approvals",
+        ),
         (event("cancelled", actor="U04DAVE"), "**CR-PFXSA6** cancelled by U04DAVE"),
         (event("expired", actor="gpuops"), "**CR-PFXSA6** expired: nobody decided in time"),
         (

@@ -21,6 +21,7 @@ REQUEST_EVENTS = frozenset(
         "requested",
         "approved",
         "break_glass",  # a requester's own approval, one of several needed
+        "approval_rule_changed",  # a policy reload changed what approving it takes
         "denied",
         "cancelled",
         "withdrawn",
