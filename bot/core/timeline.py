@@ -194,6 +194,7 @@ def _request_text(event: ChannelEvent) -> str | None:
         "expired": f"{rid} expired: nobody decided in time",
         "executing": f"{rid} sending the change to {_cluster(event)}",
         "status": f"{rid} follow-up: {_cluster(event)} is {md(entry.outcome)}",
+        "approval_added": f"{rid} approved by {who} ({md(entry.outcome)}): not yet enough",
         "approval_rule_changed": (
             f"{rid} approval rule changed by a policy reload: {md(entry.outcome)} approvals"
         ),

@@ -18,6 +18,7 @@ from tests.support.slack_support import command_reply
 from tests.support.watch_kit import pending_remediation, press, watched_stack
 from tests.support.workflow_kit import (
     BOB,
+    CAROL,
     CHANNEL,
     DAVE,
     ERIN,
@@ -228,3 +229,23 @@ async def test_status_follow_ups_are_in_the_timeline(make_stack: StackFactory) -
         f"**{opened.id}** follow-up: infer-h200 (tc-h200-ondemand, together-prod) is Ready"
     )
     assert texts.index(follow_ups[0]) > next(i for i, t in enumerate(texts) if "final state" in t)
+
+
+async def test_each_approval_of_several_is_in_the_timeline(make_stack: StackFactory) -> None:
+    """A request two approvers must approve: both approvals are the channel's story, the
+    first with the count it left."""
+    two = DEMO_POLICY.replace(
+        "  break_glass: true\n",
+        "  break_glass: true\n  rules:\n"
+        "    - projects: [e2e-delhi]\n      kinds: [scale_cluster]\n      approvers: 2\n",
+    )
+    stack = await make_stack(policy_yaml=two)
+    opened = await request(stack, DAVE, "action e2e-delhi 101 scale_cluster additional_nodes=1")
+    await click(stack, opened, BOB)
+    await wait_reply(stack, opened, "1 of 2")
+    await click(stack, opened, CAROL)
+    await wait_state(stack.runtime.store, opened.id, RequestState.SUCCEEDED)
+    _, file, _ = await timeline_of(stack, BOB, CHANNEL, "timeline 1h")
+    texts = [text for _, text in events(file)]
+    assert f"**{opened.id}** approved by U02BOB (1 of 2): not yet enough" in texts, texts
+    assert f"**{opened.id}** approved by U03CAROL" in texts, texts

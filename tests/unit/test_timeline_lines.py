@@ -36,6 +36,10 @@ def event(event_name: str, *, request: bool = True, **fields: Any) -> ChannelEve
     [
         (event("denied"), "**CR-PFXSA6** denied by U02BOB"),
         (
+            event("approval_added", outcome="1 of 2"),
+            "**CR-PFXSA6** approved by U02BOB (1 of 2): not yet enough",
+        ),
+        (
             event("approval_rule_changed", actor="gpuops", outcome="1 of 2"),
             "**CR-PFXSA6** approval rule changed by a policy reload: 1 of 2 approvals",
         ),

@@ -20,6 +20,7 @@ REQUEST_EVENTS = frozenset(
     {
         "requested",
         "approved",
+        "approval_added",  # one approval of several needed
         "break_glass",  # a requester's own approval, one of several needed
         "approval_rule_changed",  # a policy reload changed what approving it takes
         "denied",
