@@ -47,6 +47,7 @@ from tests.support.watch_kit import (
     _value_of,
     decisions_sent,
     pending_remediation,
+    polls_held,
     press,
     remediation_roots,
     thread,
@@ -247,13 +248,16 @@ async def test_a_decision_whose_sender_died_is_settled_once_together_moved_on(
         decided_by=BOB,
     )
     assert won is not None
-    async with stack.runtime.store.engine.begin() as conn:  # its sender died long ago
-        await conn.execute(
-            update(remediations)
-            .where(remediations.c.id == record_id)
-            .values(updated_at=datetime.now(UTC) - STALE_DECISION - timedelta(seconds=1))
-        )
-    stack.together.remediations.resolve(remediation_id, Resolution(state="PENDING"))
+    # Both at once for the watcher: a poll between them would find the decision stale while
+    # Together still awaits one, and rightly reopen it.
+    async with polls_held(stack):
+        async with stack.runtime.store.engine.begin() as conn:  # its sender died long ago
+            await conn.execute(
+                update(remediations)
+                .where(remediations.c.id == record_id)
+                .values(updated_at=datetime.now(UTC) - STALE_DECISION - timedelta(seconds=1))
+            )
+        stack.together.remediations.resolve(remediation_id, Resolution(state="PENDING"))
     note = await stack.slack.wait_for(
         lambda: next((t for t in thread(stack, message) if "no longer awaits" in t), None),
         within=10,

@@ -4,8 +4,10 @@ notify channel, and clicking its buttons."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from bot.local.demo.stack import DEMO_POLICY, LocalStack
@@ -117,3 +119,20 @@ async def until(condition: Callable[[], bool], *, within: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"condition not met in {within}s")
         await asyncio.sleep(0.02)
+
+
+@contextlib.asynccontextmanager
+async def polls_held(stack: LocalStack) -> AsyncIterator[None]:
+    """No poll of a watched project runs inside (one in flight finishes first): what a test
+    sets up there is seen by the next poll whole, at the next tick after it."""
+    projects = stack.runtime.watcher.projects
+    for project in projects:
+        project.due = math.inf
+    await until(lambda: all(p.polling is None or p.polling.done() for p in projects))
+    for project in projects:
+        project.due = math.inf  # a poll that just ended set its own next time
+    try:
+        yield
+    finally:
+        for project in projects:
+            project.due = 0.0
