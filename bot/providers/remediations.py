@@ -8,24 +8,11 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any, Protocol, TypeVar
+from typing import Protocol
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-T = TypeVar("T")
-
-
-def _none_as_empty(value: Any) -> Any:
-    # Go services marshal an empty slice as null.
-    return [] if value is None else value
-
-
-def _blank_as_none(value: Any) -> Any:
-    return None if value == "" else value
-
-
-NullableList = Annotated[list[T], BeforeValidator(_none_as_empty)]
-OptionalTime = Annotated[datetime | None, BeforeValidator(_blank_as_none)]
+from bot.providers.lenient import NullableList, OptionalTime
 
 
 class _Model(BaseModel):

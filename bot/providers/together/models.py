@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import enum
 from datetime import UTC, datetime
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 from pydantic import (
     AwareDatetime,
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
 )
+
+from bot.providers.lenient import NullableList, OptionalTime
 
 # The remediation models are the capability's (bot.providers.remediations); named here too.
 from bot.providers.remediations import (
@@ -122,23 +123,6 @@ CURRENT_SOURCE: dict[str, str] = {
     "num_capacity_pool_gpus": "num_capacity_pool_gpus",
     "reservation_end_time": "reservation_end_time",
 }
-
-
-# -- lenient parsing helpers ---------------------------------------------------------------
-T = TypeVar("T")
-
-
-def _none_as_empty(value: Any) -> Any:
-    # Go services marshal an empty slice as null.
-    return [] if value is None else value
-
-
-def _blank_as_none(value: Any) -> Any:
-    return None if value == "" else value
-
-
-NullableList = Annotated[list[T], BeforeValidator(_none_as_empty)]
-OptionalTime = Annotated[datetime | None, BeforeValidator(_blank_as_none)]
 
 
 def rfc3339(value: datetime) -> str:
