@@ -416,10 +416,11 @@ def thread_note(text: str, *, icon: str = "", mentions: Iterable[str] = ()) -> S
 
 def rule_changed_note(r: RequestView, also: str | None = None) -> SlackMessage:
     """``The policy was reloaded: scale needs 2 approvers (approval rule of e2e-delhi) · 1
-    of 2: @bob.`` — what approving the request takes now, and ``also`` (our text)."""
+    of 2: @bob.`` — what approving the request takes now, and ``also`` (our text, whose
+    mentions of the request's approvers stay mentions)."""
     said = f"The policy was reloaded: {approval_why(r)}"
     if also:
-        said += f"; {escape(also)}"
+        said += f"; {composed_text(also, r.approvers)}"
     return SlackMessage(text=said + ".", blocks=[section(f":scroll: {said}.")])
 
 

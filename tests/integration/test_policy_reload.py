@@ -101,6 +101,9 @@ SCALE_NEEDS_TWO = DEMO_POLICY.replace(
     "    - projects: [e2e-delhi]\n      kinds: [scale_cluster]\n      approvers: 2\n",
 )
 assert SCALE_NEEDS_TWO != DEMO_POLICY
+ONE_FROM_PLATFORM = SCALE_NEEDS_TWO.replace(
+    "      approvers: 2\n", "      approvers: 1\n      usergroups: [S0PLATFORM]\n"
+)  # bob is not in S0PLATFORM
 
 
 async def test_a_reload_shows_pending_requests_what_approving_them_takes_now(
@@ -131,6 +134,14 @@ async def test_a_reload_shows_pending_requests_what_approving_them_takes_now(
     await wait_reply(stack, opened, "1 of 2")
     record = await stack.runtime.store.get_request(opened.id)
     assert record is not None and record.state is S.PENDING and record.approvers == [BOB]
+
+    path.write_text(ONE_FROM_PLATFORM)  # one approver, but from a group bob is not in
+    assert await stack.runtime.reload_policy() == "reloaded"
+    grouped = await wait_reply(stack, opened, "no longer counted under it: <@U02BOB>")
+    assert "The policy was reloaded" in grouped.text and "subteam^S0PLATFORM" in grouped.text
+    assert "the next Approve sends it" not in grouped.text  # bob's approval counts no more
+    [latest] = await stack.runtime.store.list_audit(request_id=opened.id, limit=1)
+    assert (latest.event, latest.outcome) == ("approval_rule_changed", "0 of 1")
 
     path.write_text(DEMO_POLICY)  # back to one approver: bob's approval is enough
     assert await stack.runtime.reload_policy() == "reloaded"

@@ -332,7 +332,7 @@ class Decisions:
         if updated is None or updated.state is not RequestState.PENDING:
             return already_decided_refusal(updated or record).reply()
         counted = [
-            u for u in updated.approvers if u == user or await self._still_eligible(u, updated)
+            u for u in updated.approvers if u == user or await self.still_eligible(u, updated)
         ]
         count = len(counted)
         progress = f"{count} of {requirement.needed}"
@@ -364,7 +364,7 @@ class Decisions:
             return notice(f"Your approval of {record.id} is recorded: {progress}.")
         return notice(f"Break glass on {record.id} counts as one approval: {progress}; it {more}.")
 
-    async def _still_eligible(self, approver: str, record: ChangeRequestRecord) -> bool:
+    async def still_eligible(self, approver: str, record: ChangeRequestRecord) -> bool:
         """An earlier approval counts while its approver could still give it (a reloaded
         policy may have taken the grant, the group or break glass away); the requester's
         only by break glass."""

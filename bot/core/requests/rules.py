@@ -1,11 +1,12 @@
 """Pending requests after a policy reload (SPEC §8: a new policy governs the approvals of
 requests made before it): each whose approval requirement changed has it noted (one
-replica does it, compare-and-set), audited, shown on its prompt and root, and said in its
+replica does it, compare-and-set), audited, shown on its approval prompt, and said in its
 thread, so what people read is what approving it takes now."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 from bot.core.guardrails.approvals import Requirement, requirement_in_force, shown_requirement
 from bot.core.notifier import RequestEvent
@@ -26,8 +27,11 @@ def _noted(requirement: Requirement) -> dict[str, object]:
 class RuleRefresh:
     """Brings pending requests' noted approval requirement in line with the policy."""
 
-    def __init__(self, deps: RequestDeps) -> None:
+    def __init__(
+        self, deps: RequestDeps, eligible: Callable[[str, ChangeRequestRecord], Awaitable[bool]]
+    ) -> None:
         self.deps = deps
+        self.eligible = eligible  # whether an earlier approval still counts (Decisions')
 
     async def after_reload(self) -> int:
         """Note, show and tell each pending request whose requirement changed; how many."""
@@ -48,17 +52,22 @@ class RuleRefresh:
         if now == before:
             return False
         wanted = _noted(now)  # who approved so far stays
+        # The approvals that still count under it (a grant or a group may be gone).
+        counted = [u for u in record.approvers if await self.eligible(u, record)]
         audit = AuditRow(
             actor="gpuops",
             event="approval_rule_changed",
-            outcome=f"{len(record.approvers)} of {now.needed}",
+            outcome=f"{len(counted)} of {now.needed}",
             detail={"before": _noted(before), "after": wanted, "why": "policy reload"},
         )
         noted = await self.deps.store.note_requirement(record, wanted, audit)
         if noted is None:
             return False  # another replica noted it first, or it was decided meanwhile
-        enough = len(noted.approvers) >= now.needed
-        text = "it has the approvals it needs now: the next Approve sends it" if enough else None
+        gone = [u for u in noted.approvers if u not in counted]
+        said = [f"no longer counted under it: {', '.join(f'<@{u}>' for u in gone)}"] if gone else []
+        if len(counted) >= now.needed:
+            said.append("it has the approvals it needs now: the next Approve sends it")
+        text = "; ".join(said) or None
         await self.deps.notifier.request_changed(
             noted, RequestEvent("rule_changed", "gpuops", text)
         )

@@ -74,7 +74,7 @@ class ChangeWorkflow:
         self.sweeper = Sweeper(self.deps, self.follow_up)
         self.opening = Opening(self.deps, self.execution)
         self.decisions = Decisions(self.deps, self.execution, self.sweeper)
-        self.rules = RuleRefresh(self.deps)
+        self.rules = RuleRefresh(self.deps, self.decisions.still_eligible)
         self.reverts = Reverts(self.deps, self.opening)
         self.scheduler = Scheduler(self.deps, self.execution)
 
