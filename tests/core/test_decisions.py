@@ -45,7 +45,8 @@ async def test_an_approved_change_runs_once_and_is_told_in_order(any_core: Core)
     record = await core.record(opened.id)
     assert record.state is S.SUCCEEDED and record.decided_by == BOB and not record.break_glass
     assert record.result_message == "Adding 2 node(s)"
-    assert record.root_ts and record.prompt_ts and record.summary_ts
+    # the summary is shown (told below) and, steady, never edited again: its ts is not kept
+    assert record.root_ts and record.prompt_ts and record.summary_ts is None
     assert await core.trail(opened.id) == [
         (DAVE, "requested", "pending"),
         (BOB, "approved", "approved"),

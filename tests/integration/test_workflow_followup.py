@@ -28,6 +28,7 @@ from tests.support.workflow_kit import (
     wait_mirror,
     wait_reply,
     wait_state,
+    wait_summary,
 )
 
 SCALE_UP = "update together-prod tc-h200-ondemand num_gpus=16"  # needs no approval
@@ -64,8 +65,9 @@ async def test_no_follow_up_when_polling_is_off(stack: LocalStack) -> None:
     await poll_until(lambda: stack.together.view("tc-h200-ondemand")["status"] == "Ready")
     await stack.runtime.workflow.drain()
     assert len(stack.together.calls("get", "GET")) == gets
-    summary = stack.slack.message(CHANNEL, record.summary_ts or "")
-    assert summary is not None and summary.edits == [] and "WaitingFor" in summary.text
+    summary = await wait_summary(stack, opened)
+    assert summary.edits == [] and "WaitingFor" in summary.text
+    assert record.summary_ts is None  # nothing follows it to edit it: not stored
     assert not any("is Ready" in t.text for t in stack.slack.replies(CHANNEL, opened.root_ts))
 
 

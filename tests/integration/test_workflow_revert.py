@@ -26,6 +26,7 @@ from tests.support.workflow_kit import (
     wait_reply,
     wait_root,
     wait_state,
+    wait_summary,
 )
 
 SCALE_UP = "update together-prod tc-h200-ondemand num_gpus=16"  # 8 → 16, needs no approval
@@ -39,18 +40,11 @@ async def stack(sqlite_stack: LocalStack) -> LocalStack:
 
 
 async def succeeded(stack: LocalStack, opened: Opened) -> ChangeRequestRecord:
-    """The request once it succeeded and its result (the summary) is in its thread."""
-    store = stack.runtime.store
-    await wait_state(store, opened.id, S.SUCCEEDED)
-
-    async def shown() -> ChangeRequestRecord | None:
-        record = await store.get_request(opened.id)
-        return record if record is not None and record.summary_ts else None
-
-    await poll_until(shown)
-    record = await shown()
-    assert record is not None
-    return record
+    """The request once it succeeded, with the ts of its result (the summary) as shown in
+    its thread: gpuops stores that ts only for a follow-up, which edits the summary."""
+    record = await wait_state(stack.runtime.store, opened.id, S.SUCCEEDED)
+    summary = await wait_summary(stack, opened)
+    return record.model_copy(update={"summary_ts": summary.ts})
 
 
 async def press_revert(stack: LocalStack, record: ChangeRequestRecord, user: str) -> str:

@@ -250,6 +250,21 @@ async def wait_reply(stack: LocalStack, opened: Opened, needle: str) -> Message:
     )
 
 
+async def wait_summary(stack: LocalStack, opened: Opened) -> Message:
+    """Wait for the request's cluster summary in its thread (the reply headed by the
+    cluster's name)."""
+    return await stack.slack.wait_for(
+        lambda: next(
+            (
+                m
+                for m in stack.slack.replies(opened.channel, opened.root_ts)
+                if (m.blocks or [{}])[0].get("type") == "header"
+            ),
+            None,
+        )
+    )
+
+
 async def wait_mirror(stack: LocalStack, opened: Opened, prefix: str) -> Message:
     """Wait for the notify channel's copy that starts with ``prefix`` (e.g. "Change done"):
     the last thing the bot does when a request ends."""

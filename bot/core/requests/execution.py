@@ -384,10 +384,8 @@ class Execution:
         to = done.state
         summary_ts = await deps.notifier.result(done, summary)
         if summary_ts:
-            try:
-                done = await deps.store.update_fields(done.id, summary_ts=summary_ts) or done
-            except StoreUnavailable as exc:  # the result is recorded and shown already
-                log.warning("change %s: summary not linked to its request: %s", done.id, exc)
-                done = done.model_copy(update={"summary_ts": summary_ts})
+            done = done.model_copy(update={"summary_ts": summary_ts})
+        # Only a follow-up edits the summary again: it stores the summary's ts with its own
+        # end time, in one write; a steady result needs no write after it is shown.
         if to is RequestState.SUCCEEDED and deps.poll_seconds > 0 and not summary.steady:
             await self.follow_up.begin(done)

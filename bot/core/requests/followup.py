@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import timedelta
+from typing import Any
 
 from bot.core.notifier import Tone
 from bot.core.requests.deps import RequestDeps
@@ -34,10 +35,14 @@ class FollowUp:
         self._following: set[str] = set()  # the requests this process polls now
 
     async def begin(self, record: ChangeRequestRecord) -> None:
-        """Note in the store until when ``record``'s cluster is followed, then follow it."""
+        """Note in the store until when ``record``'s cluster is followed, and which summary
+        the follow-up edits (``record.summary_ts``, just posted), then follow it."""
         until = self.deps.clock() + timedelta(minutes=self.deps.followup_minutes)
+        fields: dict[str, Any] = {"follow_until": until}
+        if record.summary_ts:
+            fields["summary_ts"] = record.summary_ts
         try:
-            record = await self.deps.store.update_fields(record.id, follow_until=until) or record
+            record = await self.deps.store.update_fields(record.id, **fields) or record
         except StoreUnavailable as exc:  # followed here all the same, just not resumable
             log.warning("change %s: follow-up not recorded: %s", record.id, exc)
             record = record.model_copy(update={"follow_until": until})
