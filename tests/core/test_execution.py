@@ -9,11 +9,11 @@ import asyncio
 from typing import Any
 
 import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
 
-from bot.core.store import AuditRow, Started, StartedHow
 from bot.core.store import RequestState as S
-from bot.core.store import requests as store_requests
-from bot.core.store.audit import append_entry
+from bot.core.store import Started, StartedHow
 from bot.providers.errors import (
     ProviderAuthError,
     ProviderError,
@@ -155,23 +155,25 @@ async def test_a_slow_provider_still_ends_the_change(core: Core) -> None:
     assert (await core.record(opened.id)).state is S.SUCCEEDED
 
 
+_FAILING_START_AUDIT = """CREATE TRIGGER test_failing_start_audit BEFORE INSERT ON gpuops_audit
+ WHEN NEW.event = 'executing' BEGIN SELECT RAISE(ABORT, 'the audit table went away'); END"""
+
+
 async def test_a_failure_while_starting_a_change_leaves_it_to_recovery(
     core: Core, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The start's audit entry fails: the whole start (lease, lock, ``executing``) is rolled
-    back with it, nothing is sent, and recovery ends the approved change as never sent."""
+    """The start's audit entry fails in the database: the whole start (lease, lock,
+    ``executing``: one statement and its triggers) is rolled back with it, nothing is sent,
+    and recovery ends the approved change as never sent."""
     opened = await core.open(DAVE, "e2e-delhi", "101", "scale_cluster", SCALE)
-
-    async def append(conn: Any, row: AuditRow, dialect: str) -> Any:
-        if row.event == "executing":
-            raise RuntimeError("the audit table went away")
-        return await append_entry(conn, row, dialect)
-
-    monkeypatch.setattr(store_requests, "append_entry", append)
-    with pytest.raises(RuntimeError):
+    async with core.store.engine.begin() as conn:
+        await conn.execute(text(_FAILING_START_AUDIT))
+    with pytest.raises(IntegrityError, match="the audit table went away"):
         await core.workflow.decide(
             user=BOB, channel=CHANNEL, request_id=opened.id, decision="approve"
         )
+    async with core.store.engine.begin() as conn:
+        await conn.execute(text("DROP TRIGGER test_failing_start_audit"))
     assert core.e2e.script.of("apply") == []  # never sent
     # this process no longer counts it as being sent, and holds neither lease nor lock
     assert await core.workflow.wait_for_executions(0.1) == set()

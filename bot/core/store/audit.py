@@ -110,6 +110,15 @@ _MOVE_HEAD = (
 )
 
 
+_HEAD_HASH = select(audit_chain.c.last_hash).where(audit_chain.c.name == CHAIN_NAME)
+
+
+async def head_hash_in(conn: AsyncConnection) -> str:
+    """The hash of the chain's last entry, read inside the caller's transaction."""
+    last_hash: str = (await conn.execute(_HEAD_HASH)).scalar_one()
+    return last_hash
+
+
 async def append_entry(conn: AsyncConnection, row: AuditRow, dialect: str) -> AuditEntry:
     """Append ``row`` at the end of the chain inside the caller's transaction (see the
     module docstring): the head stays taken until that transaction ends."""
@@ -153,7 +162,9 @@ class AuditMixin(StoreBase):
             detail=dict(detail or {}),
         )
         async with self._begin() as conn:
-            return await append_entry(conn, row, self._engine.dialect.name)
+            entry = await append_entry(conn, row, self._engine.dialect.name)
+        self._chain_hint = entry.hash
+        return entry
 
     async def list_audit(
         self, *, project: str | None = None, request_id: str | None = None, limit: int = 20

@@ -31,9 +31,9 @@ import re
 from types import TracebackType
 from typing import Self
 
-from sqlalchemy import text
+from sqlalchemy import Connection, text
 
-from bot.core.store.audit import AuditMixin
+from bot.core.store.audit import AuditMixin, head_hash_in
 from bot.core.store.deliveries import DeliveriesMixin
 from bot.core.store.engine import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -49,11 +49,16 @@ from bot.core.store.errors import (
 from bot.core.store.locks import LocksMixin
 from bot.core.store.migrations import migrate, pending_extra_seconds
 from bot.core.store.requests import RequestsMixin
+from bot.core.store.tables import audit_chain
 from bot.core.store.timeline import TimelineMixin
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 DEFAULT_HEALTH_TIMEOUT = 2.0
 _PROBE = text("UPDATE gpuops_schema_version SET version = version WHERE version < 0")
+
+
+def _has_chain(conn: Connection) -> bool:
+    return conn.dialect.has_table(conn, audit_chain.name)
 
 
 class Store(RequestsMixin, LocksMixin, AuditMixin, DeliveriesMixin, TimelineMixin):
@@ -127,9 +132,14 @@ class Store(RequestsMixin, LocksMixin, AuditMixin, DeliveriesMixin, TimelineMixi
     async def probe_writable(self) -> None:
         """StoreUnavailable unless the store answers and takes writes. The probe is an UPDATE
         that matches no row: SQLite and PostgreSQL both refuse it up front when the database
-        (file, server or transaction) is read-only, and it leaves nothing behind."""
+        (file, server or transaction) is read-only, and it leaves nothing behind. On SQLite
+        it also reads the audit chain head that single-statement transitions hash over
+        (when the schema has it: tests that stand in for an older release open a store on
+        an older schema)."""
         async with self._begin() as conn:
             await conn.execute(_PROBE)
+            if self._dialect == "sqlite" and await conn.run_sync(_has_chain):
+                self._chain_hint = await head_hash_in(conn)
 
     async def healthy(self, within_seconds: float = DEFAULT_HEALTH_TIMEOUT) -> bool:
         """True if the store answers and takes what a change needs within

@@ -165,6 +165,9 @@ class StoreBase:
         # shared connection that must not interleave transactions. Other processes (or
         # stores) on the same file still wait on the busy timeout.
         self._serial_lock = asyncio.Lock() if engine.dialect.name == "sqlite" else None
+        # SQLite: the audit chain head's hash as this store last left it (None: read it);
+        # the triggers of bot.core.store.trigger_work check it before appending.
+        self._chain_hint: str | None = None
 
     @property
     def engine(self) -> AsyncEngine:

@@ -3,7 +3,9 @@ by an execution lease), including the idempotent recording of a provider outcome
 
 Every transition is one transaction: the state's compare-and-set together with its audit
 entry (and the chain head), and for an execution's start and end the lease, the cluster lock
-and the call deadline too. Statements are built once (module level, or cached per set of
+and the call deadline too. On SQLite the usual opening, start and finish are one statement
+each, the request row's write, whose triggers do the rest (bot.core.store.trigger_work); a
+start or a finish that finds things otherwise goes on step by step in the same transaction. Statements are built once (module level, or cached per set of
 columns a caller sets) with bound parameters; a call only binds its values, and a row a
 statement has just returned (``RETURNING``) is never read again."""
 
@@ -18,11 +20,13 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Integer, Update, bindparam, select, update
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from bot.core.store.audit import append_entry
+from bot.core.store.audit import append_entry, head_hash_in
 from bot.core.store.engine import StoreBase, require_aware, utcnow
 from bot.core.store.locks import (
+    RELEASED,
     fence_holds,
     fence_params,
     holder_in,
@@ -35,6 +39,7 @@ from bot.core.store.locks import (
 from bot.core.store.records import (
     KNOWN_OUTCOMES,
     TERMINAL_STATES,
+    AuditEntry,
     AuditRow,
     ChangeRequestRecord,
     ClusterRef,
@@ -45,10 +50,20 @@ from bot.core.store.records import (
     new_request_id,
     normalize_request_id,
 )
-from bot.core.store.tables import change_requests, workflow_steps
+from bot.core.store.tables import change_requests, leases, workflow_steps
+from bot.core.store.trigger_work import (
+    HEAD_MOVED,
+    LeaseWork,
+    LockWork,
+    ReleaseWork,
+    TriggerWork,
+    audit_work,
+    sqlite_time,
+)
 from bot.errors import GpuopsError
 
 _REQUEST_ID_ATTEMPTS = 8
+_HEAD_ATTEMPTS = 8  # single statements rerun because another process moved the chain head
 _APPROVER_ATTEMPTS = 50
 _EXECUTING = frozenset({RequestState.EXECUTING})
 
@@ -70,6 +85,17 @@ class StartedHow(enum.StrEnum):
     HELD = "held"  # another executor holds the request's lease: nothing done
     BUSY = "busy"  # another request holds the cluster (``holder``); the lease is ours
     MOVED = "moved"  # the request is no longer approved: nothing done
+
+
+@dataclass(frozen=True)
+class _StartAsked:
+    """What a start asks for: the execution lease (kept, with ``fence``), the call deadline."""
+
+    lease_name: str
+    holder: str
+    ttl_seconds: float
+    max_call_seconds: float
+    fence: Lease | None
 
 
 @dataclass(frozen=True)
@@ -116,10 +142,26 @@ _LINK_STEP = (
 )
 
 
+_LEASE_TOKEN = (
+    select(leases.c.token)
+    .where(leases.c.name == bindparam("lease_of"))
+    .scalar_subquery()
+    .label("lease_token")
+)
+
+
 @functools.lru_cache(maxsize=128)
-def _update(columns: tuple[str, ...], *, states: bool, fenced: bool, versioned: bool) -> Update:
+def _update(
+    columns: tuple[str, ...],
+    *,
+    states: bool,
+    fenced: bool,
+    versioned: bool,
+    lease_token: bool = False,
+) -> Update:
     """``UPDATE … SET <columns> WHERE id = :request_id [AND state IN :from_states] [AND
-    <fence holds>] [AND version = :expected_version] RETURNING *``, built once per shape."""
+    <fence holds>] [AND version = :expected_version] RETURNING * [, the token of lease
+    :lease_of as the statement's triggers left it]``, built once per shape."""
     conditions: list[ColumnElement[bool]] = [change_requests.c.id == bindparam("request_id")]
     if states:
         conditions.append(change_requests.c.state.in_(bindparam("from_states", expanding=True)))
@@ -130,11 +172,12 @@ def _update(columns: tuple[str, ...], *, states: bool, fenced: bool, versioned: 
     values: dict[str, Any] = {
         name: bindparam(f"v_{name}", type_=change_requests.c[name].type) for name in columns
     }
+    returned: list[Any] = [change_requests, _LEASE_TOKEN] if lease_token else [change_requests]
     return (
         update(change_requests)
         .where(*conditions)
         .values(**values, version=change_requests.c.version + 1)
-        .returning(change_requests)
+        .returning(*returned)
     )
 
 
@@ -147,12 +190,36 @@ async def _update_in(
     fence: Lease | None = None,
     expected_version: int | None = None,
 ) -> ChangeRequestRecord | None:
-    fields = {**values, "updated_at": utcnow()}
+    row = await _update_row_in(
+        conn,
+        request_id,
+        values,
+        from_states=from_states,
+        fence=fence,
+        expected_version=expected_version,
+    )
+    return _record(row)
+
+
+async def _update_row_in(
+    conn: AsyncConnection,
+    request_id: str,
+    values: Mapping[str, Any],
+    *,
+    from_states: Collection[RequestState] | None = None,
+    fence: Lease | None = None,
+    expected_version: int | None = None,
+    now: datetime | None = None,
+    lease_of: str | None = None,
+) -> Any:
+    """The row as the update left it (with ``lease_of``: and that lease's token), or None."""
+    fields = {**values, "updated_at": now or utcnow()}
     statement = _update(
         tuple(sorted(fields)),
         states=from_states is not None,
         fenced=fence is not None,
         versioned=expected_version is not None,
+        lease_token=lease_of is not None,
     )
     params: dict[str, Any] = {f"v_{k}": v for k, v in fields.items()}
     params["request_id"] = normalize_request_id(request_id)
@@ -162,7 +229,9 @@ async def _update_in(
         params.update(fence_params(fence))
     if expected_version is not None:
         params["expected_version"] = expected_version
-    return _record((await conn.execute(statement, params)).mappings().first())
+    if lease_of is not None:
+        params["lease_of"] = lease_of
+    return (await conn.execute(statement, params)).mappings().first()
 
 
 async def _get_in(conn: AsyncConnection, request_id: str) -> ChangeRequestRecord | None:
@@ -257,18 +326,77 @@ class RequestsMixin(StoreBase):
             async with self._begin() as conn:
                 others = await self._beside_in(conn, values, beside)
                 params = {**values, "id": new_request_id()}
-                row = (await conn.execute(_INSERT[self._dialect], params)).mappings().first()
+                entry = None
+                if audit is not None:
+                    named = {"request_id": params["id"], "project": values["project"]}
+                    entry = audit.model_copy(update={**named, "cluster_id": values["cluster_id"]})
+                row = await self._insert_in(conn, params, entry, now)
                 if row is None:
                     continue
                 if step is not None:
                     await self._link_step(conn, step, str(row["id"]), now)
-                if audit is not None:
-                    named = {"request_id": row["id"], "project": row["project"]}
-                    entry = audit.model_copy(update={**named, "cluster_id": row["cluster_id"]})
-                    await append_entry(conn, entry, self._dialect)
             record = ChangeRequestRecord.model_validate(dict(row))
             return record, others
         raise RuntimeError(f"no free request id after {_REQUEST_ID_ATTEMPTS} attempts")
+
+    async def _insert_in(
+        self, conn: AsyncConnection, params: dict[str, Any], entry: AuditRow | None, now: datetime
+    ) -> Any:
+        """The new row (None: its id is taken), with ``entry`` appended: on SQLite by the
+        INSERT's trigger, in that one statement."""
+        insert = _INSERT[self._dialect]
+        if entry is None or not self._one_statement:
+            row = (await conn.execute(insert, params)).mappings().first()
+            if row is not None and entry is not None:
+                await self._append(conn, entry)
+            return row
+        for _ in range(_HEAD_ATTEMPTS):
+            work = TriggerWork(audit=audit_work(entry, now, await self._hint_in(conn)))
+            try:
+                row = (
+                    (await conn.execute(insert, {**params, "last_transition": work.as_column()}))
+                    .mappings()
+                    .first()
+                )
+            except IntegrityError as exc:
+                self._missed_head(exc)
+                continue
+            if row is not None:
+                self._moved_head(work)
+            return row
+        raise RuntimeError(f"the audit chain head kept moving ({_HEAD_ATTEMPTS} attempts)")
+
+    # ---- the audit chain head, for single statements (bot.core.store.trigger_work) ----
+
+    @property
+    def _one_statement(self) -> bool:
+        """Opening, starting and finishing a change are one statement each here (SQLite's
+        triggers, migration 11). PostgreSQL writes each table with a statement of its own,
+        in the same one transaction: there a trigger's start would lock the request row
+        before the lease, the reverse of recovery's order (the lease, then the row), and
+        two replicas could deadlock on one request."""
+        return self._dialect == "sqlite"
+
+    async def _append(self, conn: AsyncConnection, row: AuditRow) -> AuditEntry:
+        entry = await append_entry(conn, row, self._dialect)
+        self._chain_hint = entry.hash
+        return entry
+
+    async def _hint_in(self, conn: AsyncConnection) -> str:
+        if self._chain_hint is None:
+            self._chain_hint = await head_hash_in(conn)
+        return self._chain_hint
+
+    def _missed_head(self, error: IntegrityError) -> None:
+        """Another process moved the chain head (or a rolled-back transaction moved the
+        hint): read it again. Any other integrity error is raised."""
+        if HEAD_MOVED not in str(error.orig):
+            raise error
+        self._chain_hint = None
+
+    def _moved_head(self, work: TriggerWork) -> None:
+        if work.audit is not None:
+            self._chain_hint = work.audit.hash
 
     async def _beside_in(
         self, conn: AsyncConnection, values: Mapping[str, Any], beside: Collection[RequestState]
@@ -318,7 +446,7 @@ class RequestsMixin(StoreBase):
         async with self._begin() as conn:
             done = await _update_in(conn, request_id, values, from_states=from_states, fence=fence)
             if done is not None and audit is not None:
-                await append_entry(conn, audit, self._dialect)
+                await self._append(conn, audit)
         return done
 
     async def update_fields(
@@ -389,7 +517,7 @@ class RequestsMixin(StoreBase):
             )
             if won is not None:
                 named = {"request_id": won.id, "project": won.project, "cluster_id": won.cluster_id}
-                await append_entry(conn, audit.model_copy(update=named), self._dialect)
+                await self._append(conn, audit.model_copy(update=named))
         return won
 
     async def start_execution(
@@ -417,6 +545,14 @@ class RequestsMixin(StoreBase):
         values = _transition_values(RequestState.EXECUTING, updates)
         try:
             async with self._begin() as conn:
+                if self._one_statement:
+                    asked = _StartAsked(lease_name, holder, ttl_seconds, max_call_seconds, fence)
+                    started = await self._start_in_one(conn, request_id, values, asked, audit)
+                    if started is not None:
+                        return started
+                # Not started by the one statement (or PostgreSQL): find out why, step by
+                # step; what the statement took (a lease kept while the cluster is busy) is
+                # taken again here, idempotently.
                 lease = fence or await take_lease_in(
                     conn, self._dialect, lease_name, holder, ttl_seconds
                 )
@@ -435,10 +571,59 @@ class RequestsMixin(StoreBase):
                 )
                 if done is None:
                     raise _Moved(request_id)
-                await append_entry(conn, audit, self._dialect)
+                await self._append(conn, audit)
         except _Moved:
             return Started(StartedHow.MOVED, lease=fence)
         return Started(StartedHow.STARTED, lease=lease, record=done)
+
+    async def _start_in_one(
+        self,
+        conn: AsyncConnection,
+        request_id: str,
+        values: dict[str, Any],
+        asked: _StartAsked,
+        audit: AuditRow,
+    ) -> Started | None:
+        """``start_execution`` as one statement (SQLite's triggers take the lease, lock the
+        cluster and append the audit entry): Started, or None when the row stayed as it
+        was (the lease held elsewhere, the cluster busy, the request moved)."""
+        for _ in range(_HEAD_ATTEMPTS):
+            now = utcnow()
+            until = now + timedelta(seconds=asked.ttl_seconds)
+            fence = asked.fence
+            taken = LeaseWork(name=asked.lease_name, holder=asked.holder, until=sqlite_time(until))
+            work = TriggerWork(
+                lease=taken if fence is None else None,
+                lock=LockWork(
+                    lease_name=asked.lease_name,
+                    calls_until=sqlite_time(now + timedelta(seconds=asked.max_call_seconds)),
+                ),
+                audit=audit_work(audit, now, await self._hint_in(conn)),
+            )
+            try:
+                row = await _update_row_in(
+                    conn,
+                    request_id,
+                    {**values, "last_transition": work.as_column()},
+                    from_states=(RequestState.APPROVED,),
+                    fence=fence,
+                    now=now,
+                    lease_of=asked.lease_name,
+                )
+            except IntegrityError as exc:
+                self._missed_head(exc)
+                continue
+            if row is None:
+                return None
+            self._moved_head(work)
+            lease = fence or Lease(
+                name=asked.lease_name,
+                holder=asked.holder,
+                token=int(row["lease_token"]),
+                expires_at=until,
+            )
+            return Started(StartedHow.STARTED, lease=lease, record=_record(row))
+        raise RuntimeError(f"the audit chain head kept moving ({_HEAD_ATTEMPTS} attempts)")
 
     async def claim_execution(
         self,
@@ -516,7 +701,7 @@ class RequestsMixin(StoreBase):
             await release_lease_in(conn, lease.name, lease.holder)
             if done is not None:
                 await release_ended_in(conn, cluster, request_id)
-                await append_entry(conn, audit, self._dialect)
+                await self._append(conn, audit)
         return done
 
     async def release_execution(
@@ -547,7 +732,13 @@ class RequestsMixin(StoreBase):
         marked by recovery is corrected. FENCED or MISSING write nothing."""
         values = _transition_values(to, {"result_message": result_message})
         async with self._begin() as conn:
-            status, done = await self._outcome_in(conn, request_id, fence, values, from_states)
+            if self._one_statement:
+                won = await self._finish_in_one(conn, request_id, fence, values, from_states, audit)
+                if won is not None:
+                    return OutcomeRecorded.RECORDED, won
+                status, done = await self._outcome_missed(conn, request_id, values)
+            else:
+                status, done = await self._outcome_in(conn, request_id, fence, values, from_states)
             if status not in (OutcomeRecorded.FENCED, OutcomeRecorded.MISSING):
                 await unlock_in(conn, cluster, request_id)
                 if fence is not None:
@@ -555,8 +746,48 @@ class RequestsMixin(StoreBase):
             # The chain head last, in every transaction: appends queue there, holding nothing
             # another transaction waits for before it reaches the head itself.
             if status is OutcomeRecorded.RECORDED or status is OutcomeRecorded.CORRECTED_UNKNOWN:
-                await append_entry(conn, audit, self._dialect)
+                await self._append(conn, audit)
         return status, done
+
+    async def _finish_in_one(
+        self,
+        conn: AsyncConnection,
+        request_id: str,
+        fence: Lease | None,
+        values: dict[str, Any],
+        from_states: Collection[RequestState],
+        audit: AuditRow,
+    ) -> ChangeRequestRecord | None:
+        """``finish_execution``'s usual case as one statement (SQLite's triggers free the
+        cluster, release the lease and append the audit entry); None when the request was
+        not where the finish expects it (nothing written)."""
+        release = None
+        if fence is not None:
+            released = sqlite_time(RELEASED)
+            release = ReleaseWork(name=fence.name, holder=fence.holder, released=released)
+        for _ in range(_HEAD_ATTEMPTS):
+            now = utcnow()
+            work = TriggerWork(
+                unlock=True,
+                release=release,
+                audit=audit_work(audit, now, await self._hint_in(conn)),
+            )
+            try:
+                row = await _update_row_in(
+                    conn,
+                    request_id,
+                    {**values, "last_transition": work.as_column()},
+                    from_states=from_states,
+                    fence=fence,
+                    now=now,
+                )
+            except IntegrityError as exc:
+                self._missed_head(exc)
+                continue
+            if row is not None:
+                self._moved_head(work)
+            return _record(row)
+        raise RuntimeError(f"the audit chain head kept moving ({_HEAD_ATTEMPTS} attempts)")
 
     async def record_outcome(
         self,
@@ -591,6 +822,13 @@ class RequestsMixin(StoreBase):
         won = await _update_in(conn, request_id, values, from_states=from_states, fence=fence)
         if won is not None:
             return OutcomeRecorded.RECORDED, won
+        return await self._outcome_missed(conn, request_id, values)
+
+    async def _outcome_missed(
+        self, conn: AsyncConnection, request_id: str, values: dict[str, Any]
+    ) -> tuple[OutcomeRecorded, ChangeRequestRecord | None]:
+        """The outcome's write found the request elsewhere: already recorded, an
+        ``unknown`` to correct, fenced off, or missing."""
         current = await _get_in(conn, request_id)
         if current is None:
             return OutcomeRecorded.MISSING, None

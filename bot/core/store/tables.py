@@ -53,6 +53,9 @@ change_requests = Table(
     Column("prior_values", json_type()),
     Column("approvals", json_type()),
     Column("step_id", Text()),
+    # What the last single-statement transition asked of the other tables (SQLite's
+    # triggers act on it; bot.core.store.trigger_work).
+    Column("last_transition", Text()),
     Index("ix_gpuops_change_requests_state", "state"),
     Index("ix_gpuops_change_requests_project", "project"),
     Index("ix_gpuops_change_requests_expires_at", "expires_at"),
