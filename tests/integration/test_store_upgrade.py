@@ -8,7 +8,15 @@ import pytest
 from sqlalchemy import MetaData, Table, insert, text
 
 import bot.core.store.migrations
-from bot.core.store import Store, change_requests
+from bot.core.store import (
+    AuditRow,
+    ClusterRef,
+    OutcomeRecorded,
+    RequestState,
+    StartedHow,
+    Store,
+    change_requests,
+)
 from bot.core.store.steps import StepStore
 
 
@@ -98,5 +106,71 @@ async def test_a_v8_database_loses_the_step_tokens_it_kept(
         assert "token" not in rows[0] and "xwfp-1-kept-in-clear" not in str(rows[0])
         step = await StepStore(store).get("FxOLD")
         assert step is not None and step.request_id == "CR-OLD234"  # still completed later
+    finally:
+        await store.close()
+
+
+_V10_REQUEST = (
+    "INSERT INTO gpuops_change_requests (id, created_at, updated_at, state, provider, project,"
+    " cluster_id, cluster_name, action, plan, kinds, needs_approval, requester, channel,"
+    " break_glass, version, step_id) VALUES (:id, :now, :now, :state, 'together', 'prod',"
+    " :cluster, 'train', 'update', '{}', '[]', false, 'U1', 'C1', false, 1, '')"
+)
+
+
+async def test_a_change_under_way_across_migration_11_ends_in_one_statement(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Version 10 left a change executing (its lease and lock held) and another approved;
+    after migration 11 the one finishes and the other starts as the new release does it,
+    freeing and taking what version 10 wrote, with the audit chain intact."""
+    with monkeypatch.context() as patched:
+        patched.setattr(
+            bot.core.store.migrations, "MIGRATIONS", bot.core.store.migrations.MIGRATIONS[:10]
+        )
+        old = await Store.open(database_url)
+        now = datetime.now(UTC)
+        async with old.engine.begin() as conn:
+            for request_id, state, cluster in (
+                ("CR-RUN234", "executing", "c-1"),
+                ("CR-NEXT23", "approved", "c-2"),
+            ):
+                params = {"id": request_id, "now": now, "state": state, "cluster": cluster}
+                await conn.execute(text(_V10_REQUEST), params)
+        assert await old.lock_cluster(
+            "together", "prod", "c-1", "CR-RUN234", lease_name="exec:CR-RUN234"
+        )
+        await old.close()
+
+    store = await Store.open(database_url)
+    try:
+        lease = await store.take_lease("exec:CR-RUN234", "replica-a", 60)
+        assert lease is not None
+        ended = ClusterRef(provider="together", project="prod", cluster_id="c-1")
+        status, done = await store.finish_execution(
+            "CR-RUN234",
+            lease,
+            to=RequestState.SUCCEEDED,
+            result_message="done",
+            cluster=ended,
+            audit=AuditRow(actor="U1", event="result", request_id="CR-RUN234"),
+        )
+        assert status is OutcomeRecorded.RECORDED and done is not None
+        assert await store.cluster_holder("together", "prod", "c-1") is None
+        assert await store.get_lease("exec:CR-RUN234") is None
+        started = await store.start_execution(
+            "CR-NEXT23",
+            lease_name="exec:CR-NEXT23",
+            holder="replica-a",
+            ttl_seconds=60,
+            cluster=ended.model_copy(update={"cluster_id": "c-2"}),
+            max_call_seconds=60,
+            audit=AuditRow(actor="U1", event="executing", request_id="CR-NEXT23"),
+        )
+        assert started.how is StartedHow.STARTED
+        assert await store.cluster_holder("together", "prod", "c-2") == "CR-NEXT23"
+        assert [e.event for e in await store.list_audit()] == ["executing", "result"]
+        _, broken = await store.verify_audit()
+        assert broken is None
     finally:
         await store.close()
