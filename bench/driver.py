@@ -185,6 +185,11 @@ class Bench:
             "GPUOPS_POLICY": str(policy),
             "GPUOPS_DATABASE_URL": f"sqlite:///{self.workdir / 'gpuops.db'}",
             "GPUOPS_POLL_SECONDS": "0",
+            # The sweeper's and the scheduler's rounds cost per time, not per update: held
+            # off (after the one each runs at start), so that the costs per update of a
+            # level count the updates alone.
+            "GPUOPS_SWEEP_SECONDS": "3600",
+            "GPUOPS_SCHEDULE_TICK_SECONDS": "3600",
             "GPUOPS_LOG_LEVEL": "WARNING",
             "GPUOPS_INSTANCE_ID": "bench-1",
             "TOGETHER_BASE_URL": self.together.base_url,
