@@ -5,15 +5,16 @@ Every transition is one transaction: the state's compare-and-set together with i
 entry (and the chain head), and for an execution's start and end the lease, the cluster lock
 and the call deadline too. On SQLite the usual opening, start and finish are one statement
 each, the request row's write, whose triggers do the rest (bot.core.store.trigger_work); a
-start or a finish that finds things otherwise goes on step by step in the same transaction. Statements are built once (module level, or cached per set of
-columns a caller sets) with bound parameters; a call only binds its values, and a row a
-statement has just returned (``RETURNING``) is never read again."""
+start or a finish that finds things otherwise goes on step by step in the same transaction.
+Statements are built once (module level, or cached per set of columns a caller sets) with
+bound parameters; a call only binds its values, and a row a statement has just returned
+(``RETURNING``) is never read again."""
 
 from __future__ import annotations
 
 import enum
 import functools
-from collections.abc import Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -344,27 +345,20 @@ class RequestsMixin(StoreBase):
     ) -> Any:
         """The new row (None: its id is taken), with ``entry`` appended: on SQLite by the
         INSERT's trigger, in that one statement."""
-        insert = _INSERT[self._dialect]
+        statement = _INSERT[self._dialect]
         if entry is None or not self._one_statement:
-            row = (await conn.execute(insert, params)).mappings().first()
+            row = (await conn.execute(statement, params)).mappings().first()
             if row is not None and entry is not None:
                 await self._append(conn, entry)
             return row
-        for _ in range(_HEAD_ATTEMPTS):
-            work = TriggerWork(audit=audit_work(entry, now, await self._hint_in(conn)))
-            try:
-                row = (
-                    (await conn.execute(insert, {**params, "last_transition": work.as_column()}))
-                    .mappings()
-                    .first()
-                )
-            except IntegrityError as exc:
-                self._missed_head(exc)
-                continue
-            if row is not None:
-                self._moved_head(work)
-            return row
-        raise RuntimeError(f"the audit chain head kept moving ({_HEAD_ATTEMPTS} attempts)")
+        audited = entry
+
+        async def insert(prev_hash: str) -> tuple[Any, TriggerWork]:
+            work = TriggerWork(audit=audit_work(audited, now, prev_hash))
+            written = {**params, "last_transition": work.as_column()}
+            return (await conn.execute(statement, written)).mappings().first(), work
+
+        return await self._in_one(conn, insert)
 
     # ---- the audit chain head, for single statements (bot.core.store.trigger_work) ----
 
@@ -387,16 +381,24 @@ class RequestsMixin(StoreBase):
             self._chain_hint = await head_hash_in(conn)
         return self._chain_hint
 
-    def _missed_head(self, error: IntegrityError) -> None:
-        """Another process moved the chain head (or a rolled-back transaction moved the
-        hint): read it again. Any other integrity error is raised."""
-        if HEAD_MOVED not in str(error.orig):
-            raise error
-        self._chain_hint = None
-
-    def _moved_head(self, work: TriggerWork) -> None:
-        if work.audit is not None:
-            self._chain_hint = work.audit.hash
+    async def _in_one(
+        self, conn: AsyncConnection, statement: Callable[[str], Awaitable[tuple[Any, TriggerWork]]]
+    ) -> Any:
+        """Run ``statement``, one whose triggers append an audit entry hashed over the head
+        hash it is given, until that was still the head (another process may have moved
+        it, or a rolled-back transaction the hint): its row, None if it wrote none."""
+        for _ in range(_HEAD_ATTEMPTS):
+            try:
+                row, work = await statement(await self._hint_in(conn))
+            except IntegrityError as exc:
+                if HEAD_MOVED not in str(exc.orig):
+                    raise
+                self._chain_hint = None  # read it again
+                continue
+            if row is not None and work.audit is not None:
+                self._chain_hint = work.audit.hash
+            return row
+        raise RuntimeError(f"the audit chain head kept moving ({_HEAD_ATTEMPTS} attempts)")
 
     async def _beside_in(
         self, conn: AsyncConnection, values: Mapping[str, Any], beside: Collection[RequestState]
@@ -587,43 +589,42 @@ class RequestsMixin(StoreBase):
         """``start_execution`` as one statement (SQLite's triggers take the lease, lock the
         cluster and append the audit entry): Started, or None when the row stayed as it
         was (the lease held elsewhere, the cluster busy, the request moved)."""
-        for _ in range(_HEAD_ATTEMPTS):
-            now = utcnow()
-            until = now + timedelta(seconds=asked.ttl_seconds)
-            fence = asked.fence
-            taken = LeaseWork(name=asked.lease_name, holder=asked.holder, until=sqlite_time(until))
+        now = utcnow()
+        until = now + timedelta(seconds=asked.ttl_seconds)
+        fence = asked.fence
+        taken = LeaseWork(name=asked.lease_name, holder=asked.holder, until=sqlite_time(until))
+        lock = LockWork(
+            lease_name=asked.lease_name,
+            calls_until=sqlite_time(now + timedelta(seconds=asked.max_call_seconds)),
+        )
+
+        async def start(prev_hash: str) -> tuple[Any, TriggerWork]:
             work = TriggerWork(
                 lease=taken if fence is None else None,
-                lock=LockWork(
-                    lease_name=asked.lease_name,
-                    calls_until=sqlite_time(now + timedelta(seconds=asked.max_call_seconds)),
-                ),
-                audit=audit_work(audit, now, await self._hint_in(conn)),
+                lock=lock,
+                audit=audit_work(audit, now, prev_hash),
             )
-            try:
-                row = await _update_row_in(
-                    conn,
-                    request_id,
-                    {**values, "last_transition": work.as_column()},
-                    from_states=(RequestState.APPROVED,),
-                    fence=fence,
-                    now=now,
-                    lease_of=asked.lease_name,
-                )
-            except IntegrityError as exc:
-                self._missed_head(exc)
-                continue
-            if row is None:
-                return None
-            self._moved_head(work)
-            lease = fence or Lease(
-                name=asked.lease_name,
-                holder=asked.holder,
-                token=int(row["lease_token"]),
-                expires_at=until,
+            row = await _update_row_in(
+                conn,
+                request_id,
+                {**values, "last_transition": work.as_column()},
+                from_states=(RequestState.APPROVED,),
+                fence=fence,
+                now=now,
+                lease_of=asked.lease_name,
             )
-            return Started(StartedHow.STARTED, lease=lease, record=_record(row))
-        raise RuntimeError(f"the audit chain head kept moving ({_HEAD_ATTEMPTS} attempts)")
+            return row, work
+
+        row = await self._in_one(conn, start)
+        if row is None:
+            return None
+        lease = fence or Lease(
+            name=asked.lease_name,
+            holder=asked.holder,
+            token=int(row["lease_token"]),
+            expires_at=until,
+        )
+        return Started(StartedHow.STARTED, lease=lease, record=_record(row))
 
     async def claim_execution(
         self,
@@ -765,29 +766,23 @@ class RequestsMixin(StoreBase):
         if fence is not None:
             released = sqlite_time(RELEASED)
             release = ReleaseWork(name=fence.name, holder=fence.holder, released=released)
-        for _ in range(_HEAD_ATTEMPTS):
-            now = utcnow()
+        now = utcnow()
+
+        async def finish(prev_hash: str) -> tuple[Any, TriggerWork]:
             work = TriggerWork(
-                unlock=True,
-                release=release,
-                audit=audit_work(audit, now, await self._hint_in(conn)),
+                unlock=True, release=release, audit=audit_work(audit, now, prev_hash)
             )
-            try:
-                row = await _update_row_in(
-                    conn,
-                    request_id,
-                    {**values, "last_transition": work.as_column()},
-                    from_states=from_states,
-                    fence=fence,
-                    now=now,
-                )
-            except IntegrityError as exc:
-                self._missed_head(exc)
-                continue
-            if row is not None:
-                self._moved_head(work)
-            return _record(row)
-        raise RuntimeError(f"the audit chain head kept moving ({_HEAD_ATTEMPTS} attempts)")
+            row = await _update_row_in(
+                conn,
+                request_id,
+                {**values, "last_transition": work.as_column()},
+                from_states=from_states,
+                fence=fence,
+                now=now,
+            )
+            return row, work
+
+        return _record(await self._in_one(conn, finish))
 
     async def record_outcome(
         self,
