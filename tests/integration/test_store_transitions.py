@@ -25,6 +25,7 @@ from bot.core.store import (
     AuditRow,
     ChangeRequestRecord,
     ClusterRef,
+    Lease,
     OutcomeRecorded,
     RequestState,
     Started,
@@ -90,6 +91,20 @@ async def start(
         ),
         root_ts="1.000100",
     )
+
+
+async def finish(
+    store: Store, record: ChangeRequestRecord, lease: Lease | None, message: str = "done"
+) -> OutcomeRecorded:
+    status, _ = await store.finish_execution(
+        record.id,
+        lease,
+        to=RequestState.SUCCEEDED,
+        result_message=message,
+        cluster=CLUSTER,
+        audit=AuditRow(actor="U1", event="result", request_id=record.id),
+    )
+    return status
 
 
 async def events(store: Store, request_id: str) -> list[str]:
@@ -185,18 +200,18 @@ async def test_a_finish_frees_the_cluster_releases_the_lease_and_audits_once(sto
     record = await approved(store)
     started = await start(store, record)
     assert started.lease is not None
-    finish: dict[str, Any] = {
+    ending: dict[str, Any] = {
         "to": RequestState.SUCCEEDED,
         "result_message": "done",
         "cluster": CLUSTER,
         "audit": AuditRow(actor="U1", event="result", outcome="succeeded", request_id=record.id),
     }
-    status, done = await store.finish_execution(record.id, started.lease, **finish)
+    status, done = await store.finish_execution(record.id, started.lease, **ending)
     assert status is OutcomeRecorded.RECORDED and done is not None
     assert done.state is RequestState.SUCCEEDED and done.result_message == "done"
     assert await store.cluster_holder(*CLUSTER.model_dump().values()) is None
     assert await store.get_lease(f"exec:{record.id}") is None
-    replay, _ = await store.finish_execution(record.id, started.lease, **finish)
+    replay, _ = await store.finish_execution(record.id, started.lease, **ending)
     assert replay is OutcomeRecorded.ALREADY_RECORDED
     assert await events(store, record.id) == ["requested", "executing", "result"]
     assert await intact(store)
@@ -209,15 +224,7 @@ async def test_a_fenced_off_finish_writes_nothing(store: Store) -> None:
     while await store.get_lease(f"exec:{record.id}") is not None:
         pass
     assert await store.take_lease(f"exec:{record.id}", "recovery", LONG) is not None
-    status, _ = await store.finish_execution(
-        record.id,
-        started.lease,
-        to=RequestState.SUCCEEDED,
-        result_message="late",
-        cluster=CLUSTER,
-        audit=AuditRow(actor="U1", event="result", request_id=record.id),
-    )
-    assert status is OutcomeRecorded.FENCED
+    assert await finish(store, record, started.lease, "late") is OutcomeRecorded.FENCED
     assert await store.cluster_holder(*CLUSTER.model_dump().values()) == record.id
     assert await events(store, record.id) == ["requested", "executing"]
 
@@ -248,14 +255,7 @@ async def test_a_start_and_a_finish_are_one_statement_each(sqlite_store: Store) 
     seen = count_statements(sqlite_store)
     started = await start(sqlite_store, record)
     assert started.how is StartedHow.STARTED and len(seen) == 1
-    await sqlite_store.finish_execution(
-        record.id,
-        started.lease,
-        to=RequestState.SUCCEEDED,
-        result_message="done",
-        cluster=CLUSTER,
-        audit=AuditRow(actor="U1", event="result", request_id=record.id),
-    )
+    assert await finish(sqlite_store, record, started.lease) is OutcomeRecorded.RECORDED
     assert len(seen) == 2, seen
 
 

@@ -17,7 +17,7 @@ import functools
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from sqlalchemy import ColumnElement, Integer, Update, bindparam, select, update
 from sqlalchemy.dialects import postgresql, sqlite
@@ -182,24 +182,18 @@ def _update(
     )
 
 
+class _Where(TypedDict, total=False):
+    """Which row an update writes, past its id (see ``_update``)."""
+
+    from_states: Collection[RequestState] | None
+    fence: Lease | None
+    expected_version: int | None
+
+
 async def _update_in(
-    conn: AsyncConnection,
-    request_id: str,
-    values: Mapping[str, Any],
-    *,
-    from_states: Collection[RequestState] | None = None,
-    fence: Lease | None = None,
-    expected_version: int | None = None,
+    conn: AsyncConnection, request_id: str, values: Mapping[str, Any], **where: Unpack[_Where]
 ) -> ChangeRequestRecord | None:
-    row = await _update_row_in(
-        conn,
-        request_id,
-        values,
-        from_states=from_states,
-        fence=fence,
-        expected_version=expected_version,
-    )
-    return _record(row)
+    return _record(await _update_row_in(conn, request_id, values, **where))
 
 
 async def _update_row_in(

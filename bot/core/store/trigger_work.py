@@ -35,19 +35,12 @@ def sqlite_time(value: datetime) -> str:
     return value.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
 
 
-class AuditWork(BaseModel):
+class AuditWork(AuditRow):
     """The audit entry to append, hashed over ``prev_hash`` (its time is the row's
     ``updated_at``)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    actor: str
-    event: str
-    project: str | None
-    cluster_id: str | None
-    request_id: str | None
-    outcome: str | None
-    detail: dict[str, Any]
     prev_hash: str
     hash: str
 
