@@ -514,6 +514,31 @@ async def test_sqlite_uses_wal_and_a_busy_timeout(tmp_path: Path) -> None:
     assert busy is not None and busy >= 1000
 
 
+async def test_sqlite_transactions_keep_one_connection_until_one_fails(tmp_path: Path) -> None:
+    """The store's transactions run one after the other on one connection; one that fails
+    hands it back to the pool (which resets it), and the next starts on a fresh one."""
+    store = await Store.open(f"sqlite:///{tmp_path / 'x.db'}")
+    async with store._begin() as conn:
+        first = conn
+    async with store._begin() as conn:
+        assert conn is first
+    with pytest.raises(RuntimeError):
+        async with store._begin() as conn:
+            await conn.execute(_PROBE_WRITE)
+            raise RuntimeError("the caller's own failure")
+    assert first.closed
+    async with store._begin() as conn:
+        assert conn is not first
+        left = (await conn.exec_driver_sql("SELECT count(*) FROM gpuops_deliveries")).scalar()
+    assert left == 0  # the failed transaction's write was rolled back
+    held = conn
+    await store.close()
+    assert held.closed
+
+
+_PROBE_WRITE = text("INSERT INTO gpuops_deliveries (key, seen_at) VALUES ('k', '2026-01-01')")
+
+
 @pytest.mark.parametrize(
     ("given", "driver", "database", "query"),
     [
