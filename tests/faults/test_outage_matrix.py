@@ -369,7 +369,7 @@ async def test_healthz_is_not_ok_while_the_sqlite_disk_is_full(make_stack: Stack
             dbapi_connection.execute(f"PRAGMA max_page_count = {pages}")
 
     event.listen(store.engine.sync_engine, "connect", no_room)
-    await store.engine.dispose()  # every connection from now on: the file cannot grow
+    await store.reconnect()  # every connection from now on: the file cannot grow
     async with httpx.AsyncClient(base_url=stack.base_url, timeout=10) as client:
         for size in (2000, 400, 40, 1):  # use up the free room inside the file
             with pytest.raises(StoreUnavailable, match="full"):
@@ -379,7 +379,7 @@ async def test_healthz_is_not_ok_while_the_sqlite_disk_is_full(make_stack: Stack
         assert STORE_UNAVAILABLE_TEXT in text.text  # a change is refused …
         assert (await client.get("/healthz")).status_code == 503  # … and health says so
         full[0] = False
-        await store.engine.dispose()
+        await store.reconnect()
         assert (await client.get("/healthz")).status_code == 200
 
 

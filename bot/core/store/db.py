@@ -152,7 +152,7 @@ class Store(RequestsMixin, LocksMixin, AuditMixin, DeliveriesMixin, TimelineMixi
         return True
 
     async def close(self) -> None:
-        await self._close_engine()
+        await self.reconnect()
 
     async def __aenter__(self) -> Self:
         return self

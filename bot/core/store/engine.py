@@ -238,7 +238,9 @@ class StoreBase:
             held = self._sqlite_held = await self._engine.connect()
         return held
 
-    async def _close_engine(self) -> None:
+    async def reconnect(self) -> None:
+        """Close every connection the store has (SQLite's kept one and the pool's): the
+        next transaction opens a new one, with whatever the connect hooks set then."""
         held, self._sqlite_held = self._sqlite_held, None
         if held is not None:
             await held.close()
