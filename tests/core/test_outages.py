@@ -7,9 +7,13 @@ decision taken, without the store. (The outage matrix over real HTTP stays in te
 from __future__ import annotations
 
 import asyncio
+from typing import Any
+
+import pytest
 
 from bot.core.answers import STORE_UNAVAILABLE_TEXT
 from bot.core.store import RequestState as S
+from bot.core.store import StoreUnavailable
 from tests.support.core_harness import BOB, DAVE, Core
 from tests.support.reliability import StoreOutage
 
@@ -39,6 +43,43 @@ async def test_a_result_the_store_could_not_take_is_recorded_once_it_is_back(cor
     )
     assert (await core.events(opened.id)).count("result") == 1
     assert len(core.e2e.script.of("apply")) == 1
+    assert await core.store.cluster_holder("e2e", "e2e-delhi", "101") is None
+
+
+async def test_a_result_whose_write_landed_but_whose_answer_was_lost_is_still_told(
+    core: Core, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The finish's transaction commits, but its answer never reaches gpuops (the database
+    went silent right after): the result is kept as unrecorded and said so. Its replay
+    finds it recorded already, and the thread is told the result once, as promised."""
+    opened = await core.open(DAVE, "e2e-delhi", "101", "scale_cluster", SCALE)
+    real = core.store.finish_execution
+    calls = 0
+
+    async def answer_lost(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        done = await real(*args, **kwargs)
+        if calls == 1:
+            raise StoreUnavailable(core.store.database, "no answer within 0.5 s")
+        return done
+
+    monkeypatch.setattr(core.store, "finish_execution", answer_lost)
+    assert await core.approve(BOB, opened.id) is None
+    await core.workflow.drain()
+    assert calls == 2  # the replay
+    [kept] = core.notifier.notes(opened.id)
+    assert "it will record the result and confirm here" in kept
+    record = await core.record(opened.id)
+    assert record.state is S.SUCCEEDED and record.result_message == "Adding 1 node(s)"
+    finished = [t for t in core.notifier.of(opened.id, "request_changed") if t.kind == "finished"]
+    assert len(finished) == 1 and finished[0].text is not None
+    assert finished[0].text.startswith(
+        "gpuops lost contact with its database while sending this change; its result was "
+        "recorded, confirmed now that the database is back: Adding 1 node(s)"
+    )
+    assert core.notifier.methods(opened.id).count("mirror") == 2  # requested, then done
+    assert (await core.events(opened.id)).count("result") == 1
     assert await core.store.cluster_holder("e2e", "e2e-delhi", "101") is None
 
 

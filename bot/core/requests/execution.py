@@ -321,8 +321,10 @@ class Execution:
                 "change %s: result not recorded (%s); another holder has it", record.id, status
             )
             return False
-        if status is OutcomeRecorded.ALREADY_RECORDED:
+        if status is OutcomeRecorded.ALREADY_RECORDED and not late:
             return True
+        # Late and already recorded: the earlier write landed but its answer was lost, so
+        # nobody has been told yet; the thread was promised a confirmation.
         if status is OutcomeRecorded.CORRECTED_UNKNOWN:
             change = replace(change, transition=transitions.corrected(result.to))
         text = self._told(status, result, late=late)
@@ -341,6 +343,11 @@ class Execution:
             message = (
                 "Correction: this change was marked unknown while gpuops could not reach its "
                 f"database. What really happened: {message}"
+            )
+        elif late and result.sent and status is OutcomeRecorded.ALREADY_RECORDED:
+            message = (
+                "gpuops lost contact with its database while sending this change; its "
+                f"result was recorded, confirmed now that the database is back: {message}"
             )
         elif late and result.sent:
             message = (
