@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from bot.core.answers import STORE_UNAVAILABLE_TEXT
+from bot.core.requests.outcomes import Result
+from bot.core.store import AuditRow, StoreUnavailable
 from bot.core.store import RequestState as S
-from bot.core.store import StoreUnavailable
 from tests.support.core_harness import BOB, DAVE, Core
 from tests.support.reliability import StoreOutage
 
@@ -81,6 +82,30 @@ async def test_a_result_whose_write_landed_but_whose_answer_was_lost_is_still_to
     assert core.notifier.methods(opened.id).count("mirror") == 2  # requested, then done
     assert (await core.events(opened.id)).count("result") == 1
     assert await core.store.cluster_holder("e2e", "e2e-delhi", "101") is None
+
+
+async def test_a_lost_answer_to_a_correction_is_told_as_the_correction(core: Core) -> None:
+    """Recovery marked the change ``unknown``; the kept result's write replaced that, but
+    its answer was lost. Its replay finds it recorded and tells it as a correction."""
+    opened = await core.open(DAVE, "e2e-delhi", "101", "scale_cluster", SCALE)
+    store = core.store
+    assert await store.transition(opened.id, from_states={S.PENDING}, to=S.APPROVED)
+    assert await store.transition(opened.id, from_states={S.APPROVED}, to=S.EXECUTING)
+    interrupted = AuditRow(actor="gpuops", event="result", outcome="unknown", request_id=opened.id)
+    assert await store.transition(
+        opened.id, from_states={S.EXECUTING}, to=S.UNKNOWN, audit=interrupted
+    )
+    landed = await store.transition(
+        opened.id, from_states={S.UNKNOWN}, to=S.SUCCEEDED, result_message="Adding 1 node(s)"
+    )
+    assert landed is not None
+    result = Result(S.SUCCEEDED, "Adding 1 node(s)")
+    assert await core.workflow.execution._record(landed, None, result, late=True)
+    finished = [t for t in core.notifier.of(opened.id, "request_changed") if t.kind == "finished"]
+    assert len(finished) == 1 and finished[0].text is not None
+    assert finished[0].text.startswith(
+        "Correction: this change was marked unknown while gpuops could not reach its database."
+    )
 
 
 async def test_a_change_the_store_stopped_before_sending_is_never_sent(core: Core) -> None:

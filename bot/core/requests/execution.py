@@ -321,10 +321,14 @@ class Execution:
                 "change %s: result not recorded (%s); another holder has it", record.id, status
             )
             return False
-        if status is OutcomeRecorded.ALREADY_RECORDED and not late:
-            return True
-        # Late and already recorded: the earlier write landed but its answer was lost, so
-        # nobody has been told yet; the thread was promised a confirmation.
+        if status is OutcomeRecorded.ALREADY_RECORDED:
+            if not late:
+                return True
+            # Late and already recorded: the earlier write landed but its answer was lost,
+            # so nobody has been told yet; the thread was promised a confirmation. If that
+            # write replaced "unknown", it is told as the correction it was.
+            if await self._was_unknown(record.id):
+                status = OutcomeRecorded.CORRECTED_UNKNOWN
         if status is OutcomeRecorded.CORRECTED_UNKNOWN:
             change = replace(change, transition=transitions.corrected(result.to))
         text = self._told(status, result, late=late)
@@ -335,6 +339,15 @@ class Execution:
                 "change %s: recorded; a store write while reporting it failed: %s", record.id, exc
             )
         return True
+
+    async def _was_unknown(self, request_id: str) -> bool:
+        """Whether the request was marked ``unknown`` on its way (its audit trail says so);
+        False when the store cannot say (the confirmation is true either way)."""
+        try:
+            trail = await self.deps.store.list_audit(request_id=request_id, limit=100)
+        except StoreUnavailable:
+            return False
+        return any(entry.outcome == RequestState.UNKNOWN.value for entry in trail)
 
     @staticmethod
     def _told(status: OutcomeRecorded, result: Result, *, late: bool) -> str:
