@@ -35,6 +35,7 @@ from bot.core.store import (
 from bot.core.store.chain import stored_detail
 from bot.core.store.tables import change_requests
 from bot.core.store.trigger_work import sqlite_time
+from tests.support.workflow_kit import poll_until
 
 CLUSTER = ClusterRef(provider="together", project="prod", cluster_id="c-1")
 LONG = 60.0
@@ -107,6 +108,15 @@ async def finish(
     return status
 
 
+async def lapsed(store: Store, lease: str) -> None:
+    """Wait until ``lease`` is free: its holder's time ran out, nobody took it."""
+
+    async def free() -> bool:
+        return await store.get_lease(lease) is None
+
+    await poll_until(free, within=10)
+
+
 async def events(store: Store, request_id: str) -> list[str]:
     return [entry.event for entry in reversed(await store.list_audit(request_id=request_id))]
 
@@ -164,9 +174,7 @@ async def test_a_lock_whose_holder_lapsed_and_whose_calls_are_over_is_taken_over
 ) -> None:
     gone, next_one = await approved(store), await approved(store)
     assert (await start(store, gone, "replica-gone", ttl=0.05, calls=0.0)).how is StartedHow.STARTED
-    lapsed = await store.get_lease(f"exec:{gone.id}")
-    while lapsed is not None:  # the dead replica's lease runs out
-        lapsed = await store.get_lease(f"exec:{gone.id}")
+    await lapsed(store, f"exec:{gone.id}")  # the dead replica's lease runs out
     taken = await start(store, next_one, "replica-b")
     assert taken.how is StartedHow.STARTED
     assert await store.cluster_holder(*CLUSTER.model_dump().values()) == next_one.id
@@ -179,8 +187,7 @@ async def test_a_lock_whose_holder_may_still_have_a_call_arriving_is_not_taken(
     assert (
         await start(store, gone, "replica-gone", ttl=0.05, calls=LONG)
     ).how is StartedHow.STARTED
-    while await store.get_lease(f"exec:{gone.id}") is not None:
-        pass
+    await lapsed(store, f"exec:{gone.id}")
     busy = await start(store, next_one, "replica-b")
     assert busy.how is StartedHow.BUSY and busy.holder == gone.id
 
@@ -221,8 +228,7 @@ async def test_a_fenced_off_finish_writes_nothing(store: Store) -> None:
     record = await approved(store)
     started = await start(store, record, ttl=0.05)
     assert started.lease is not None
-    while await store.get_lease(f"exec:{record.id}") is not None:
-        pass
+    await lapsed(store, f"exec:{record.id}")
     assert await store.take_lease(f"exec:{record.id}", "recovery", LONG) is not None
     assert await finish(store, record, started.lease, "late") is OutcomeRecorded.FENCED
     assert await store.cluster_holder(*CLUSTER.model_dump().values()) == record.id
