@@ -3,6 +3,8 @@ due, poll back-off, and the ``watch`` policy key."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -20,6 +22,7 @@ from bot.core.watch.health import (
     observe,
 )
 from bot.core.watch.keys import incident_key, recovery_key, remediation_key, reminder_key
+from bot.core.watch.remediations import _bounded_gather
 from bot.core.watch.reminders import due, parse_horizon, parse_horizons, remaining_text
 from bot.providers.base import ClusterSummary, ProviderName
 from bot.providers.errors import (
@@ -296,3 +299,38 @@ def test_watch_config_defaults_and_limits() -> None:
     for bad in ({"every_seconds": 5}, {"reservation_reminders": ["soon"]}, {"poll": 60}):
         with pytest.raises(ValidationError):
             WatchConfig.model_validate(bad)
+
+
+async def test_a_bounded_gather_cancelled_closes_the_calls_that_never_ran() -> None:
+    """A poll cancelled (shutdown, lease lost) while listings wait their turn: the waiting
+    calls are closed, not left to warn "coroutine ... was never awaited"."""
+    started = asyncio.Event()
+
+    async def listing(n: int) -> int:
+        started.set()
+        await asyncio.sleep(3600)
+        return n
+
+    calls = [listing(n) for n in range(3)]
+    poll = asyncio.ensure_future(_bounded_gather(calls, 1))
+    await started.wait()
+    poll.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await poll
+    assert {inspect.getcoroutinestate(call) for call in calls} == {inspect.CORO_CLOSED}
+
+
+async def test_a_bounded_gather_runs_at_most_limit_calls_at_once() -> None:
+    running = 0
+    most = 0
+
+    async def listing(n: int) -> int:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await asyncio.sleep(0)
+        running -= 1
+        return n
+
+    assert await _bounded_gather([listing(n) for n in range(10)], 3) == list(range(10))
+    assert most == 3

@@ -499,8 +499,11 @@ async def _bounded_gather(calls: list[Coroutine[Any, Any, _T]], limit: int) -> l
     gate = asyncio.Semaphore(limit)
 
     async def one(call: Coroutine[Any, Any, _T]) -> _T:
-        async with gate:
-            return await call
+        try:
+            async with gate:
+                return await call
+        finally:
+            call.close()  # one cancelled before its turn never ran: no "never awaited"
 
     tasks = [asyncio.ensure_future(one(call)) for call in calls]
     try:
