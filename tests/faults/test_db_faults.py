@@ -48,36 +48,20 @@ pytestmark = pytest.mark.postgres
 
 S = RequestState
 LEASE = 1.0  # execution lease (its heartbeat renews every third of it)
-STORE_TIMEOUT = 0.5  # connect and transaction bounds of the replicas behind the proxy
-HEALTHY_STORE_TIMEOUT = 5.0  # the direct replica's: a busy machine must not fail a healthy read
+# The transaction bound of a replica behind the proxy from the start of a fault until it
+# heals (OutageProxy). Before and after, its bound is the healthy one like every replica's.
+STORE_TIMEOUT = 0.5
+HEALTHY_STORE_TIMEOUT = 5.0  # a busy machine must not fail a healthy transaction
 DB_SETTINGS: dict[str, Any] = {
     **FAST_RETRY_SETTINGS,
     "gpuops_exec_lease_seconds": LEASE,
     "gpuops_db_connect_timeout": HEALTHY_STORE_TIMEOUT,
     "gpuops_db_operation_timeout": HEALTHY_STORE_TIMEOUT,
 }
-PROXIED_SETTINGS: dict[str, Any] = {
-    "gpuops_db_connect_timeout": STORE_TIMEOUT,
-    "gpuops_db_operation_timeout": STORE_TIMEOUT,
-}
 TOGETHER = ("together-prod", "tc-h100-reserved")  # scaling it down needs approval
 E2E_CLUSTERS = ("101", "103", "104", "105", "106")
 ANSWER_WITHIN = 5.0  # a person hears back this soon even with the store hanging
 SLOW_UPDATE = 4.0  # case 1: Together takes this long to answer the retried update
-FaultStep = Callable[[FaultProxy], Awaitable[None]]
-
-
-async def stopped(proxy: FaultProxy) -> None:
-    """A database that went away: new connections refused, open ones reset."""
-    await proxy.outage()
-
-
-async def hanging(proxy: FaultProxy) -> None:
-    """A database that accepts connections and never answers."""
-    proxy.hang()
-
-
-FAULTS: dict[str, FaultStep] = {"stopped": stopped, "hanging": hanging}
 
 
 @pytest.fixture
@@ -87,12 +71,65 @@ async def database() -> AsyncIterator[str]:
     await drop_pg_database(name)
 
 
+class OutageProxy(FaultProxy):
+    """The fault proxy, tightening the transaction bound of the stores behind it for as long
+    as a fault lasts: a person hears back within STORE_TIMEOUT of the store going silent.
+    A bound that short from the start would fail healthy transactions through the proxy
+    on a busy machine, before any fault (a start that took longer was refused, and the
+    test's change never sent)."""
+
+    def __init__(self, target_port: int) -> None:
+        super().__init__(target_port=target_port)
+        self.stores: list[Store] = []
+
+    def _bound(self, seconds: float) -> None:
+        for store in self.stores:
+            store._operation_timeout = seconds  # a test's knob on the store, not its API
+
+    async def outage(self) -> None:
+        self._bound(STORE_TIMEOUT)
+        await super().outage()
+
+    def hang(self) -> None:
+        self._bound(STORE_TIMEOUT)
+        super().hang()
+
+    def heal(self) -> None:
+        super().heal()
+        self._bound(HEALTHY_STORE_TIMEOUT)
+
+
+FaultStep = Callable[[OutageProxy], Awaitable[None]]
+
+
+async def stopped(proxy: OutageProxy) -> None:
+    """A database that went away: new connections refused, open ones reset."""
+    await proxy.outage()
+
+
+async def hanging(proxy: OutageProxy) -> None:
+    """A database that accepts connections and never answers."""
+    proxy.hang()
+
+
+FAULTS: dict[str, FaultStep] = {"stopped": stopped, "hanging": hanging}
+
+
 @pytest.fixture
-async def proxy() -> AsyncIterator[FaultProxy]:
-    fault_proxy = FaultProxy(target_port=5432)
+async def proxy() -> AsyncIterator[OutageProxy]:
+    fault_proxy = OutageProxy(target_port=5432)
     await fault_proxy.start()
     yield fault_proxy
     await fault_proxy.close()
+
+
+async def start_proxied(stack: LocalStack, proxy: OutageProxy, database: str) -> BotReplica:
+    """Replica "proxied" on ``database`` through ``proxy``, which bounds its store."""
+    replica = await stack.start_replica(
+        "proxied", start_background=False, database_url=_url(database, proxy.port)
+    )
+    proxy.stores.append(replica.runtime.store)
+    return replica
 
 
 def _url(database: str, port: int = 5432) -> str:
@@ -115,14 +152,11 @@ async def stack(make_stack: StackFactory, database: str) -> LocalStack:
 
 
 @pytest.fixture
-async def proxied(stack: LocalStack, proxy: FaultProxy, database: str) -> AsyncIterator[BotReplica]:
+async def proxied(
+    stack: LocalStack, proxy: OutageProxy, database: str
+) -> AsyncIterator[BotReplica]:
     """Replica "proxied" on the same database, through the fault proxy (healed at the end)."""
-    replica = await stack.start_replica(
-        "proxied",
-        start_background=False,
-        database_url=_url(database, proxy.port),
-        settings=PROXIED_SETTINGS,
-    )
+    replica = await start_proxied(stack, proxy, database)
     yield replica
     await proxy.heal_async()
 
@@ -147,7 +181,7 @@ async def answer_to(stack: LocalStack, sender: SlackSender, text: str) -> str:
 
 @pytest.mark.parametrize("fault", FAULTS)
 async def test_a_change_command_while_the_store_is_down_is_refused_clearly(
-    stack: LocalStack, proxied: BotReplica, proxy: FaultProxy, fault: str
+    stack: LocalStack, proxied: BotReplica, proxy: OutageProxy, fault: str
 ) -> None:
     await FAULTS[fault](proxy)
     text = await answer_to(
@@ -161,7 +195,7 @@ async def test_a_change_command_while_the_store_is_down_is_refused_clearly(
 
 @pytest.mark.parametrize("fault", ["stopped"])
 async def test_a_form_command_while_the_store_is_down_is_refused_before_its_form_opens(
-    stack: LocalStack, proxied: BotReplica, proxy: FaultProxy, fault: str
+    stack: LocalStack, proxied: BotReplica, proxy: OutageProxy, fault: str
 ) -> None:
     """A change that opens a form (forms first: before the pacer) is refused like any
     change when its de-dup write finds the store down: told, no form opened, nothing made."""
@@ -177,7 +211,7 @@ async def test_a_form_command_while_the_store_is_down_is_refused_before_its_form
 
 @pytest.mark.parametrize("fault", FAULTS)
 async def test_help_show_and_list_work_without_the_store(
-    stack: LocalStack, proxied: BotReplica, proxy: FaultProxy, fault: str
+    stack: LocalStack, proxied: BotReplica, proxy: OutageProxy, fault: str
 ) -> None:
     await FAULTS[fault](proxy)
     assert "tc-h200-ondemand" in await answer_to(stack, proxied.sender, "list together-prod")
@@ -199,7 +233,7 @@ async def test_help_show_and_list_work_without_the_store(
     ],
 )
 async def test_a_click_while_the_store_is_down_changes_nothing(
-    stack: LocalStack, proxied: BotReplica, proxy: FaultProxy, fault: str, decision: str
+    stack: LocalStack, proxied: BotReplica, proxy: OutageProxy, fault: str, decision: str
 ) -> None:
     opened = await open_direct(
         stack, DAVE, "e2e-delhi", "101", "scale_cluster", {"additional_nodes": "1"}
@@ -220,7 +254,7 @@ async def test_a_click_while_the_store_is_down_changes_nothing(
 
 @pytest.mark.parametrize("in_flight", [False, True], ids=["down", "lost-after-de-dup"])
 async def test_a_home_click_while_the_store_is_down_changes_nothing(
-    stack: LocalStack, proxied: BotReplica, proxy: FaultProxy, in_flight: bool
+    stack: LocalStack, proxied: BotReplica, proxy: OutageProxy, in_flight: bool
 ) -> None:
     """Approve on the App Home tab while the store hangs (from before the click, or from
     right after its de-dup write): the approver is told by DM that nothing was changed; the
@@ -263,7 +297,7 @@ async def test_a_home_click_while_the_store_is_down_changes_nothing(
 
 @pytest.mark.parametrize("fault", FAULTS)
 async def test_healthz_is_not_ok_while_the_store_is_unreachable(
-    proxied: BotReplica, proxy: FaultProxy, fault: str
+    proxied: BotReplica, proxy: OutageProxy, fault: str
 ) -> None:
     async with httpx.AsyncClient(base_url=proxied.base_url, timeout=10) as client:
         assert (await client.get("/healthz")).status_code == 200
@@ -285,7 +319,7 @@ async def _approve_on(stack: LocalStack, replica: BotReplica, opened: Opened) ->
 
 
 async def test_case_1_a_second_change_waits_until_the_first_call_can_no_longer_arrive(
-    stack: LocalStack, proxied: BotReplica, proxy: FaultProxy
+    stack: LocalStack, proxied: BotReplica, proxy: OutageProxy
 ) -> None:
     """Issue #11 case 1: a long Together update, retried, while its replica loses the
     database; recovery elsewhere ends it ``unknown`` but keeps the cluster; a second change
@@ -324,7 +358,7 @@ async def test_case_1_a_second_change_waits_until_the_first_call_can_no_longer_a
 
 
 async def test_case_3_results_answered_during_an_outage_are_recorded_after_it(
-    stack: LocalStack, proxied: BotReplica, proxy: FaultProxy
+    stack: LocalStack, proxied: BotReplica, proxy: OutageProxy
 ) -> None:
     """Issue #11 case 3: five approved scale changes whose provider answers arrive while the
     store is down are recorded and reported once it is back — none ``unknown``."""
@@ -353,7 +387,7 @@ async def test_case_3_results_answered_during_an_outage_are_recorded_after_it(
 
 
 async def test_a_heartbeat_blip_shorter_than_the_lease_changes_nothing(
-    stack: LocalStack, proxied: BotReplica, proxy: FaultProxy
+    stack: LocalStack, proxied: BotReplica, proxy: OutageProxy
 ) -> None:
     store = stack.runtime.store
     stack.e2e.faults.add(Fault(route="action", kind=FaultKind.LATENCY, seconds=1.5))
@@ -375,7 +409,7 @@ async def test_a_heartbeat_blip_shorter_than_the_lease_changes_nothing(
 
 
 async def test_an_outage_when_recording_the_start_sends_nothing(
-    stack: LocalStack, proxied: BotReplica, proxy: FaultProxy, database: str
+    stack: LocalStack, proxied: BotReplica, proxy: OutageProxy, database: str
 ) -> None:
     """The store goes away between the approval and the start of sending: the change is
     never sent, and once the store is back it ends ``failed`` saying nothing was sent."""
@@ -402,7 +436,7 @@ async def test_an_outage_when_recording_the_start_sends_nothing(
 
 
 async def test_follow_up_goes_on_through_an_outage(
-    make_stack: StackFactory, database: str, proxy: FaultProxy
+    make_stack: StackFactory, database: str, proxy: OutageProxy
 ) -> None:
     """The store goes away right after the result is recorded: the replica that sent the
     change still follows the cluster until it is steady and says so in the thread."""
@@ -412,12 +446,7 @@ async def test_follow_up_goes_on_through_an_outage(
         transition_seconds=1.0,
         extra_settings=DB_SETTINGS,
     )
-    proxied = await stack.start_replica(
-        "proxied",
-        start_background=False,
-        database_url=_url(database, proxy.port),
-        settings=PROXIED_SETTINGS,
-    )
+    proxied = await start_proxied(stack, proxy, database)
     project, cluster = TOGETHER
     opened = await open_direct(stack, DAVE, project, cluster, "update", {"num_gpus": "8"})
     await _approve_on(stack, proxied, opened)
@@ -432,7 +461,7 @@ async def test_follow_up_goes_on_through_an_outage(
 
 @pytest.mark.parametrize("fault", FAULTS)
 async def test_the_store_lost_at_request_creation_opens_nothing(
-    stack: LocalStack, proxied: BotReplica, proxy: FaultProxy, fault: str
+    stack: LocalStack, proxied: BotReplica, proxy: OutageProxy, fault: str
 ) -> None:
     """The command's de-dup write goes through, then the store goes away before the request
     is created: the person is told, nothing is created, nothing is sent."""
@@ -457,7 +486,7 @@ async def test_the_store_lost_at_request_creation_opens_nothing(
 
 @pytest.mark.parametrize("fault", FAULTS)
 async def test_a_form_submitted_while_the_store_is_down_opens_nothing(
-    stack: LocalStack, proxied: BotReplica, proxy: FaultProxy, fault: str
+    stack: LocalStack, proxied: BotReplica, proxy: OutageProxy, fault: str
 ) -> None:
     project, cluster = TOGETHER
     await proxied.sender.command(DAVE, CHANNEL, f"update {project} {cluster}")
@@ -475,7 +504,7 @@ async def test_a_form_submitted_while_the_store_is_down_opens_nothing(
 
 @pytest.mark.parametrize("fault", ["hanging"])
 async def test_a_form_on_its_checking_view_when_the_store_goes_says_so_and_opens_nothing(
-    stack: LocalStack, proxied: BotReplica, proxy: FaultProxy, fault: str
+    stack: LocalStack, proxied: BotReplica, proxy: OutageProxy, fault: str
 ) -> None:
     """The submission's de-dup write goes through, its checks outlast Slack's deadline (a
     slow provider: the form shows "checking…"), then the store goes away before the view's
@@ -511,7 +540,7 @@ async def test_a_form_on_its_checking_view_when_the_store_goes_says_so_and_opens
 
 @pytest.mark.parametrize("fault", FAULTS)
 async def test_an_approval_in_flight_when_the_store_goes_is_answered_and_left_pending(
-    stack: LocalStack, proxied: BotReplica, proxy: FaultProxy, fault: str
+    stack: LocalStack, proxied: BotReplica, proxy: OutageProxy, fault: str
 ) -> None:
     """The click's de-dup write goes through, then the store goes away: the approver is
     told, the request stays pending (approvable later), nothing is sent."""
@@ -543,7 +572,7 @@ async def test_an_approval_in_flight_when_the_store_goes_is_answered_and_left_pe
 async def test_the_sweeper_rides_out_an_outage_with_one_line_a_round(
     stack: LocalStack,
     proxied: BotReplica,
-    proxy: FaultProxy,
+    proxy: OutageProxy,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     opened = await open_direct(
@@ -561,7 +590,7 @@ async def test_the_sweeper_rides_out_an_outage_with_one_line_a_round(
 
 
 async def test_a_click_is_answered_before_the_deadline_under_the_default_store_bounds(
-    make_stack: StackFactory, database: str, proxy: FaultProxy
+    make_stack: StackFactory, database: str, proxy: OutageProxy
 ) -> None:
     """With the production bounds (a 10 s transaction), a hanging store still cannot hold a
     click's answer past Slack's deadline: the de-dup write gives up before it, and the
@@ -588,7 +617,7 @@ async def test_a_click_is_answered_before_the_deadline_under_the_default_store_b
 
 
 async def test_commands_are_answered_in_time_under_the_default_store_bounds(
-    make_stack: StackFactory, database: str, proxy: FaultProxy
+    make_stack: StackFactory, database: str, proxy: OutageProxy
 ) -> None:
     """With the production bounds, a hanging store delays no command past a few seconds:
     the de-dup write is given up after 2 s; help and list answer, a change is refused."""
@@ -610,7 +639,7 @@ async def test_commands_are_answered_in_time_under_the_default_store_bounds(
 
 @pytest.mark.parametrize("fault", FAULTS)
 async def test_a_mention_show_is_answered_in_its_thread_without_the_store(
-    stack: LocalStack, proxied: BotReplica, proxy: FaultProxy, fault: str
+    stack: LocalStack, proxied: BotReplica, proxy: OutageProxy, fault: str
 ) -> None:
     root = await stack.slack.post_user_message(CHANNEL, DAVE, "GPUs look stuck?")
     await FAULTS[fault](proxy)
@@ -627,18 +656,13 @@ async def test_a_mention_show_is_answered_in_its_thread_without_the_store(
 
 @pytest.mark.parametrize("fault", FAULTS)
 async def test_a_remediation_click_while_the_store_is_down_is_answered_in_time(
-    make_stack: StackFactory, database: str, proxy: FaultProxy, fault: str
+    make_stack: StackFactory, database: str, proxy: OutageProxy, fault: str
 ) -> None:
     """Issue #16 point 4: approve on a remediation through the replica whose database is
     stopped or hanging: told at once that nothing was changed (was: no answer, "unhandled
     error in a handler: StoreUnavailable"); nothing sent."""
     stack = await watched_stack(make_stack, database_url=_url(database), extra_settings=DB_SETTINGS)
-    proxied = await stack.start_replica(
-        "proxied",
-        start_background=False,
-        database_url=_url(database, proxy.port),
-        settings=PROXIED_SETTINGS,
-    )
+    proxied = await start_proxied(stack, proxy, database)
     remediation_id, message = await pending_remediation(stack)
     await FAULTS[fault](proxy)
     seen = len(stack.slack.ephemerals_for(BOB))
@@ -680,7 +704,7 @@ def ahead(replica: BotReplica | LocalStack, seconds: float) -> None:
 async def test_a_scheduled_change_due_in_a_store_outage_is_sent_once_after_it(
     stack: LocalStack,
     proxied: BotReplica,
-    proxy: FaultProxy,
+    proxy: OutageProxy,
     fault: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
