@@ -82,6 +82,9 @@ FAULTS = [
     FaultCase("refused", None, "could not connect"),
     FaultCase("hang", FaultKind.HANG, "no answer within 0.5 s", seconds=1.0),
     FaultCase("apply_then_fail", FaultKind.APPLY_THEN_FAIL, "(HTTP 500)", status=500),
+    # Applied, then the connection closed with no answer: aiohttp alone would send a PUT
+    # again (bot.providers.wire stops it), which runs an E2E action twice.
+    FaultCase("apply_then_drop", FaultKind.APPLY_THEN_DROP, "connection failed during"),
     FaultCase("errors_true", FaultKind.ERRORS_TRUE, "injected fault", e2e_only=True),
 ]
 
@@ -96,6 +99,7 @@ RETRIED: dict[Mode, set[str]] = {
         "refused",
         "hang",
         "apply_then_fail",
+        "apply_then_drop",
     },
     "together_put": {"rate_limit", "http_502", "http_503", "refused"},
     "e2e_action": {"rate_limit", "refused"},

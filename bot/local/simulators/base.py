@@ -31,6 +31,7 @@ class FaultKind(enum.StrEnum):
     MALFORMED = "malformed"  # 200 with a body that is not JSON, without applying
     HANG = "hang"  # never answer (until `seconds`, default an hour)
     APPLY_THEN_FAIL = "apply_then_fail"  # apply the change, then answer `status`
+    APPLY_THEN_DROP = "apply_then_drop"  # apply the change, then close without an answer
     ERRORS_TRUE = "errors_true"  # HTTP 200 with {"errors": true, ...} (E2E), not applied
 
 
@@ -93,7 +94,7 @@ def json_response(status: int, body: Any, headers: dict[str, str] | None = None)
 
 async def fault_before(fault: Fault | None, error_body: ErrorBody) -> web.StreamResponse | None:
     """Answer for a fault that strikes before the change is applied, or None to go on."""
-    if fault is None or fault.kind is FaultKind.APPLY_THEN_FAIL:
+    if fault is None or fault.kind in _AFTER:
         return None
     if fault.kind is FaultKind.LATENCY:
         await asyncio.sleep(fault.seconds)
@@ -114,11 +115,19 @@ async def fault_before(fault: Fault | None, error_body: ErrorBody) -> web.Stream
     raise AssertionError(f"unhandled fault kind {fault.kind}")
 
 
-def fault_after(fault: Fault | None, error_body: ErrorBody) -> web.StreamResponse | None:
-    """Answer for a fault that strikes after the change was applied, or None."""
-    if fault is not None and fault.kind is FaultKind.APPLY_THEN_FAIL:
-        return json_response(fault.status, error_body(fault.status, fault.message))
-    return None
+_AFTER = frozenset({FaultKind.APPLY_THEN_FAIL, FaultKind.APPLY_THEN_DROP})
+
+
+def fault_after(
+    fault: Fault | None, error_body: ErrorBody, request: web.Request
+) -> web.StreamResponse | None:
+    """Answer for a fault that strikes after the change was applied, or None. For a drop
+    the connection is closed first, so the client reads no answer at all."""
+    if fault is None or fault.kind not in _AFTER:
+        return None
+    if fault.kind is FaultKind.APPLY_THEN_DROP and request.transport is not None:
+        request.transport.close()
+    return json_response(fault.status, error_body(fault.status, fault.message))
 
 
 class SimulatorServer(abc.ABC):

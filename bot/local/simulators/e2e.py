@@ -318,7 +318,7 @@ class E2ESimulator(SimulatorServer):
         for cluster in mine:
             cluster.settle(now)
         shown = mine[(page - 1) * per_page : page * per_page]
-        if late := fault_after(fault, _fault_body):
+        if late := fault_after(fault, _fault_body, request):
             return late
         return json_response(
             200,
@@ -343,7 +343,7 @@ class E2ESimulator(SimulatorServer):
         cluster = self._cluster(request, project_id)
         if cluster is None:
             return self._not_found()
-        if late := fault_after(fault, _fault_body):
+        if late := fault_after(fault, _fault_body, request):
             return late
         return json_response(200, self._ok(self.detail(cluster), "Success"))
 
@@ -369,7 +369,7 @@ class E2ESimulator(SimulatorServer):
         if errors := self._check_references(cluster, body):
             return json_response(400, envelope(400, "Bad Request", errors))
         data, message = self._apply(cluster, body)
-        if late := fault_after(fault, _fault_body):
+        if late := fault_after(fault, _fault_body, request):
             return late
         return json_response(200, self._ok(data, message))
 

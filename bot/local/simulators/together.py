@@ -706,7 +706,7 @@ class TogetherSimulator(SimulatorServer):
             decided = self.remediations.decide(item, verb, body)
         except DecisionRefused as refused:
             return _error(refused.status, refused.message, refused.code)
-        late = fault_after(fault, error_body)
+        late = fault_after(fault, error_body, request)
         return late if late is not None else json_response(200, decided)
 
     def _remediation(self, request: web.Request) -> dict[str, Any] | None:
@@ -763,7 +763,7 @@ class TogetherSimulator(SimulatorServer):
         except UpdateRejected as rejected:
             return _error(400, rejected.message, rejected.code)
         self._apply(cluster_id, changes)
-        late = fault_after(fault, error_body)
+        late = fault_after(fault, error_body, request)
         if late is not None:
             return late
         return json_response(200, self.view(cluster_id))
@@ -774,7 +774,7 @@ class TogetherSimulator(SimulatorServer):
         fault = self.faults.take(route)
         early = await fault_before(fault, error_body)
         # A read has nothing to apply: "apply then fail" is its failure alone.
-        return early if early is not None else fault_after(fault, error_body)
+        return early if early is not None else fault_after(fault, error_body, request)
 
     def _authorized(self, request: web.Request) -> bool:
         return request.headers.get("Authorization") == f"Bearer {self.api_key}"
