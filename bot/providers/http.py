@@ -1,5 +1,6 @@
-"""The transport both provider clients share: one httpx.AsyncClient per credential,
-timeouts, retries by what is safe to repeat, and exception texts without secrets.
+"""The transport both provider clients share: one connection pool per credential (an
+aiohttp session behind httpx's transport interface, bot.providers.wire), timeouts, retries
+by what is safe to repeat, and exception texts without secrets.
 
 Retry rules (SPEC §1.3):
 - ``READ`` (GET): connect errors, timeouts, dropped connections, 429 and 5xx.
@@ -30,9 +31,12 @@ from bot.providers.errors import (
     ProviderError,
     ProviderTimeout,
 )
+from bot.providers.wire import AiohttpTransport
 from bot.redact import register_secret
 
 log = logging.getLogger(__name__)
+
+USER_AGENT = f"python-httpx/{httpx.__version__}"  # as AsyncClient sent it
 
 
 class Operation(enum.StrEnum):
@@ -136,30 +140,63 @@ class ProviderTransport:
     auth_params: Mapping[str, str] = field(default_factory=dict)
     settings: ClientSettings = field(default_factory=ClientSettings)
     secrets: tuple[str, ...] = ()
+    # Another httpx transport (a test's recorder or fault); None: bot.providers.wire's.
     transport: httpx.AsyncBaseTransport | None = None
-    _client: httpx.AsyncClient | None = field(default=None, init=False, repr=False)
+    _own: AiohttpTransport | None = field(default=None, init=False, repr=False)
+    _prefix: str = field(init=False, repr=False)
+    _headers: httpx.Headers = field(init=False, repr=False)
+    _timeouts: dict[str, float] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         for secret in self.secrets:
             register_secret(secret)
+        s = self.settings
+        self._prefix = self.base_url.rstrip("/") + "/"
+        self._headers = httpx.Headers({"User-Agent": USER_AGENT, **self.headers})
+        # What httpx.AsyncClient(timeout=Timeout(total, connect=...)) put on each request.
+        self._timeouts = {
+            "connect": s.connect_timeout,
+            "read": s.total_timeout,
+            "write": s.total_timeout,
+            "pool": s.total_timeout,
+        }
 
     @property
-    def client(self) -> httpx.AsyncClient:
-        if self._client is None or self._client.is_closed:
-            self._client = httpx.AsyncClient(
-                base_url=self.base_url.rstrip("/") + "/",
-                headers=dict(self.headers),
-                timeout=httpx.Timeout(
-                    self.settings.total_timeout, connect=self.settings.connect_timeout
-                ),
-                transport=self.transport,
-                follow_redirects=False,
+    def _wire(self) -> httpx.AsyncBaseTransport:
+        """The transport of the next request (tests swap ``transport`` between calls)."""
+        if self.transport is not None:
+            return self.transport
+        if self._own is None:
+            s = self.settings
+            self._own = AiohttpTransport(
+                connect_timeout=s.connect_timeout, read_timeout=s.total_timeout
             )
-        return self._client
+        return self._own
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
+        for wire in (self.transport, self._own):
+            if wire is not None:
+                await wire.aclose()
+
+    async def _send(
+        self, method: str, path: str, query: Mapping[str, Any], body: Any
+    ) -> httpx.Response:
+        """One HTTP exchange, read whole. No client between us and the transport: redirects
+        are not followed, no cookies kept, and this costs half of AsyncClient.request."""
+        request = httpx.Request(
+            method,
+            self._prefix + path.lstrip("/"),
+            params=query or None,
+            json=body,
+            headers=self._headers,
+            extensions={"timeout": self._timeouts},
+        )
+        response = await self._wire.handle_async_request(request)
+        try:
+            await response.aread()
+        finally:
+            await response.aclose()
+        return response
 
     async def request(
         self,
@@ -232,9 +269,7 @@ class ProviderTransport:
         started = time.perf_counter()
         try:
             async with asyncio.timeout(self.settings.total_timeout):
-                response = await self.client.request(
-                    method, path.lstrip("/"), params=query, json=body
-                )
+                response = await self._send(method, path, query, body)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             # The request never reached the server: always safe to try again.
             raise _Retry(error=self._connection_error(exc)) from None

@@ -24,8 +24,9 @@ from bot.core.store import (
 from bot.local.demo.stack import LocalStack
 from bot.local.slack.models import Ephemeral, Message, ResponsePost
 from bot.providers.e2e import E2EAdapter
-from bot.providers.http import ProviderTransport
+from bot.providers.http import ClientSettings, ProviderTransport
 from bot.providers.together import TogetherAdapter
+from bot.providers.wire import AiohttpTransport
 from bot.slack.deadline import RUNNING_LISTENERS
 
 # Tiny backoff so that a matrix of retried faults stays fast; a 429's Retry-After is
@@ -63,12 +64,18 @@ def closed_port() -> int:
 
 
 class RefusingTransport(httpx.AsyncBaseTransport):
-    """Delegates to a real HTTP transport, but sends the requests ``refuse`` selects to a
-    closed port: a genuine ECONNREFUSED, counted in ``refused``."""
+    """Delegates to the transport gpuops sends with (bot.providers.wire), but sends the
+    requests ``refuse`` selects to a closed port: a genuine ECONNREFUSED, counted in
+    ``refused``."""
 
-    def __init__(self, refuse: Callable[[httpx.Request], bool]) -> None:
+    def __init__(
+        self, refuse: Callable[[httpx.Request], bool], settings: ClientSettings | None = None
+    ) -> None:
+        s = settings or ClientSettings()
         self.refuse = refuse
-        self.inner = httpx.AsyncHTTPTransport()
+        self.inner = AiohttpTransport(
+            connect_timeout=s.connect_timeout, read_timeout=s.total_timeout
+        )
         self.port = closed_port()
         self.refused: list[tuple[str, str]] = []
         self.seen: list[tuple[str, str]] = []
@@ -103,7 +110,7 @@ async def refuse_connections(
     """Route the project's provider calls through a RefusingTransport from now on."""
     transport = provider_transport(stack, project)
     await transport.aclose()  # the next call builds a new client on the new transport
-    refusing = RefusingTransport(refuse)
+    refusing = RefusingTransport(refuse, transport.settings)
     transport.transport = refusing
     return refusing
 
