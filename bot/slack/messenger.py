@@ -94,11 +94,25 @@ def slack_http_session() -> aiohttp.ClientSession:
     )
 
 
+def _web_client_logger() -> logging.Logger:
+    """slack_sdk's client logger, set to the level it logs at now (as Bolt sets its own).
+    slack_sdk tests the logger's own level (``logger.level <= DEBUG``), not the effective
+    one: left at NOTSET, every call formatted its whole request and reply into debug lines
+    that were then dropped."""
+    logger = logging.getLogger("slack_sdk.web.async_base_client")
+    logger.setLevel(logger.getEffectiveLevel())
+    return logger
+
+
 def build_web_client(
     token: str, base_url: str, session: aiohttp.ClientSession | None = None
 ) -> AsyncWebClient:
     client = AsyncWebClient(
-        token=token, base_url=base_url, timeout=SLACK_TIMEOUT_SECONDS, session=session
+        token=token,
+        base_url=base_url,
+        timeout=SLACK_TIMEOUT_SECONDS,
+        session=session,
+        logger=_web_client_logger(),
     )
     client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=2))
     return client

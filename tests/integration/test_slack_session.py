@@ -4,6 +4,7 @@ session is closed on shutdown."""
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from functools import partial
 from types import SimpleNamespace
@@ -118,3 +119,37 @@ async def test_respond_takes_a_whole_message_as_bolts_does() -> None:
         ("whole", "ephemeral"),
         ("in parts", "ephemeral"),
     ]
+
+
+@pytest.mark.parametrize("level", [logging.INFO, logging.DEBUG])
+async def test_a_web_api_call_builds_debug_lines_only_when_debug_is_on(
+    level: int, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """slack_sdk formats a call's whole request and reply into debug lines whenever its
+    logger's own level is NOTSET; the client's logger carries the level logging is at."""
+    caplog.set_level(level)
+    sdk = logging.getLogger("slack_sdk.web.async_base_client")
+    monkeypatch.setattr(sdk, "level", logging.NOTSET)  # as a fresh process has it
+    built: list[str] = []
+    real_debug = sdk.debug
+
+    def debug(message: str, *args: Any, **kwargs: Any) -> None:
+        built.append(message)
+        real_debug(message, *args, **kwargs)
+
+    monkeypatch.setattr(sdk, "debug", debug)
+    fake = FakeSlack("xoxb-test", channels={"C0INCIDENT": "incident"})
+    await fake.start()
+    session = slack_http_session()
+    try:
+        client = build_web_client("xoxb-test", fake.api_url, session)
+        await client.chat_postMessage(channel="C0INCIDENT", text="hello")
+    finally:
+        await session.close()
+        await fake.stop()
+    assert sdk.level == level
+    if level == logging.DEBUG:
+        assert any(m.startswith("Sending a request") for m in built)
+        assert any(r.getMessage().startswith("Sending a request") for r in caplog.records)
+    else:
+        assert built == []  # not formatted, not only not shown
