@@ -7,9 +7,12 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import ssl
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 import pytest
@@ -291,3 +294,31 @@ async def poll(condition: Callable[[], bool]) -> None:
     async with asyncio.timeout(10):
         while not condition():
             await asyncio.sleep(0.01)
+
+
+async def test_a_provider_whose_certificate_is_not_trusted_is_never_sent_a_request(
+    tmp_path: Path,
+) -> None:
+    """TLS is verified (certifi's roots, as httpx did): a self-signed certificate is a
+    connect error, so nothing was sent and a change may be refused as not applied."""
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(  # noqa: S603 (fixed arguments)
+        ["/usr/bin/openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    plain = Provider(lambda _: answer())
+    server = await asyncio.start_server(plain.serve, "127.0.0.1", 0, ssl=tls)
+    port = server.sockets[0].getsockname()[1]
+    wire = AiohttpTransport(connect_timeout=2.0, read_timeout=2.0)
+    try:
+        with pytest.raises(httpx.ConnectError) as untrusted:
+            await wire.handle_async_request(httpx.Request("PUT", f"https://127.0.0.1:{port}/x"))
+    finally:
+        await wire.aclose()
+        server.close()
+    assert str(untrusted.value) == "ClientConnectorCertificateError"
+    assert plain.requests == []
