@@ -76,10 +76,23 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
     Closing waits for the calls in flight (a click's decision, say) to finish first, at
     most ``read_timeout``: closing the session would cut them off mid-request."""
 
-    def __init__(self, *, connect_timeout: float, read_timeout: float) -> None:
+    def __init__(
+        self,
+        *,
+        connect_timeout: float,
+        read_timeout: float,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
+        # ``connect`` bounds the wait for a free connection of the pool too: a request that
+        # got none in time was never sent (ConnectTimeout), where the caller's overall
+        # bound would have called it "no answer, may have applied".
         self._timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=connect_timeout, sock_read=read_timeout
+            total=None,
+            connect=connect_timeout,
+            sock_connect=connect_timeout,
+            sock_read=read_timeout,
         )
+        self._max_connections = max_connections
         self._close_within = read_timeout
         self._session: aiohttp.ClientSession | None = None
         self._in_flight = 0
@@ -88,7 +101,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(
-                limit=MAX_CONNECTIONS,
+                limit=self._max_connections,
                 keepalive_timeout=KEEPALIVE_SECONDS,
                 ssl=ssl.create_default_context(cafile=certifi.where()),  # as httpx verifies
             )

@@ -322,3 +322,21 @@ async def test_a_provider_whose_certificate_is_not_trusted_is_never_sent_a_reque
         server.close()
     assert str(untrusted.value) == "ClientConnectorCertificateError"
     assert plain.requests == []
+
+
+async def test_a_call_that_gets_no_connection_in_time_was_never_sent() -> None:
+    """Every connection is busy (here the only one, with a provider that does not answer):
+    the next call is a connect timeout, which the retry rules know was never sent, not a
+    "no answer" that might have been applied."""
+    async with provider(lambda _: b"") as fake:
+        wire = AiohttpTransport(connect_timeout=0.2, read_timeout=5.0, max_connections=1)
+        url = f"http://127.0.0.1:{fake.port}/"
+        first = asyncio.ensure_future(wire.handle_async_request(httpx.Request("PUT", url)))
+        await poll(lambda: len(fake.requests) == 1)
+        async with asyncio.timeout(3):  # without a pool bound: waits for the first, forever
+            with pytest.raises(httpx.ConnectTimeout):
+                await wire.handle_async_request(httpx.Request("PUT", url))
+        first.cancel()
+        await asyncio.gather(first, return_exceptions=True)
+        await wire.aclose()
+    assert len(fake.requests) == 1
