@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ssl
 from collections.abc import Awaitable, Callable
 
 import aiohttp
-import certifi
 import httpx
 from yarl import URL
 
@@ -103,7 +101,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             connector = aiohttp.TCPConnector(
                 limit=self._max_connections,
                 keepalive_timeout=KEEPALIVE_SECONDS,
-                ssl=ssl.create_default_context(cafile=certifi.where()),  # as httpx verifies
+                # As httpx verified: certifi's roots, or SSL_CERT_FILE / SSL_CERT_DIR.
+                ssl=httpx.create_ssl_context(),
             )
             self._session = aiohttp.ClientSession(
                 connector=connector,
@@ -112,7 +111,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                 auto_decompress=False,  # httpx decodes what its Accept-Encoding asked for
                 skip_auto_headers=("User-Agent", "Accept-Encoding"),  # httpx's are sent
                 middlewares=(_never_resend,),
-                trust_env=False,
+                trust_env=True,  # HTTPS_PROXY, NO_PROXY and .netrc, as httpx honoured them
             )
         return self._session
 

@@ -296,12 +296,10 @@ async def poll(condition: Callable[[], bool]) -> None:
             await asyncio.sleep(0.01)
 
 
-async def test_a_provider_whose_certificate_is_not_trusted_is_never_sent_a_request(
-    tmp_path: Path,
-) -> None:
-    """TLS is verified (certifi's roots, as httpx did): a self-signed certificate is a
-    connect error, so nothing was sent and a change may be refused as not applied."""
-    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+def self_signed(where: Path) -> ssl.SSLContext:
+    """A server context with a fresh self-signed certificate for 127.0.0.1 (``where`` gets
+    ``cert.pem``)."""
+    key, cert = where / "key.pem", where / "cert.pem"
     subprocess.run(  # noqa: S603 (fixed arguments)
         ["/usr/bin/openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
          "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
@@ -310,18 +308,38 @@ async def test_a_provider_whose_certificate_is_not_trusted_is_never_sent_a_reque
     )  # fmt: skip
     tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     tls.load_cert_chain(cert, key)
+    return tls
+
+
+@pytest.mark.parametrize("trusted", [False, True], ids=["untrusted", "SSL_CERT_FILE"])
+async def test_tls_is_verified_as_httpx_verified_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trusted: bool
+) -> None:
+    """certifi's roots: a self-signed certificate is a connect error, nothing sent (a change
+    can be refused as not applied); one named by SSL_CERT_FILE (a TLS-inspecting proxy's,
+    say) is trusted."""
+    tls = self_signed(tmp_path)
+    if trusted:
+        monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "cert.pem"))
+    else:
+        monkeypatch.delenv("SSL_CERT_FILE", raising=False)
     plain = Provider(lambda _: answer())
     server = await asyncio.start_server(plain.serve, "127.0.0.1", 0, ssl=tls)
     port = server.sockets[0].getsockname()[1]
     wire = AiohttpTransport(connect_timeout=2.0, read_timeout=2.0)
+    request = httpx.Request("PUT", f"https://127.0.0.1:{port}/x")
     try:
-        with pytest.raises(httpx.ConnectError) as untrusted:
-            await wire.handle_async_request(httpx.Request("PUT", f"https://127.0.0.1:{port}/x"))
+        if trusted:
+            assert (await wire.handle_async_request(request)).status_code == 200
+            assert len(plain.requests) == 1
+        else:
+            with pytest.raises(httpx.ConnectError) as untrusted:
+                await wire.handle_async_request(request)
+            assert str(untrusted.value) == "ClientConnectorCertificateError"
+            assert plain.requests == []
     finally:
         await wire.aclose()
         server.close()
-    assert str(untrusted.value) == "ClientConnectorCertificateError"
-    assert plain.requests == []
 
 
 async def test_a_call_that_gets_no_connection_in_time_was_never_sent() -> None:
@@ -340,3 +358,18 @@ async def test_a_call_that_gets_no_connection_in_time_was_never_sent() -> None:
         await asyncio.gather(first, return_exceptions=True)
         await wire.aclose()
     assert len(fake.requests) == 1
+
+
+async def test_a_proxy_named_in_the_environment_is_used_as_httpx_used_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with provider(lambda _: answer()) as proxy:
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.port}")
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        wire = AiohttpTransport(connect_timeout=2.0, read_timeout=2.0)
+        request = httpx.Request("GET", "http://provider.invalid/v1/compute/clusters")
+        assert (await wire.handle_async_request(request)).status_code == 200
+        await wire.aclose()
+    [sent] = proxy.requests
+    assert sent.startswith(b"GET http://provider.invalid/v1/compute/clusters HTTP/1.1\r\n")
