@@ -373,3 +373,16 @@ async def test_a_proxy_named_in_the_environment_is_used_as_httpx_used_it(
         await wire.aclose()
     [sent] = proxy.requests
     assert sent.startswith(b"GET http://provider.invalid/v1/compute/clusters HTTP/1.1\r\n")
+
+
+async def test_a_host_named_in_no_proxy_is_reached_directly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with provider(lambda _: answer()) as proxy, provider(lambda _: answer()) as direct:
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.port}")
+        monkeypatch.setenv("NO_PROXY", "localhost,127.0.0.1")
+        wire = AiohttpTransport(connect_timeout=2.0, read_timeout=2.0)
+        request = httpx.Request("GET", f"http://127.0.0.1:{direct.port}/v1/compute/clusters")
+        assert (await wire.handle_async_request(request)).status_code == 200
+        await wire.aclose()
+    assert proxy.requests == [] and len(direct.requests) == 1
