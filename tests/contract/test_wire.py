@@ -9,7 +9,7 @@ import gzip
 import json
 import ssl
 import subprocess
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,9 +85,6 @@ def transport_to(port: int, **settings: float) -> ProviderTransport:
         settings=ClientSettings(attempts=3, wait_initial=0.0, wait_max=0.0, **settings),
         secrets=(SECRET,),
     )
-
-
-Call = Callable[[ProviderTransport], Awaitable[httpx.Response]]
 
 
 async def scale(transport: ProviderTransport) -> httpx.Response:
