@@ -22,7 +22,7 @@ from bot.metrics import SLACK_API_ERRORS
 from bot.pacing import waiting_elsewhere
 from bot.redact import redact
 from bot.slack.blocks import SlackMessage, channel_ref
-from bot.slack.calls import counting_slack_calls
+from bot.slack.calls import count_slack_calls
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def slack_http_session() -> aiohttp.ClientSession:
     Create it inside the running event loop and close it on shutdown."""
     return aiohttp.ClientSession(
         timeout=aiohttp.ClientTimeout(total=SLACK_TIMEOUT_SECONDS),
-        trace_configs=[counting_slack_calls()],
+        middlewares=(count_slack_calls,),
     )
 
 

@@ -63,6 +63,7 @@ async def test_an_update_is_counted_statement_by_statement_and_call_by_call(
     monkeypatch.setattr(authorizer, "_decide", counted)
     before = await read_metrics(stack)
     calls_before = len(stack.slack.calls)
+    posts_before = len(stack.slack.response_posts)
     text_ = f'update together-prod {CLUSTER} num_gpus=16 reason="counted"'
     result = await stack.sender.command(DAVE, CHANNEL, text_)
     assert result.status == 200
@@ -84,6 +85,8 @@ async def test_an_update_is_counted_statement_by_statement_and_call_by_call(
     web_api = {m: n for m, n in slack.items() if m not in ("response_url", "file_upload")}
     assert web_api == {m: float(n) for m, n in received.items()}
     assert web_api.get("chat.postMessage", 0) >= 1
+    replies = len(stack.slack.response_posts) - posts_before  # the command's own answer
+    assert slack.get("response_url", 0.0) == replies >= 1
     statements = grown(
         samples(before, "gpuops_store_statements_total"),
         samples(after, "gpuops_store_statements_total"),
