@@ -5,6 +5,7 @@ again. A raw asyncio server plays the provider, so every byte and every drop is 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import json
 import ssl
@@ -43,7 +44,9 @@ class Provider:
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
-        try:
+        # The client closing its end (after a timeout, say) ends the connection, as it would
+        # a provider's.
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
             while head := await reader.readuntil(b"\r\n\r\n"):
                 length = next(
                     (
@@ -59,8 +62,6 @@ class Provider:
                     break
                 writer.write(out)
                 await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
         writer.close()
 
 
