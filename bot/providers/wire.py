@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import urllib.request
-from collections.abc import Awaitable, Callable
 
 import aiohttp
 import httpx
@@ -29,8 +28,6 @@ from bot.errors import GpuopsError
 # httpx's defaults, as before: a connection idle this long is not reused.
 KEEPALIVE_SECONDS = 5.0
 MAX_CONNECTIONS = 100
-
-_Handler = Callable[[aiohttp.ClientRequest], Awaitable[aiohttp.ClientResponse]]
 
 
 class _Dropped(GpuopsError):
@@ -43,7 +40,7 @@ class _Dropped(GpuopsError):
 
 
 async def _never_resend(
-    request: aiohttp.ClientRequest, handler: _Handler
+    request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
 ) -> aiohttp.ClientResponse:
     try:
         return await handler(request)
