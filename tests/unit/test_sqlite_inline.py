@@ -5,10 +5,12 @@ each other's round trips, and the loop gets a turn between transactions."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
 
+import greenlet
 from sqlalchemy import event
 
 from bot.core.store import Store
@@ -87,5 +89,53 @@ async def test_a_failed_statement_rolls_back_and_the_store_goes_on(tmp_path: Pat
             else:
                 raise AssertionError("the insert into a missing table succeeded")
         assert await store.remember_delivery("after-error")
+    finally:
+        await store.close()
+
+
+async def test_a_result_is_read_with_its_statement(tmp_path: Path) -> None:
+    """Rows are read when the statement runs, as aiosqlite's adapter read them: a result
+    read after its transaction has every row, and no statement stays open meanwhile (an
+    open read would pin its snapshot, and a checkpoint could not reset the WAL)."""
+    path = tmp_path / "gpuops.db"
+    store = await Store.open(f"sqlite:///{path}")
+    try:
+        for n in range(5):
+            assert await store.remember_delivery(f"k{n}")
+        async with store.engine.begin() as conn:
+            result = await conn.exec_driver_sql(
+                "SELECT key FROM gpuops_deliveries WHERE key LIKE 'k_' ORDER BY key"
+            )
+        with sqlite3.connect(path) as other:
+            busy, _, _ = other.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        assert busy == 0
+        assert [row[0] for row in result] == [f"k{n}" for n in range(5)]
+    finally:
+        await store.close()
+
+
+async def test_a_statement_costs_one_switch_of_greenlets(tmp_path: Path) -> None:
+    """SQLAlchemy's async layer runs a statement in a greenlet; the sqlite3 calls under it
+    complete inline, so the only switches are into that greenlet, the one finished await
+    ``AsyncConnection.execute`` requires, and back (aiosqlite's adapter switched out and
+    back for each cursor, execute, fetch and close)."""
+    store = await Store.open(f"sqlite:///{tmp_path / 'gpuops.db'}")
+    switches = 0
+
+    def count(event: str, _args: Any) -> None:
+        nonlocal switches
+        if event == "switch":
+            switches += 1
+
+    try:
+        await store.remember_delivery("warm-up")
+        async with store.engine.begin() as conn:
+            previous = greenlet.settrace(count)
+            try:
+                for _ in range(10):
+                    await conn.exec_driver_sql("SELECT 1")
+            finally:
+                greenlet.settrace(previous)
+        assert switches <= 10 * 4
     finally:
         await store.close()

@@ -18,7 +18,7 @@ from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
 
 from bot.core.store.errors import StoreUnavailable, is_unavailable, unavailable_from
 from bot.core.store.migrations import SQLITE_BEGIN_OPTION, SQLITE_BEGIN_STATEMENTS
-from bot.core.store.sqlite_inline import inline_creator
+from bot.core.store.sqlite_inline import inline_creator, inline_url
 from bot.metrics import STORE_STATEMENTS, STORE_TRANSACTIONS
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -131,13 +131,12 @@ def create_engine(
     # No pre-ping for SQLite: a local file connection does not go stale. sqlite3 calls run
     # on the loop's thread, not on aiosqlite's worker thread (see bot.core.store.sqlite_inline).
     creator = inline_creator(url, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000)
+    inline = inline_url(url)
     if is_sqlite_memory(url):
-        engine = create_async_engine(url, poolclass=StaticPool, async_creator=creator, **common)
+        engine = create_async_engine(inline, poolclass=StaticPool, creator=creator, **common)
     else:
         # The store queues its own transactions (see StoreBase.__init__): few connections.
-        engine = create_async_engine(
-            url, pool_size=2, max_overflow=2, async_creator=creator, **common
-        )
+        engine = create_async_engine(inline, pool_size=2, max_overflow=2, creator=creator, **common)
     _install_sqlite_hooks(engine)
     _install_counters(engine)
     return engine
