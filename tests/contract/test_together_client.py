@@ -337,6 +337,7 @@ async def test_malformed_json_on_get(sim: TogetherSimulator, client: TogetherCli
     sim.faults.add(Fault(route="get", kind=FaultKind.MALFORMED))
     with pytest.raises(ProviderMalformedReply) as caught:
         await client.get_cluster("tc-h100-reserved")
+    assert caught.value.provider_message == "the reply was not JSON"
     assert not caught.value.may_have_applied
     assert len(sim.requests) == 1
 
@@ -347,6 +348,7 @@ async def test_malformed_json_on_put_may_have_applied(
     sim.faults.add(Fault(route="update", kind=FaultKind.MALFORMED))
     with pytest.raises(ProviderMalformedReply) as caught:
         await client.update_cluster("tc-h100-reserved", ClusterUpdate(num_gpus=24))
+    assert caught.value.provider_message == "the reply was not JSON"
     assert caught.value.may_have_applied
     assert len(sim.requests) == 1
 
@@ -358,8 +360,9 @@ async def test_reply_not_in_the_cluster_shape_is_malformed(
     with pytest.raises(ProviderMalformedReply) as caught:
         await client.get_cluster("tc-h200-ondemand")
     assert "num_gpus" in caught.value.provider_message
-    with pytest.raises(ProviderMalformedReply):
+    with pytest.raises(ProviderMalformedReply) as listed:
         await client.list_clusters()
+    assert "num_gpus" in listed.value.provider_message
 
 
 async def test_hang_on_get_times_out_after_retries(sim: TogetherSimulator) -> None:
