@@ -261,7 +261,7 @@ def _state_line(r: RequestView) -> str:
         line += f" · {r.at_approval}"
         line += f" · {user_ref(r.decided_by)} pressed Approve" if r.decided_by else ""
     elif r.decided_by and r.state in ("approved", "executing", "succeeded", "failed", "unknown"):
-        approvers = list(r.approvers) if r.decided_by in r.approvers else [r.decided_by]
+        approvers = list(r.counted) if r.decided_by in r.counted else [r.decided_by]
         who = " and ".join(user_ref(u) for u in approvers)
         line += f" · approved by {who}" if r.needs_approval else ""
     elif r.decided_by and r.state in ("denied", "cancelled"):
@@ -335,16 +335,20 @@ def approval_why(r: RequestView) -> str:
 
 def approval_progress(r: RequestView) -> str:
     """``1 of 2: @bob``; after a break glass ``break glass by @alice · 1 of 2: needs 1
-    more from @oncall`` (the requester's own approval counts as one, never as all)."""
-    progress = f"{len(r.approvers)} of {r.approvals_needed}"
-    others = [user_ref(u) for u in r.approvers if u != r.glass_by]
-    if r.glass_by is None or r.glass_by not in r.approvers:
-        return f"{progress}: {', '.join(others) or 'none yet'}"
-    left = r.approvals_needed - len(r.approvers)
+    more from @oncall`` (the requester's own approval counts as one, never as all); after
+    a reload took approvers' grant away ``0 of 1: none yet (no longer counted: @bob)``."""
+    counted = r.counted
+    progress = f"{len(counted)} of {r.approvals_needed}"
+    gone = f" (no longer counted: {', '.join(user_ref(u) for u in r.uncounted)})"
+    gone = gone if r.uncounted else ""
+    others = [user_ref(u) for u in counted if u != r.glass_by]
+    if r.glass_by is None or r.glass_by not in counted:
+        return f"{progress}: {', '.join(others) or 'none yet'}{gone}"
+    left = r.approvals_needed - len(counted)
     said = others + ([f"needs {left} more"] if left > 0 else [])
     if left > 0 and r.approval_groups:
         said[-1] += " from " + " or ".join(usergroup_ref(g) for g in r.approval_groups)
-    return f"break glass by {user_ref(r.glass_by)} · {progress}: {', '.join(said)}"
+    return f"break glass by {user_ref(r.glass_by)} · {progress}: {', '.join(said)}{gone}"
 
 
 def approval_prompt(r: RequestView, *, expire_minutes: int) -> SlackMessage:

@@ -52,8 +52,8 @@ def _prompt_minutes(record: ChangeRequestRecord) -> int:
 
 def _approvers(record: ChangeRequestRecord) -> list[str]:
     """Who approved: everyone counted when several were needed, else the decider."""
-    if record.decided_by and record.decided_by in record.approvers:
-        return record.approvers
+    if record.decided_by and record.decided_by in record.counted:
+        return record.counted
     return [record.decided_by] if record.decided_by else []
 
 

@@ -353,3 +353,51 @@ async def test_a_decision_on_an_unknown_request_is_refused(core: Core) -> None:
     assert "there is no change request CR-NOSUCH" in told
     [entry] = await core.store.list_audit(limit=5)
     assert (entry.actor, entry.event, entry.outcome) == (BOB, "refused", "unknown_request")
+
+
+# Scale on e2e-delhi needs two approvers; bob and carol (through S0PLATFORM) may give them.
+_TWO_FOR_SCALE = DEMO_POLICY.replace(
+    "  break_glass: true\n",
+    "  break_glass: true\n  rules:\n"
+    "    - projects: [e2e-delhi]\n      kinds: [scale_cluster]\n      approvers: 2\n",
+)
+_TWO_WITHOUT_BOB = _TWO_FOR_SCALE.replace(_BOB_GRANT, "")
+
+
+async def test_an_approval_that_stops_counting_is_no_longer_shown_as_counted(
+    core: Core,
+) -> None:
+    """A reload that takes an approver's grant away, the requirement itself unchanged:
+    the request's messages stop counting and naming that approval (never "1 of 2: @bob"
+    while bob counts no more), the next approver's count agrees, and the result names only
+    the approvals that counted."""
+    from bot.core.requests.view import view_of
+    from bot.slack.blocks import approval_progress, request_root
+
+    core.reload(_TWO_FOR_SCALE)
+    opened = await core.open(DAVE, "e2e-delhi", "101", "scale_cluster", SCALE)
+    assert reply_text(await core.approve(BOB, opened.id)).endswith("1 of 2.")
+    assert approval_progress(view_of(await core.record(opened.id))) == "1 of 2: <@U02BOB>"
+
+    core.reload(_TWO_WITHOUT_BOB)
+    assert await core.workflow.policy_reloaded() == 1  # the requirement did not change
+    record = await core.record(opened.id)
+    assert record.approvers == [BOB] and record.uncounted == [BOB] and record.counted == []
+    assert approval_progress(view_of(record)) == "0 of 2: none yet (no longer counted: <@U02BOB>)"
+    [changed] = core.notifier.of(opened.id, "request_changed")[-1:]
+    assert (changed.kind, changed.actor, changed.text) == ("rule_changed", "gpuops", None)
+    assert changed.record.uncounted == [BOB]  # what the prompt is drawn from
+    assert await core.workflow.policy_reloaded() == 0  # said once
+
+    assert reply_text(await core.approve(CAROL, opened.id)).endswith("1 of 2.")
+    record = await core.record(opened.id)
+    assert record.state is S.PENDING and record.counted == [CAROL]
+    assert approval_progress(view_of(record)) == (
+        "1 of 2: <@U03CAROL> (no longer counted: <@U02BOB>)"
+    )
+    assert core.e2e.script.of("apply") == []
+    assert await core.approve(ALICE, opened.id) is None  # the second that counts: sent
+    record = await core.record(opened.id)
+    assert record.state is S.SUCCEEDED and len(core.e2e.script.of("apply")) == 1
+    line = str(request_root(view_of(record)).blocks)
+    assert "approved by <@U03CAROL> and <@U01ALICE>" in line and "U02BOB" not in line

@@ -137,15 +137,21 @@ async def test_a_reload_shows_pending_requests_what_approving_them_takes_now(
 
     path.write_text(ONE_FROM_PLATFORM)  # one approver, but from a group bob is not in
     assert await stack.runtime.reload_policy() == "reloaded"
-    grouped = await wait_reply(stack, opened, "no longer counted under it: <@U02BOB>")
+    gone = "0 of 1: none yet (no longer counted: <@U02BOB>)"
+    grouped = await wait_reply(stack, opened, gone + ".")  # the note (the prompt has no ".")
     assert "The policy was reloaded" in grouped.text and "subteam^S0PLATFORM" in grouped.text
     assert "the next Approve sends it" not in grouped.text  # bob's approval counts no more
+    prompt = stack.slack.message(CHANNEL, opened.prompt_ts or "")
+    assert prompt is not None and gone in prompt.text  # never "1 of 1: @bob"
     [latest] = await stack.runtime.store.list_audit(request_id=opened.id, limit=1)
     assert (latest.event, latest.outcome) == ("approval_rule_changed", "0 of 1")
 
     path.write_text(DEMO_POLICY)  # back to one approver: bob's approval is enough
     assert await stack.runtime.reload_policy() == "reloaded"
-    await wait_reply(stack, opened, "the next Approve sends it")
+    again = await wait_reply(stack, opened, "the next Approve sends it")
+    assert "1 of 1: <@U02BOB>" in again.text and "no longer counted" not in again.text
+    prompt = stack.slack.message(CHANNEL, opened.prompt_ts or "")
+    assert prompt is not None and "1 of 1: <@U02BOB>" in prompt.text
     assert stack.e2e.calls("action", "PUT") == []
     await click(stack, opened, BOB)
     await wait_mirror(stack, opened, "Change done")

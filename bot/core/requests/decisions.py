@@ -328,6 +328,10 @@ class Decisions:
         wanted = requirement.as_json()
         if glass_reason is not None:
             wanted["break_glass"] = {"by": user, "reason": glass_reason}
+        # Noted for the prompt, which counts and names only the approvals that count.
+        wanted["uncounted"] = [
+            u for u in record.approvers if u != user and not await self.still_eligible(u, record)
+        ]
         updated, added = await self.deps.store.add_approver(record.id, user, wanted, seen=record)
         if updated is None or updated.state is not RequestState.PENDING:
             return already_decided_refusal(updated or record).reply()

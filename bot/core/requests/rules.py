@@ -1,7 +1,8 @@
 """Pending requests after a policy reload (SPEC §8: a new policy governs the approvals of
-requests made before it): each whose approval requirement changed has it noted (one
-replica does it, compare-and-set), audited, shown on its approval prompt, and said in its
-thread, so what people read is what approving it takes now."""
+requests made before it): each whose approval requirement changed, or whose earlier
+approvals stopped (or started again) counting, has it noted (one replica does it,
+compare-and-set), audited, shown on its approval prompt, and said in its thread, so what
+people read is what approving it takes now and who of its approvers still counts."""
 
 from __future__ import annotations
 
@@ -49,25 +50,29 @@ class RuleRefresh:
     async def _refresh(self, record: ChangeRequestRecord) -> bool:
         now = requirement_in_force(self.deps.policy, record.project, record.kinds)
         before = shown_requirement(record.approvals, record.kinds)
-        if now == before:
-            return False
-        wanted = _noted(now)  # who approved so far stays
-        # The approvals that still count under it (a grant or a group may be gone).
+        # The approvals that still count under it (a grant or a group may be gone); the
+        # others are noted too, so that the prompt counts and names only those that count.
         counted = [u for u in record.approvers if await self.eligible(u, record)]
+        uncounted = [u for u in record.approvers if u not in counted]
+        if now == before and uncounted == record.uncounted:
+            return False
+        wanted = {**_noted(now), "uncounted": uncounted}  # who approved so far stays
         audit = AuditRow(
             actor="gpuops",
             event="approval_rule_changed",
             outcome=f"{len(counted)} of {now.needed}",
-            detail={"before": _noted(before), "after": wanted, "why": "policy reload"},
+            detail={
+                "before": {**_noted(before), "uncounted": record.uncounted},
+                "after": wanted,
+                "why": "policy reload",
+            },
         )
         noted = await self.deps.store.note_requirement(record, wanted, audit)
         if noted is None:
             return False  # another replica noted it first, or it was decided meanwhile
-        gone = [u for u in noted.approvers if u not in counted]
-        said = [f"no longer counted under it: {', '.join(f'<@{u}>' for u in gone)}"] if gone else []
-        if len(counted) >= now.needed:
-            said.append("it has the approvals it needs now: the next Approve sends it")
-        text = "; ".join(said) or None
+        # The note's progress names whoever no longer counts (bot.slack.blocks).
+        enough = len(counted) >= now.needed
+        text = "it has the approvals it needs now: the next Approve sends it" if enough else None
         await self.deps.notifier.request_changed(
             noted, RequestEvent("rule_changed", "gpuops", text)
         )

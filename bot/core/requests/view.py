@@ -73,6 +73,7 @@ class RequestView:
     expires_at: datetime | None = None
     price_line: str | None = None  # what the change does to the price, when it is known
     approvers: tuple[str, ...] = ()  # who approved so far (distinct people)
+    uncounted: tuple[str, ...] = ()  # of those, whose approval no longer counts
     approvals_needed: int = 1
     approval_groups: tuple[str, ...] = ()  # each approver must be in one of these
     approval_kinds: tuple[str, ...] = ()  # why approval is needed: these kinds
@@ -85,6 +86,11 @@ class RequestView:
     revert_of: str | None = None  # the request this one undoes
     revertible: bool = False  # it succeeded and has an inverse: its result offers a revert
     run_at: datetime | None = None  # a scheduled change runs then
+
+    @property
+    def counted(self) -> tuple[str, ...]:
+        """The approvers whose approval counts."""
+        return tuple(u for u in self.approvers if u not in self.uncounted)
 
     @property
     def at_approval(self) -> str | None:
@@ -137,6 +143,7 @@ def view_of(record: ChangeRequestRecord) -> RequestView:
         expires_at=record.expires_at,
         price_line=request_price_line(record, plan),
         approvers=tuple(record.approvers),
+        uncounted=tuple(record.uncounted),
         approvals_needed=int(approvals.get("needed", 1)),
         approval_groups=tuple(str(g) for g in approvals.get("usergroups", [])),
         approval_kinds=tuple(str(k) for k in approvals.get("kinds", record.kinds)),

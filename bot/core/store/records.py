@@ -83,6 +83,19 @@ class ChangeRequestRecord(BaseModel):
         """Who approved so far, in order (distinct people)."""
         return [str(u) for u in (self.approvals or {}).get("by", [])]
 
+    @property
+    def uncounted(self) -> list[str]:
+        """Approvers whose approval no longer counts (a reloaded policy took their grant or
+        group away), as last checked: what the request's messages say."""
+        gone = {str(u) for u in (self.approvals or {}).get("uncounted", [])}
+        return [u for u in self.approvers if u in gone]
+
+    @property
+    def counted(self) -> list[str]:
+        """Approvers whose approval counts, as last checked."""
+        gone = set(self.uncounted)
+        return [u for u in self.approvers if u not in gone]
+
 
 class AuditEntry(BaseModel):
     """One line of the append-only audit trail."""
