@@ -115,6 +115,15 @@ class InlineSQLiteDialect(SQLiteDialect_pysqlite):
 registry.register(f"sqlite.{DRIVER}", __name__, "InlineSQLiteDialect")
 
 
+def begin_on(connection: Any, statement: str) -> None:
+    """Run a BEGIN on ``connection`` (a sqlite3 connection) with a plain cursor."""
+    cursor = sqlite3.Cursor(connection)
+    try:
+        cursor.execute(statement)
+    finally:
+        cursor.close()
+
+
 def inline_url(url: URL) -> URL:
     """``url`` (``sqlite+aiosqlite``, as users and migrations name it) for this dialect."""
     return url.set(drivername=f"sqlite+{DRIVER}")
