@@ -192,14 +192,13 @@ async def assert_trail_and_nothing_held(stack: LocalStack, request_id: str, entr
 async def test_the_requests_open_on_a_cluster_are_found_by_index(tmp_path: Any) -> None:
     """Opening a request asks for the others open on its cluster: with thousands of ended
     requests in the project that must be an index look-up, not a scan of the project."""
-    from bot.core.store import Store
-    from bot.core.store.requests import _BESIDE
+    from bot.core.store import RequestState, Store
+    from bot.core.store.requests import _beside, _states
 
     store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'plan.db'}")
     try:
-        bound = _BESIDE.params(
-            project="together-prod", cluster="tc-1", states=["pending", "approved", "executing"]
-        )
+        open_states = _states([RequestState.PENDING, RequestState.APPROVED, RequestState.EXECUTING])
+        bound = _beside(open_states).params(project="together-prod", cluster="tc-1")
         sql = bound.compile(dialect=store.engine.dialect, compile_kwargs={"literal_binds": True})
         async with store.engine.connect() as conn:
             plan = (await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}")).all()

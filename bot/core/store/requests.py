@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypedDict, Unpack
 
-from sqlalchemy import ColumnElement, Integer, Update, bindparam, select, update
+from sqlalchemy import ColumnElement, Integer, Select, Update, bindparam, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -122,16 +122,36 @@ _INSERT = {
     .returning(change_requests)
     for name, dialect in (("postgresql", postgresql), ("sqlite", sqlite))
 }
-_BESIDE = (
-    select(change_requests)
-    .where(
-        change_requests.c.project == bindparam("project"),
-        change_requests.c.cluster_id == bindparam("cluster"),
-        change_requests.c.state.in_(bindparam("states", expanding=True)),
+
+
+def _state_in(states: tuple[str, ...]) -> ColumnElement[bool]:
+    """``state IN (?, …)`` with ``states`` as the statement's own parameters: one shape,
+    compiled once (an expanding IN is rewritten for its values on every execution)."""
+    return change_requests.c.state.in_(
+        [bindparam(f"state_{i}", value=state) for i, state in enumerate(states)]
     )
-    .order_by(change_requests.c.created_at, change_requests.c.id)
-    .limit(100)
-)
+
+
+def _states(states: Collection[RequestState]) -> tuple[str, ...]:
+    """The states' values in one order, so that each set has one statement."""
+    return tuple(sorted({RequestState(state).value for state in states}))
+
+
+@functools.lru_cache(maxsize=16)
+def _beside(states: tuple[str, ...]) -> Select[Any]:
+    """The requests on a cluster (``:project``, ``:cluster``) in one of ``states``."""
+    return (
+        select(change_requests)
+        .where(
+            change_requests.c.project == bindparam("project"),
+            change_requests.c.cluster_id == bindparam("cluster"),
+            _state_in(states),
+        )
+        .order_by(change_requests.c.created_at, change_requests.c.id)
+        .limit(100)
+    )
+
+
 _LINK_STEP = (
     update(workflow_steps)
     .where(
@@ -155,17 +175,17 @@ _LEASE_TOKEN = (
 def _update(
     columns: tuple[str, ...],
     *,
-    states: bool,
+    states: tuple[str, ...] | None,
     fenced: bool,
     versioned: bool,
     lease_token: bool = False,
 ) -> Update:
-    """``UPDATE … SET <columns> WHERE id = :request_id [AND state IN :from_states] [AND
+    """``UPDATE … SET <columns> WHERE id = :request_id [AND state IN <states>] [AND
     <fence holds>] [AND version = :expected_version] RETURNING * [, the token of lease
     :lease_of as the statement's triggers left it]``, built once per shape."""
     conditions: list[ColumnElement[bool]] = [change_requests.c.id == bindparam("request_id")]
-    if states:
-        conditions.append(change_requests.c.state.in_(bindparam("from_states", expanding=True)))
+    if states is not None:
+        conditions.append(_state_in(states))
     if fenced:
         conditions.append(fence_holds())
     if versioned:
@@ -211,15 +231,13 @@ async def _update_row_in(
     fields = {**values, "updated_at": now or utcnow()}
     statement = _update(
         tuple(sorted(fields)),
-        states=from_states is not None,
+        states=None if from_states is None else _states(from_states),
         fenced=fence is not None,
         versioned=expected_version is not None,
         lease_token=lease_of is not None,
     )
     params: dict[str, Any] = {f"v_{k}": v for k, v in fields.items()}
     params["request_id"] = normalize_request_id(request_id)
-    if from_states is not None:
-        params["from_states"] = [RequestState(state).value for state in from_states]
     if fence is not None:
         params.update(fence_params(fence))
     if expected_version is not None:
@@ -399,12 +417,8 @@ class RequestsMixin(StoreBase):
     ) -> list[ChangeRequestRecord]:
         if not beside:
             return []
-        params = {
-            "project": values["project"],
-            "cluster": values["cluster_id"],
-            "states": [RequestState(s).value for s in beside],
-        }
-        rows = (await conn.execute(_BESIDE, params)).mappings().all()
+        params = {"project": values["project"], "cluster": values["cluster_id"]}
+        rows = (await conn.execute(_beside(_states(beside)), params)).mappings().all()
         return [ChangeRequestRecord.model_validate(dict(row)) for row in rows]
 
     @staticmethod
