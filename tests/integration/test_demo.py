@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
-from bot.local.demo.console import DemoConsole
+from bot.local.demo.console import WAIT_ENV, DemoConsole, wait_limit
 from bot.local.demo.stack import LocalStack
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -17,15 +19,16 @@ SCRIPT = ROOT / "examples" / "demo.script"
 
 
 def run_demo(
-    script: Path, *, tour: bool = False, socket: bool = False
+    script: Path, *, tour: bool = False, socket: bool = False, wait_seconds: float | None = None
 ) -> subprocess.CompletedProcess[str]:
     args = [sys.executable, "-m", "bot.cli", "demo", "--script", str(script)]
     if not tour:
         args.append("--no-tour")
     if socket:
         args.append("--socket")
+    env = None if wait_seconds is None else {**os.environ, WAIT_ENV: str(wait_seconds)}
     return subprocess.run(  # noqa: S603 - our own CLI
-        args, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+        args, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False, env=env
     )
 
 
@@ -111,7 +114,7 @@ def test_a_form_validation_error_is_shown_on_the_field(tmp_path: Path) -> None:
 def test_a_failed_step_makes_the_script_exit_non_zero(tmp_path: Path) -> None:
     script = tmp_path / "bad.script"
     script.write_text("/gpu show together-prod tc-h100-reserved\nexpect no-such-text\npress 9\n")
-    done = run_demo(script)
+    done = run_demo(script, wait_seconds=2)  # each failing step waits that long, not 30 s
     assert done.returncode == 1
     assert "✗ expected 'no-such-text' in the last step's output" in done.stdout
     assert "✗ there is no button '9'" in done.stdout
@@ -269,3 +272,14 @@ def test_break_glass_as_the_readme_tells_it(tmp_path: Path) -> None:
     assert "form: Break glass" in out
     assert "Break glass: @alice approved their own request. Reason: NCCL hang" in out
     assert "🚨 break glass" in out
+
+
+def test_a_scripts_wait_for_what_it_expects_can_be_shortened(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(WAIT_ENV, raising=False)
+    assert wait_limit() == 30.0
+    monkeypatch.setenv(WAIT_ENV, "2")
+    assert wait_limit() == 2.0
+    monkeypatch.setenv(WAIT_ENV, "soon")
+    assert wait_limit() == 30.0  # not a number: the default

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import shlex
 import sys
@@ -120,6 +121,16 @@ _HOME_PREFIX = "home:"  # the "channel" of a button drawn from a Home tab
 _HOME_TS = "home"  # … and its "message"
 _SETTLE_LIMIT = 10.0
 _WATCH_LIMIT = 30.0  # the longest a provider event waits for the watcher to have looked
+# A script's step waits this long at most for what it expects (GPUOPS_DEMO_WAIT_SECONDS
+# shortens it: a script expected to fail need not wait the whole limit for each failure).
+WAIT_ENV = "GPUOPS_DEMO_WAIT_SECONDS"
+
+
+def wait_limit() -> float:
+    try:
+        return max(float(os.environ.get(WAIT_ENV, _WATCH_LIMIT)), 0.0)
+    except ValueError:
+        return _WATCH_LIMIT
 
 
 class DemoConsole:
@@ -595,7 +606,7 @@ class DemoConsole:
         """Wait for what the stack's events make true (each event is a line or a button),
         at most the watch limit."""
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(_WATCH_LIMIT):
+            async with asyncio.timeout(wait_limit()):
                 while not condition():
                     self._emitted.clear()
                     await self._emitted.wait()

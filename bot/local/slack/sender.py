@@ -51,6 +51,9 @@ Transport = Literal["http", "socket"]
 FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"
 JSON_CONTENT_TYPE = "application/json"
 ACK_DEADLINE_SECONDS = 3.0  # Slack gives up on an answer after 3 seconds
+# How long a Socket Mode envelope waits for its ack: just past the deadline, so that a
+# missing ack is late by SenderResult.late's measure.
+_SOCKET_ACK_WAIT = ACK_DEADLINE_SECONDS + 0.1
 EVENT_RETRIES = 3  # Slack retries an event it got no timely 2xx for, 3 times
 # Slack waits ~0 s, 1 min and 5 min before its retries; locally the same order, compressed.
 EVENT_RETRY_DELAYS = (0.0, 0.5, 1.0)
@@ -259,7 +262,9 @@ class SlackSender:
         self, body: str, content_type: str, retry_num: int | None, retry_reason: str | None
     ) -> tuple[int, str]:
         """Deliver a request body as a Socket Mode envelope; (200, the ack's payload as
-        JSON) once acknowledged, (504, "") when no ack came within the sender's timeout."""
+        JSON) once acknowledged, (504, "") when no ack came by Slack's deadline: Slack then
+        shows the person its error and ignores an ack that comes later, so there is nothing
+        more to wait for (an app that never acks took the sender's whole timeout before)."""
         kind, payload, accepts = _envelope_of(body, content_type)
         future = await self.fake.socket_mode.send(
             kind,
@@ -269,7 +274,7 @@ class SlackSender:
             retry_reason=(retry_reason or "http_timeout") if retry_num else "",
         )
         try:
-            ack = await asyncio.wait_for(future, self._timeout)
+            ack = await asyncio.wait_for(future, min(self._timeout, _SOCKET_ACK_WAIT))
         except TimeoutError:
             return 504, ""
         return 200, "" if ack.payload is None else json.dumps(ack.payload)
