@@ -198,7 +198,10 @@ async def test_the_requests_open_on_a_cluster_are_found_by_index(tmp_path: Any) 
     store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'plan.db'}")
     try:
         open_states = _states([RequestState.PENDING, RequestState.APPROVED, RequestState.EXECUTING])
-        bound = _beside(open_states).params(project="together-prod", cluster="tc-1")
+        statement = _beside(open_states)
+        # Only what the opening tells of them: not each row's plan and approvals.
+        assert [c.name for c in statement.selected_columns] == ["id", "state"]
+        bound = statement.params(project="together-prod", cluster="tc-1")
         sql = bound.compile(dialect=store.engine.dialect, compile_kwargs={"literal_binds": True})
         async with store.engine.connect() as conn:
             plan = (await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}")).all()

@@ -26,7 +26,7 @@ from bot.core.requests.outcomes import Result
 from bot.core.requests.transitions import Change, mirror, settle
 from bot.core.requests.view import STALE_AT_APPROVAL, state_words
 from bot.core.schedule import Schedule, ScheduleError, when_text
-from bot.core.store import ChangeRequestRecord, RequestState, StoreUnavailable
+from bot.core.store import ChangeRequestRecord, OpenBeside, RequestState, StoreUnavailable
 from bot.metrics import APPROVALS_PENDING, CHANGE_REQUESTS
 from bot.providers.base import ChangePlan
 from bot.redact import redact
@@ -291,7 +291,7 @@ def _as_ended(record: ChangeRequestRecord, result: Result | None) -> ChangeReque
     return record.model_copy(update={"state": result.to, "result_message": redact(result.message)})
 
 
-def _beside_note(record: ChangeRequestRecord, others: list[ChangeRequestRecord]) -> str | None:
+def _beside_note(record: ChangeRequestRecord, others: list[OpenBeside]) -> str | None:
     """What to tell about other requests open on the same cluster, None when none is."""
     if not others:
         return None

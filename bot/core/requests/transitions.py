@@ -30,6 +30,7 @@ from bot.core.store import (
     ChangeRequestRecord,
     ClusterRef,
     Lease,
+    OpenBeside,
     OutcomeRecorded,
     RequestState,
     Started,
@@ -303,7 +304,7 @@ def cluster_of(record: ChangeRequestRecord) -> ClusterRef:
 
 async def open_request(
     deps: RequestDeps, change: Change, beside: Iterable[RequestState], **columns: Any
-) -> tuple[ChangeRequestRecord, list[ChangeRequestRecord]]:
+) -> tuple[ChangeRequestRecord, list[OpenBeside]]:
     """Store a new request and its audit entry (and read the requests ``beside`` it on its
     cluster) in one transaction; showing it is the caller's."""
     if change.transition.from_states:

@@ -12,6 +12,7 @@ from bot.core.store.records import AuditRow as AuditRow
 from bot.core.store.records import ChangeRequestRecord as ChangeRequestRecord
 from bot.core.store.records import ClusterRef as ClusterRef
 from bot.core.store.records import Lease as Lease
+from bot.core.store.records import OpenBeside as OpenBeside
 from bot.core.store.records import OutcomeRecorded as OutcomeRecorded
 from bot.core.store.records import RequestState as RequestState
 from bot.core.store.records import new_request_id as new_request_id

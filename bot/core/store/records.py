@@ -97,6 +97,15 @@ class ChangeRequestRecord(BaseModel):
         return [u for u in self.approvers if u not in gone]
 
 
+class OpenBeside(BaseModel):
+    """Another request open on a request's cluster, as its opening tells of it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    state: RequestState
+
+
 class AuditEntry(BaseModel):
     """One line of the append-only audit trail."""
 

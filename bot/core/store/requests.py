@@ -46,6 +46,7 @@ from bot.core.store.records import (
     ClusterRef,
     Lease,
     MutableFields,
+    OpenBeside,
     OutcomeRecorded,
     RequestState,
     new_request_id,
@@ -139,9 +140,11 @@ def _states(states: Collection[RequestState]) -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=16)
 def _beside(states: tuple[str, ...]) -> Select[Any]:
-    """The requests on a cluster (``:project``, ``:cluster``) in one of ``states``."""
+    """The requests on a cluster (``:project``, ``:cluster``) in one of ``states``: their id
+    and state alone (with hundreds scheduled on a cluster, each row's plan and approvals
+    would be read and parsed for nothing)."""
     return (
-        select(change_requests)
+        select(change_requests.c.id, change_requests.c.state)
         .where(
             change_requests.c.project == bindparam("project"),
             change_requests.c.cluster_id == bindparam("cluster"),
@@ -314,7 +317,7 @@ class RequestsMixin(StoreBase):
         step: str | None = None,
         state: RequestState = RequestState.PENDING,
         **columns: Any,
-    ) -> tuple[ChangeRequestRecord, list[ChangeRequestRecord]]:
+    ) -> tuple[ChangeRequestRecord, list[OpenBeside]]:
         """``create_request``, and in the same transaction the other requests in one of
         ``beside``'s states on the same cluster (oldest first)."""
         require_aware("expires_at", columns.get("expires_at"))
@@ -414,12 +417,12 @@ class RequestsMixin(StoreBase):
 
     async def _beside_in(
         self, conn: AsyncConnection, values: Mapping[str, Any], beside: Collection[RequestState]
-    ) -> list[ChangeRequestRecord]:
+    ) -> list[OpenBeside]:
         if not beside:
             return []
         params = {"project": values["project"], "cluster": values["cluster_id"]}
-        rows = (await conn.execute(_beside(_states(beside)), params)).mappings().all()
-        return [ChangeRequestRecord.model_validate(dict(row)) for row in rows]
+        rows = (await conn.execute(_beside(_states(beside)), params)).all()
+        return [OpenBeside(id=row.id, state=row.state) for row in rows]
 
     @staticmethod
     async def _link_step(conn: AsyncConnection, step: str, request_id: str, now: datetime) -> None:
