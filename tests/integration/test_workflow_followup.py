@@ -33,6 +33,9 @@ from tests.support.workflow_kit import (
 
 SCALE_UP = "update together-prod tc-h200-ondemand num_gpus=16"  # needs no approval
 
+# Longer than any test waits: a cluster provisions until a test sets it to 0.
+PROVISIONING_HELD = 600.0
+
 
 async def test_follow_up_edits_the_summary_until_the_cluster_is_ready(
     make_stack: StackFactory,
@@ -128,7 +131,9 @@ async def test_metrics_count_approval_decisions_expiries_and_outcomes(stack: Loc
 async def test_a_follow_up_resumes_after_a_restart_and_ends_once(
     make_stack: StackFactory,
 ) -> None:
-    stack = await make_stack(poll_seconds=0.2, transition_seconds=2.0)
+    # The cluster provisions until the test lets it finish: the restart below must come
+    # before it is Ready, however slow the machine.
+    stack = await make_stack(poll_seconds=0.2, transition_seconds=PROVISIONING_HELD)
     opened = await request(stack, DAVE, SCALE_UP, approval=False)
     record = await wait_state(stack.runtime.store, opened.id, S.SUCCEEDED)
     assert record.summary_ts is not None
@@ -138,6 +143,7 @@ async def test_a_follow_up_resumes_after_a_restart_and_ends_once(
     followed = await stack.runtime.store.get_request(opened.id)
     assert followed is not None and followed.follow_until is not None
     await stack.restart_bot(instance_id="demo-2")  # before the cluster is Ready
+    stack.together.transition_seconds = 0.0  # now it gets there at the next look
     ready = await wait_reply(stack, opened, "infer-h200 is Ready.")
     assert "status as of" in readable_text(stack.slack.message(CHANNEL, summary.ts))  # type: ignore[arg-type]
     await stack.runtime.workflow.drain()
@@ -149,7 +155,9 @@ async def test_a_follow_up_resumes_after_a_restart_and_ends_once(
 async def test_two_replicas_follow_a_change_once(
     pg_database_url: str, make_stack: StackFactory
 ) -> None:
-    stack = await make_stack(database_url=pg_database_url, poll_seconds=0.2, transition_seconds=1.5)
+    stack = await make_stack(
+        database_url=pg_database_url, poll_seconds=0.2, transition_seconds=PROVISIONING_HELD
+    )
     opened = await request(stack, DAVE, SCALE_UP, approval=False)
     await wait_state(stack.runtime.store, opened.id, S.SUCCEEDED)
     replica = await stack.start_replica("demo-2")  # its start-up sweep finds the follow-up
@@ -157,6 +165,7 @@ async def test_two_replicas_follow_a_change_once(
     await replica.runtime.workflow.drain()  # it did not get the poll lease: it stopped
     lease = await stack.runtime.store.get_lease(poll_lease(opened.id))
     assert lease is not None and lease.holder == "demo-1"
+    stack.together.transition_seconds = 0.0  # the cluster gets there at the next look
     ready = await wait_reply(stack, opened, "infer-h200 is Ready.")
     await stack.runtime.workflow.drain()
     assert thread_texts(stack, opened).count(ready.text) == 1
