@@ -440,10 +440,10 @@ async def test_follow_up_goes_on_through_an_outage(
 ) -> None:
     """The store goes away right after the result is recorded: the replica that sent the
     change still follows the cluster until it is steady and says so in the thread."""
-    stack = await make_stack(
+    stack = await make_stack(  # the cluster provisions until the store is gone
         database_url=_url(database),
         poll_seconds=0.2,
-        transition_seconds=1.0,
+        transition_seconds=600.0,
         extra_settings=DB_SETTINGS,
     )
     proxied = await start_proxied(stack, proxy, database)
@@ -452,6 +452,7 @@ async def test_follow_up_goes_on_through_an_outage(
     await _approve_on(stack, proxied, opened)
     await wait_state(stack.runtime.store, opened.id, S.SUCCEEDED)
     await stopped(proxy)
+    stack.together.transition_seconds = 0.0  # Ready at the next look, during the outage
     await wait_reply(stack, opened, " is Ready.")
     await proxy.heal_async()
     assert len(stack.together.calls("update", "PUT")) == 1
