@@ -1,4 +1,5 @@
-"""The docs a newcomer reads stay true: every setting is in the README, the interface is
+"""The docs a newcomer reads stay true: every setting is in the README, every migration in the
+changelog, the interface is
 documented in the repository (no pointer to a file that is not here), and the simulators'
 fault kinds are listed where people look for them."""
 
@@ -8,6 +9,7 @@ import re
 from pathlib import Path
 
 from bot.config import Settings
+from bot.core.store.migrations import MIGRATIONS
 from bot.local.simulators.base import FaultKind
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,3 +42,12 @@ def test_the_readme_says_what_make_test_needs_and_that_the_schema_migrates_itsel
     assert "POSTGRES_HOST_AUTH_METHOD=trust" in README
     assert "applies the migrations it lacks" in README
     assert "**Break glass.**" in README and "examples/demo-policy.yml" in README
+
+
+def test_the_changelog_lists_every_migration_in_order() -> None:
+    changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    listed = changelog.split("### Migrations", 1)[1]
+    numbered = re.findall(r"^(\d+)\. (.+)$", listed, flags=re.MULTILINE)
+    assert [int(number) for number, _ in numbered] == [m.version for m in MIGRATIONS]
+    for (_, line), migration in zip(numbered, MIGRATIONS, strict=True):
+        assert line.startswith(migration.description), (line, migration.description)
