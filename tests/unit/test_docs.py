@@ -1,7 +1,6 @@
 """The docs a newcomer reads stay true: every setting is in the README, every migration in the
-changelog, the interface is
-documented in the repository (no pointer to a file that is not here), and the simulators'
-fault kinds are listed where people look for them."""
+changelog, the interface is documented in the repository (no pointer to a file that is not
+here), and the simulators' fault kinds are listed where people look for them."""
 
 from __future__ import annotations
 
