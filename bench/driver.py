@@ -10,6 +10,7 @@ import gc
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -129,6 +130,26 @@ def _grown(
         old, new = before[key], after[key]
         grown[key] = None if old is None or new is None else new - old
     return grown
+
+
+# A fixed pure-Python workload (dicts, strings, integers: what the apps spend their time
+# on) whose CPU time tells how fast the machine runs at the moment. This machine's speed
+# moves by up to ±40% within minutes while no other process is busy (a neighbour on the
+# host), which the others' cores do not show.
+_REFERENCE_ROUNDS = 20_000
+
+
+def reference_ms(repeats: int = 3) -> float:
+    """CPU ms of the reference workload: the fastest of ``repeats`` runs."""
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.process_time()
+        table: dict[str, int] = {}
+        for i in range(_REFERENCE_ROUNDS):
+            key = f"k{i % 512}"
+            table[key] = table.get(key, 0) + i * 3 // 7
+        best = min(best, time.process_time() - started)
+    return best * 1000
 
 
 def _cpu(pid: int, *, children: bool = True) -> float:
@@ -251,12 +272,14 @@ class Bench:
         # stalls its loop for 50-150 ms, which would count as the apps' latency. Collect
         # between levels instead.
         gc.collect()
+        speed_before = reference_ms()
         gc.disable()
         try:
             outcome = await level.run(tracker)
         finally:
             gc.enable()
             await lag.stop()
+        speed = (speed_before + reference_ms()) / 2  # at both ends: a blip weighs half
         try:
             if app != "bare":
                 await asyncio.sleep(self.config.settle_seconds)
@@ -266,6 +289,7 @@ class Bench:
         if counted is not None:
             outcome.counted = _grown(counted, await scrape(child))
         outcome.driver_lag = lag.lags
+        outcome.reference_ms = speed
         outcome.cpu_seconds = {
             "app": _cpu(child.proc.pid) - app_cpu,
             "driver": _cpu(os.getpid(), children=False) - driver_cpu,

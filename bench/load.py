@@ -244,6 +244,8 @@ class LevelOutcome:
     attempts: int = 1  # runs of this level (others' CPU load makes the bench run it again)
     # What the app's /metrics counted during the level (None: the build has no such counter)
     counted: dict[str, float | None] = field(default_factory=dict)
+    # CPU ms of the driver's reference workload around the level (bench.driver)
+    reference_ms: float | None = None
 
     @property
     def acks(self) -> list[float]:

@@ -31,6 +31,8 @@ class Targets:
     peak_rss_mb: float = 150.0
     ready_seconds: float = 2.0
     busy_cores: float = 0.25  # other processes' CPU during a level above this: flagged
+    # a level whose reference workload took this much longer than the run's fastest: flagged
+    slow_machine: float = 0.2
     cpu_ms_per_update: float = 8.0  # gpuops CPU per update (shows left out) …
     cpu_levels: tuple[int, ...] = (10,)  # … at these concurrency levels
     # per scale-up (shows left out), at every level: exact counts from gpuops's /metrics
@@ -123,6 +125,7 @@ def app_entry(outcome: LevelOutcome, show: dict[str, float | None]) -> dict[str,
         "counted": outcome.counted,
         **per_update(outcome, show),
         "others_cores": _cores(outcome, "others"),
+        "reference_ms": outcome.reference_ms,
         "app_cores": _cores(outcome, "app"),
         "driver_lag": summarize(outcome.driver_lag),
         "lost_examples": [
@@ -148,6 +151,7 @@ def level_entry(
         "wall_seconds": bare.wall_seconds,
         "cpu_seconds": bare.cpu_seconds,
         "others_cores": _cores(bare, "others"),
+        "reference_ms": bare.reference_ms,
         "driver_lag": summarize(bare.driver_lag),
     }
     entry: dict[str, Any] = {
@@ -312,6 +316,32 @@ def busy_levels(report: dict[str, Any]) -> list[str]:
     return flagged
 
 
+def slow_levels(report: dict[str, Any]) -> list[str]:
+    """Levels run while the machine itself was slow: the reference workload took more than
+    ``slow_machine`` longer than the fastest it took in this run (no other process need be
+    busy for that: a neighbour on the host slows this machine down as a whole)."""
+    measured = [
+        (lv["concurrency"], app, lv[app]["reference_ms"])
+        for lv in report["levels"]
+        for app in ("gpuops", "compare", "bare")
+        if app in lv and lv[app].get("reference_ms") is not None
+    ]
+    if not measured:
+        return []
+    fastest = min(ms for _, _, ms in measured)
+    limit = fastest * (1 + report["targets"]["slow_machine"])
+    return [
+        f"{app} @{concurrency}: {ms:.2f} ms ({ms / fastest - 1:+.0%})"
+        for concurrency, app, ms in measured
+        if ms > limit
+    ]
+
+
+def _speed(entry: dict[str, Any]) -> str:
+    ms = entry.get("reference_ms")
+    return "—" if ms is None else f"{ms:.2f}"
+
+
 def markdown(report: dict[str, Any]) -> str:
     m = report["machine"]
     latency = report["targets"]["provider_latency"]
@@ -329,7 +359,8 @@ def markdown(report: dict[str, Any]) -> str:
         " cluster summary posted in the request's thread (updates); *show*: command → the"
         " `/gpu show` answer. *lag*: how late the driver's own event loop ran (it inflates"
         " every latency it measures). *others*: CPU used meanwhile by other processes on the"
-        " machine, in cores.",
+        " machine, in cores. *ref*: CPU ms the driver's fixed reference workload took just"
+        " before and after the level, on average (more: the machine was slower then).",
         "",
         "Per update (shows left out, at the cost of a show measured alone): *CPU*: CPU ms of"
         " the gpuops process and its children; *stmts*, *tx*, *Slack*: SQL statements,"
@@ -339,9 +370,9 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         "| conc. | cmds | ack p50 | ack p99 | bare p50 | bare p99 | p99 ratio | summary p50 "
         "| summary p99 | show p50 | updates/s | lost | dup | CPU | stmts | tx | Slack "
-        "| gpuops cores | lag p99 g/b | others g/b |",
+        "| gpuops cores | lag p99 g/b | others g/b | ref g/b |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:"
-        "|---:|---:|---:|",
+        "|---:|---:|---:|---:|",
     ]
     for lv in report["levels"]:
         g, b = lv["gpuops"], lv["bare"]
@@ -353,7 +384,8 @@ def markdown(report: dict[str, Any]) -> str:
             f"| {g['updates_per_second']:.1f} | {g['lost']} | {g['duplicated']} "
             f"| {_costs(g)} | {g['app_cores']:.2f} "
             f"| {_n(g['driver_lag']['p99'])}/{_n(b['driver_lag']['p99'])} "
-            f"| {g['others_cores']:.2f}/{b['others_cores']:.2f} |"
+            f"| {g['others_cores']:.2f}/{b['others_cores']:.2f} "
+            f"| {_speed(g)}/{_speed(b)} |"
         )
     if "compare" in report:
         lines += ["", *compare_table(report)]
@@ -377,6 +409,15 @@ def markdown(report: dict[str, Any]) -> str:
             "",
             "Other processes were busy during: " + "; ".join(busy) + ". Figures measured then"
             " include waiting for the CPU; rerun on a quiet machine to compare.",
+        ]
+    slow = slow_levels(report)
+    if slow:
+        lines += [
+            "",
+            "The machine itself was slow during: " + "; ".join(slow) + " (the reference"
+            " workload, against the fastest of this run; flagged above"
+            f" {report['targets']['slow_machine']:.0%}). CPU and latency figures measured then"
+            " are that much higher; rerun to compare.",
         ]
     lines.append("")
     return "\n".join(lines)

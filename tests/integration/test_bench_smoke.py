@@ -48,6 +48,8 @@ async def test_the_benchmark_runs_end_to_end_at_concurrency_2(tmp_path: Path) ->
         assert all(isinstance(build[key], float) and build[key] > 0 for key in COSTS), build
         assert build["statements_per_update"] >= build["transactions_per_update"]
     assert level["compare"]["updates"] == 8 and level["compare"]["lost"] == 0
+    for entry in (gpuops, level["compare"], bare):  # how fast the machine ran just before
+        assert isinstance(entry["reference_ms"], float) and entry["reference_ms"] > 0
     assert level["compare_ack_p99_ratio"] > 0
     show = report["show_costs"]["gpuops"]
     assert show["statements"] is not None and show["slack_calls"] is not None
@@ -61,6 +63,7 @@ async def test_the_benchmark_runs_end_to_end_at_concurrency_2(tmp_path: Path) ->
 
     text = write(report, tmp_path)
     assert "| 2 | 10 |" in text and "MISSED" in text and "Side by side, same run" in text
+    assert "| ref g/b |" in text and f"| {gpuops['reference_ms']:.2f}/" in text
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["levels"][0]["gpuops"]["updates"] == 8
     assert set(COSTS) <= set(saved["levels"][0]["gpuops"])
