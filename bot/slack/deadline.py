@@ -51,8 +51,9 @@ Send = Callable[[BoltResponse], Awaitable[None]]
 class Answer(AsyncAck):
     """A request's ``ack()``: its first call hands the response to ``send``, which writes it
     to Slack before the call returns, so whatever the listener does next runs after Slack
-    has its answer (no poll, no loop turns in between). Once an answer went out (the
-    listener's, Bolt's, or the empty one at the deadline), later calls change nothing."""
+    has its answer (no poll), and after the answers of the other requests ready by then.
+    Once an answer went out (the listener's, Bolt's, or the empty one at the deadline),
+    later calls change nothing."""
 
     def __init__(self, send: Send) -> None:
         self.response = None  # AsyncAck's whole __init__ (which is untyped)
@@ -64,6 +65,10 @@ class Answer(AsyncAck):
             return self.sent.result()
         response = await super().__call__(*args, **kwargs)
         await self.give(response)
+        # The listener's work goes on behind the other requests ready now, so that of many
+        # arriving at once (people typing during an incident) every answer goes out before
+        # any of their work starts: no ack waits behind another request's work.
+        await asyncio.sleep(0)
         return response
 
     async def give(self, response: BoltResponse) -> None:

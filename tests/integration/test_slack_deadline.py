@@ -16,11 +16,19 @@ import pytest
 from aiohttp import web
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.authorization import AuthorizeResult
+from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_bolt.response import BoltResponse
 from slack_sdk.signature import SignatureVerifier
 
 from bot.metrics import SLACK_ANSWERS_PAST_BUDGET
 from bot.slack.app import SlackEventsEndpoint
-from bot.slack.deadline import ANSWER_BUDGET_SECONDS
+from bot.slack.deadline import (
+    ANSWER_BUDGET_SECONDS,
+    RUNNING_LISTENERS,
+    Deadline,
+    Send,
+    answer_before_deadline,
+)
 
 SECRET = "deadline-test-signing-secret"
 
@@ -137,3 +145,37 @@ async def test_the_answer_is_written_before_the_work_after_the_ack(
     text, received = await asyncio.to_thread(_post_blocking, url, body, headers)
     assert text == "answered first"
     assert received < listeners.work_after_ack_ended[0]  # before the loop was free again
+
+
+async def test_requests_that_arrive_together_are_all_answered_before_their_work_starts() -> None:
+    """Many people typing at once: no answer waits behind another request's work after
+    its ack (each of those holds the loop here for as long as it computes)."""
+
+    async def authorize(**_: Any) -> AuthorizeResult:
+        return AuthorizeResult(enterprise_id=None, team_id="T0", bot_token="xoxb-deadline")
+
+    seen: list[str] = []
+    bolt = AsyncApp(signing_secret=SECRET, authorize=authorize, process_before_response=True)
+
+    @bolt.command("/gpu")
+    async def gpu(ack: Any, command: dict[str, Any]) -> None:
+        await ack()
+        seen.append(f"work {command['text']}")  # nothing awaited: it holds the loop
+
+    def answered(text: str) -> Send:
+        async def send(_: BoltResponse) -> None:
+            seen.append(f"answer {text}")
+
+        return send
+
+    def request(text: str) -> AsyncBoltRequest:
+        body, headers = signed_command(text)
+        return AsyncBoltRequest(body=body.decode(), headers=headers)
+
+    texts = ("a", "b", "c")
+    await asyncio.gather(
+        *(answer_before_deadline(bolt, request(t), Deadline(), answered(t)) for t in texts)
+    )
+    for listener in RUNNING_LISTENERS.running():
+        await listener
+    assert seen == [*(f"answer {t}" for t in texts), *(f"work {t}" for t in texts)]
