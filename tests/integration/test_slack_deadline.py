@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import aiohttp
@@ -170,7 +170,8 @@ async def test_requests_that_arrive_together_are_all_answered_before_their_work_
 
     def request(text: str) -> AsyncBoltRequest:
         body, headers = signed_command(text)
-        return AsyncBoltRequest(body=body.decode(), headers=headers)
+        bolt_headers: dict[str, str | Sequence[str]] = dict(headers)
+        return AsyncBoltRequest(body=body.decode(), headers=bolt_headers)
 
     texts = ("a", "b", "c")
     await asyncio.gather(
