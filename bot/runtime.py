@@ -204,6 +204,8 @@ class Runtime:
         log.info(
             "Slack accepted the bot token (bot %s, team %s)", identity.user_id, identity.team_id
         )
+        if isinstance(self.authorizer.groups, SlackUserGroupResolver):
+            self.authorizer.groups.installation_team = identity.team_id
         self.readiness.wait_for("starting the background work")
         await self.start_background()
         self.readiness.set_ready()

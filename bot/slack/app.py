@@ -20,6 +20,7 @@ from bot.slack.middleware import (
     DeliveryLog,
     DropMalformedPayloads,
     InjectServices,
+    RememberTeam,
     malformed_interaction,
 )
 from bot.slack.outages import AnswerStoreOutages, answer_store_error
@@ -53,6 +54,7 @@ def build_bolt_app(
     app.use(RespondOverSession(lambda: client.session))
     app.use(DropMalformedPayloads())
     app.use(DeduplicateDeliveries(deliveries))
+    app.use(RememberTeam())
     app.use(InjectServices(services))
     app.use(AnswerStoreOutages())
     register_listeners(app)

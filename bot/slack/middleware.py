@@ -1,5 +1,5 @@
 """Bolt middleware, one class per concern: drop unreadable payloads, ignore repeated
-deliveries, hand the listeners the services they use."""
+deliveries, remember the request's team, hand the listeners the services they use."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from slack_bolt.response import BoltResponse
 
 from bot.core.api import StoreUnavailable
 from bot.slack.deadline import Deadline
+from bot.slack.usergroups import REQUEST_TEAM
 
 log = logging.getLogger(__name__)
 
@@ -157,3 +158,17 @@ class InjectServices(AsyncMiddleware):
     ) -> BoltResponse | None:
         req.context.update(self.services)
         return await next()
+
+
+class RememberTeam(AsyncMiddleware):
+    """Note the Slack team the request comes from for the listener and every task it
+    starts (user-group lookups need it under an org-wide install)."""
+
+    async def async_process(
+        self, *, req: AsyncBoltRequest, resp: BoltResponse, next: Next
+    ) -> BoltResponse | None:
+        token = REQUEST_TEAM.set(req.context.team_id)
+        try:
+            return await next()
+        finally:
+            REQUEST_TEAM.reset(token)

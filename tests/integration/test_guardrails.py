@@ -11,6 +11,7 @@ import json
 
 from bot.core.store import RequestState as S
 from bot.local.demo.stack import DEMO_POLICY, LocalStack
+from bot.slack.usergroups import SlackUserGroupResolver
 from tests.conftest import StackFactory
 from tests.integration.test_home_tab import open_home
 from tests.support.guard_kit import answer_to, guard_policy
@@ -262,3 +263,19 @@ async def test_a_break_glass_stops_counting_once_the_policy_turns_break_glass_of
     await click(stack, opened, CAROL)
     await wait_root(stack, opened, "done")
     assert len(stack.together.calls("update", "PUT")) == 1
+
+
+async def test_group_rules_resolve_under_an_org_wide_install(make_stack: StackFactory) -> None:
+    """An org-level token (the Workflow step's org-wide install) must name the group's team:
+    each lookup carries the team the click came from, so the group's member may approve."""
+    stack = await make_stack(policy_yaml=guard_policy())
+    stack.slack.org_install = True
+    groups = stack.runtime.authorizer.groups
+    assert isinstance(groups, SlackUserGroupResolver)
+    groups.invalidate()  # nothing known from before the token became an org one
+    opened = await request(stack, DAVE, "action e2e-delhi 101 restart_cluster")
+    await click(stack, opened, CAROL)  # in S0PLATFORM, the rule's group
+    await wait_root(stack, opened, "done")
+    assert len(stack.e2e.calls("action", "PUT")) == 1
+    lookups = stack.slack.calls_to("usergroups.users.list")
+    assert lookups and all(call.args.get("team_id") == stack.slack.team_id for call in lookups)

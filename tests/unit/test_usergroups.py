@@ -16,7 +16,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.core.authorizer import Authorizer, one_authorization
 from bot.core.policy import Policy, Role, load_policy
-from bot.slack.usergroups import SlackUserGroupResolver
+from bot.local.slack import FakeSlack as StandIn
+from bot.slack.usergroups import REQUEST_TEAM, SlackUserGroupResolver
 from tests.unit.test_policy import POLICY
 
 
@@ -224,3 +225,25 @@ async def test_one_authorization_decides_a_permission_once(
     assert not any(decision.allowed for decision in refused)
     assert (await auth.check("U03CAROL", "e2e-delhi", None, Role.viewer)).allowed
     assert len(fake.calls) == 4  # outside the block: decided again
+
+
+async def test_an_org_token_lookup_names_the_requests_team_else_the_installations() -> None:
+    """Under an org-wide install Slack refuses a lookup without ``team_id``: the team of the
+    request being answered is sent, else the one auth.test named, and each is cached apart."""
+    slack = StandIn("xoxb-org", usergroups={"S0PLATFORM": ["U1"]})
+    slack.org_install = True
+    api_url = await slack.start()
+    try:
+        resolver = SlackUserGroupResolver(AsyncWebClient(token="xoxb-org", base_url=api_url))
+        assert await resolver.members("S0PLATFORM") == frozenset()  # no team: refused
+        resolver.installation_team = "T0INSTALL"
+        assert await resolver.members("S0PLATFORM") == {"U1"}
+        token = REQUEST_TEAM.set("T0CLICKED")
+        try:
+            assert await resolver.members("S0PLATFORM") == {"U1"}
+        finally:
+            REQUEST_TEAM.reset(token)
+        sent = [(c.args.get("team_id"), c.error) for c in slack.calls_to("usergroups.users.list")]
+        assert sent == [(None, "missing_argument"), ("T0INSTALL", None), ("T0CLICKED", None)]
+    finally:
+        await slack.stop()

@@ -145,7 +145,7 @@ async def serve_bot(
     the HTTP limits of ``gpuops serve``."""
     runtime = await Runtime.create(settings, env=env, instance_id=instance_id)
     if start_background:
-        await runtime.start_background()
+        await runtime.start()  # as ``gpuops serve``: auth.test, then the background work
     limits = http_limits or HttpLimits()
     runner = limited_runner(runtime.web_app(limits), limits, shutdown_timeout=0.5)
     await runner.setup()

@@ -222,6 +222,10 @@ class FakeSlack:
         self.usergroups: dict[str, list[str]] = {k: list(v) for k, v in (usergroups or {}).items()}
         self.trigger_ttl = trigger_ttl
         self.token_refusal: str | None = None
+        self.org_install = False
+        """When set, the bot token is an org-level one (an app installed org-wide, as a
+        Workflow step needs): auth.test says so, and methods whose ``team_id`` Slack
+        documents as "required if org token is used" refuse a call without it."""
         """When set (``token_revoked``, ``account_inactive`` …), Slack refuses the bot token
         on every method with that error, as it does once a token is revoked."""
 
@@ -766,7 +770,8 @@ class FakeSlack:
             "team_id": self.team_id,
             "user_id": self.bot_user_id,
             "bot_id": self.bot_id,
-            "is_enterprise_install": False,
+            "is_enterprise_install": self.org_install,
+            **({"enterprise_id": "E0GPUOPS"} if self.org_install else {}),
         }
 
     async def _apps_connections_open(self, args: JsonDict) -> JsonDict:
@@ -893,6 +898,8 @@ class FakeSlack:
 
     async def _usergroups_users_list(self, args: JsonDict) -> JsonDict:
         group = str(args.get("usergroup", ""))
+        if self.org_install and not args.get("team_id"):
+            raise ApiError("missing_argument")
         if group not in self.usergroups:
             raise ApiError("no_such_subteam")
         return {"ok": True, "users": list(self.usergroups[group])}
