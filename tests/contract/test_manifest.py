@@ -10,6 +10,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from bot.local.slack import FakeSlack
 from bot.local.slack.functions import REQUEST_GPU_CHANGE
 from tests.support.openapi_contract import SPECS_DIR
 
@@ -139,3 +140,11 @@ def test_a_manifest_with_an_unknown_key_is_rejected_by_the_schema() -> None:
     except jsonschema.ValidationError:
         return
     raise AssertionError("the schema accepted an unknown settings key")
+
+
+def test_the_messages_tab_is_on_as_the_dms_need_and_the_stand_in_has_it_so() -> None:
+    """gpuops answers Home clicks by DM; Slack refuses such posts (messages_tab_disabled)
+    unless the app's Messages tab is on. The stand-in starts as the manifest says."""
+    app_home = _manifest()["features"]["app_home"]
+    assert app_home["messages_tab_enabled"] is True
+    assert FakeSlack("xoxb-manifest").messages_tab_enabled is app_home["messages_tab_enabled"]

@@ -287,3 +287,19 @@ async def test_deny_from_a_home_tab_gone_stale_is_refused_by_dm_without_a_form(
     assert f"{opened.id} was already denied by <@{ALICE}>" in refused.text
     assert stack.slack.last_view_for(BOB, open_only=True) is None  # no form for nothing
     assert [e.request_id for e in await refusals(stack, BOB)] == [opened.id]
+
+
+async def test_with_the_messages_tab_off_a_dm_is_refused_as_slack_refuses_it(
+    make_stack: StackFactory,
+) -> None:
+    """The stand-in is as strict as Slack: an app without its Messages tab cannot DM."""
+    stack = await make_stack()
+    stack.slack.messages_tab_enabled = False
+    await open_home(stack, BOB)
+    await stack.sender.home_action(BOB, action_id="home_show_cluster", value="e2e-delhi:101")
+    refused = await stack.slack.wait_for(
+        lambda: next((c for c in stack.slack.calls_to("chat.postMessage") if c.error), None),
+        within=15,
+    )
+    assert refused.error == "messages_tab_disabled"
+    assert stack.slack.messages.get(stack.slack.dm_channel(BOB), []) == []

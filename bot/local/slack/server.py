@@ -222,6 +222,10 @@ class FakeSlack:
         self.usergroups: dict[str, list[str]] = {k: list(v) for k, v in (usergroups or {}).items()}
         self.trigger_ttl = trigger_ttl
         self.token_refusal: str | None = None
+        self.messages_tab_enabled = True
+        """The app's ``features.app_home.messages_tab_enabled`` (manifest.yml sets it, as
+        gpuops DMs people): with it off, Slack refuses a post into the bot's DM with a
+        person, ``messages_tab_disabled``."""
         self.org_install = False
         """When set, the bot token is an org-level one (an app installed org-wide, as a
         Workflow step needs): auth.test says so, and methods whose ``team_id`` Slack
@@ -779,6 +783,8 @@ class FakeSlack:
 
     async def _chat_post_message(self, args: JsonDict) -> JsonDict:
         channel = self._postable_channel(args.get("channel"))
+        if channel in self.dms and not self.messages_tab_enabled:
+            raise ApiError("messages_tab_disabled")
         text, blocks = self._content(args)
         thread_ts = _optional_str(args.get("thread_ts"))
         message = await self._post_bot_message(channel, text, blocks, thread_ts, "chat.postMessage")
