@@ -29,12 +29,13 @@ class ReadBackFailed(StoreUnavailable):
 
 
 async def read_back(
-    store: Store, request_id: str, *, within: float = READ_BACK_SECONDS
+    store: Store, request_id: str, *, within: float | None = None
 ) -> ChangeRequestRecord | None:
     """The request as the store has it, once it answers again; ReadBackFailed when it does
-    not within ``within`` seconds (each try is bounded by the store's own timeout)."""
+    not within ``within`` seconds (default READ_BACK_SECONDS; each try is bounded by the
+    store's own timeout)."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
+    deadline = loop.time() + (READ_BACK_SECONDS if within is None else within)
     while True:
         try:
             return await store.get_request(request_id)
