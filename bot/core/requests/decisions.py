@@ -5,7 +5,6 @@ own request with a reason."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -111,7 +110,6 @@ class Decisions:
         self.execution = execution
         self.sweeper = sweeper
         self.guard = Guard(deps.access)
-        self._later: set[asyncio.Task[None]] = set()  # read-backs waiting for the store
 
     async def decide(
         self,
@@ -319,9 +317,7 @@ class Decisions:
     def _settle_later(self, record: ChangeRequestRecord, change: Change) -> None:
         """Go on reading back in the background: once the store is back, what it took is
         told (and the prompt redrawn), an approval that completed the rule sent."""
-        task = asyncio.create_task(self._told_once_back(record, change))
-        self._later.add(task)
-        task.add_done_callback(self._later.discard)
+        self.deps.tasks.spawn(self._told_once_back(record, change), f"read back {record.id}")
 
     async def _told_once_back(self, record: ChangeRequestRecord, change: Change) -> None:
         try:
