@@ -446,3 +446,22 @@ async def test_an_approval_the_store_stays_silent_about_is_told_so_and_shown_onc
         "requested",
         "approval_added",
     ]
+
+
+async def test_an_approval_recorded_before_the_store_failed_its_telling_is_told_recorded(
+    core: Core, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The approval and its audit entry are stored; telling it then meets the store gone
+    (as a mirror's failure is audited): bob hears it is recorded, not "nothing was changed"."""
+    core.reload(_TWO_FOR_SCALE)
+    opened = await core.open(DAVE, "e2e-delhi", "101", "scale_cluster", SCALE)
+    store = core.store
+
+    async def store_gone(*_args: Any, **_kwargs: Any) -> None:
+        raise StoreUnavailable(store.database, "ConnectionRefusedError (test)")
+
+    monkeypatch.setattr(core.notifier, "request_changed", store_gone)
+    told = reply_text(await core.approve(BOB, opened.id))
+    assert told == f"Your approval of {opened.id} is recorded: 1 of 2.", told
+    record = await core.record(opened.id)
+    assert record.approvers == [BOB]

@@ -292,7 +292,7 @@ class Decisions:
                 return found
             done = found
         if done is not None:
-            await transitions.announce(self.deps, record, done, change)
+            await self._announce(record, done, change)
             return None
         current = await self.deps.store.get_request(record.id) or record
         return already_decided_refusal(current).reply()
@@ -314,6 +314,17 @@ class Decisions:
             return not_recorded(record.id, what)
         return None
 
+    async def _announce(
+        self, record: ChangeRequestRecord, done: ChangeRequestRecord, change: Change
+    ) -> None:
+        """Tell a decision the store has recorded; a store error while telling it (a
+        mirror's failure audited, say) leaves it recorded, so it is logged, not told as
+        "nothing was changed"."""
+        try:
+            await transitions.announce(self.deps, record, done, change)
+        except StoreUnavailable as exc:
+            log.warning("%s: %s recorded, not all told: %s", record.id, change.transition.name, exc)
+
     def _settle_later(self, record: ChangeRequestRecord, change: Change) -> None:
         """Go on reading back in the background: once the store is back, what it took is
         told (and the prompt redrawn), an approval that completed the rule sent."""
@@ -327,7 +338,7 @@ class Decisions:
             return
         if current is None or not took(record, current, change):
             return
-        await transitions.announce(self.deps, record, current, change)
+        await self._announce(record, current, change)
         if current.state is RequestState.APPROVED and change.transition in _COMPLETING:
             await self.execution.execute(current.id, actor=change.actor, record=current)
 
@@ -411,7 +422,7 @@ class Decisions:
             if done is None:  # another approval or a decision came first: count again
                 record = await self.deps.store.get_request(record.id) or record
                 continue
-            await transitions.announce(self.deps, record, done, change)
+            await self._announce(record, done, change)
             return done if told is None else told
         raise RuntimeError(f"{record.id}: approvals kept changing; try again")
 
