@@ -4,9 +4,14 @@ expiry, a stale preview, the requester's grant checked again, break glass."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pytest
 
+from bot.core.requests import readback
 from bot.core.requests.decisions import NeedsBreakGlass
+from bot.core.store import ChangeRequestRecord, StoreUnavailable
 from bot.core.store import RequestState as S
 from bot.local.demo.stack import DEMO_POLICY
 from tests.core.conftest import CoreFactory
@@ -21,6 +26,7 @@ from tests.support.core_harness import (
     Core,
     reply_text,
 )
+from tests.support.workflow_kit import poll_until
 
 SCALE = {"additional_nodes": "2"}
 _BOB_GRANT = '  - users: [U02BOB]\n    projects: ["*"]\n    role: approver\n'
@@ -401,3 +407,61 @@ async def test_an_approval_that_stops_counting_is_no_longer_shown_as_counted(
     assert record.state is S.SUCCEEDED and len(core.e2e.script.of("apply")) == 1
     line = str(request_root(view_of(record)).blocks)
     assert "approved by <@U03CAROL> and <@U01ALICE>" in line and "U02BOB" not in line
+
+
+async def test_an_approval_the_store_stays_silent_about_is_told_so_and_shown_once_back(
+    core: Core, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue #32.1: bob's approval commits, the answer is lost, and the store stays silent
+    past the read-back's bound: bob is told it is not known yet whether it was recorded
+    (never "nothing was changed"); once the store answers, his approval is told and the
+    prompt redrawn (``approval_added``), once."""
+    monkeypatch.setattr(readback, "READ_BACK_SECONDS", 0.2)
+    core.reload(_TWO_FOR_SCALE)
+    opened = await core.open(DAVE, "e2e-delhi", "101", "scale_cluster", SCALE)
+    store = core.store
+    real_decide, real_get = store.decide_approval, store.get_request
+    back = asyncio.Event()
+
+    async def committed_then_silent(*args: Any, **kwargs: Any) -> ChangeRequestRecord | None:
+        await real_decide(*args, **kwargs)
+        monkeypatch.setattr(store, "get_request", silent_until_back)
+        raise StoreUnavailable(store.database, "ConnectionResetError (after COMMIT)")
+
+    async def silent_until_back(request_id: str) -> ChangeRequestRecord | None:
+        if not back.is_set():
+            raise StoreUnavailable(store.database, "ConnectionRefusedError (test)")
+        return await real_get(request_id)
+
+    monkeypatch.setattr(store, "decide_approval", committed_then_silent)
+    told = reply_text(await core.approve(BOB, opened.id))
+    assert "cannot say yet whether it was recorded" in told, told
+    assert "nothing was changed" not in told
+    assert core.notifier.events(opened.id) == []
+    back.set()
+    await poll_until(lambda: core.notifier.events(opened.id) == ["approval_added"], within=20)
+    record = await core.record(opened.id)
+    assert record.state is S.PENDING and record.approvers == [BOB]
+    assert [event for _, event, _ in await core.trail(opened.id)] == [
+        "requested",
+        "approval_added",
+    ]
+
+
+async def test_an_approval_recorded_before_the_store_failed_its_telling_is_told_recorded(
+    core: Core, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The approval and its audit entry are stored; telling it then meets the store gone
+    (as a mirror's failure is audited): bob hears it is recorded, not "nothing was changed"."""
+    core.reload(_TWO_FOR_SCALE)
+    opened = await core.open(DAVE, "e2e-delhi", "101", "scale_cluster", SCALE)
+    store = core.store
+
+    async def store_gone(*_args: Any, **_kwargs: Any) -> None:
+        raise StoreUnavailable(store.database, "ConnectionRefusedError (test)")
+
+    monkeypatch.setattr(core.notifier, "request_changed", store_gone)
+    told = reply_text(await core.approve(BOB, opened.id))
+    assert told == f"Your approval of {opened.id} is recorded: 1 of 2.", told
+    record = await core.record(opened.id)
+    assert record.approvers == [BOB]

@@ -22,7 +22,7 @@ import pytest
 from bot.core.answers import STORE_UNAVAILABLE_TEXT, Notice
 from bot.core.schedule import Schedule
 from bot.core.store import RequestState, Started, Store
-from bot.local.demo.stack import BotReplica, LocalStack
+from bot.local.demo.stack import DEMO_POLICY, BotReplica, LocalStack
 from bot.local.faults.proxy import FaultProxy
 from bot.local.simulators.base import Fault, FaultKind
 from bot.local.slack.sender import SlackSender
@@ -32,13 +32,16 @@ from tests.support.slack_support import blocks_json, opened_modal, roots
 from tests.support.watch_kit import decisions_sent, pending_remediation, press, watched_stack
 from tests.support.workflow_kit import (
     BOB,
+    CAROL,
     CHANNEL,
     DAVE,
     Opened,
+    buttons,
     click,
     next_ephemeral,
     open_direct,
     poll_until,
+    readable_text,
     thread_texts,
     wait_reply,
     wait_state,
@@ -731,3 +734,111 @@ async def test_a_scheduled_change_due_in_a_store_outage_is_sent_once_after_it(
     await proxied.runtime.workflow.drain()
     assert provider_writes(stack) == 1
     assert "Traceback" not in caplog.text and "scheduler tick failed" not in caplog.text
+
+
+# ---- a decision whose COMMIT reached the server and whose answer was lost (issue #32.1) -
+
+SCALE_NEEDS_TWO = DEMO_POLICY.replace(
+    "  break_glass: true\n",
+    "  break_glass: true\n  rules:\n"
+    "    - projects: [e2e-delhi]\n      kinds: [scale_cluster]\n      approvers: 2\n",
+)
+assert SCALE_NEEDS_TWO != DEMO_POLICY
+
+
+def lose_the_commit_answer_of(
+    store: Store, method: str, proxy: OutageProxy
+) -> Callable[[], Awaitable[None]]:
+    """Arm ``proxy`` as ``store.method`` (the decision's one transaction) starts: its COMMIT
+    reaches the server and the answer is dropped, the link reset. Returns a wait for it."""
+    real = getattr(store, method)
+
+    async def armed(*args: Any, **kwargs: Any) -> Any:
+        setattr(store, method, real)  # once
+        proxy.lose_commit_answer()
+        return await real(*args, **kwargs)
+
+    setattr(store, method, armed)
+
+    async def lost() -> None:
+        await asyncio.wait_for(proxy.commit_answer_lost.wait(), timeout=20)
+
+    return lost
+
+
+async def _two_approvers(stack: LocalStack, *replicas: BotReplica) -> None:
+    stack.runtime.settings.gpuops_policy.write_text(SCALE_NEEDS_TWO)
+    for runtime in (stack.runtime, *(r.runtime for r in replicas)):
+        assert await runtime.reload_policy() == "reloaded"
+
+
+async def test_an_approval_whose_commit_answer_is_lost_at_the_wire_is_told_recorded(
+    stack: LocalStack, proxied: BotReplica, proxy: OutageProxy
+) -> None:
+    """2 approvers needed; bob's approval (through the proxy) commits at the server, the
+    answer never comes back: bob is told "recorded: 1 of 2" (read back), the approval is
+    audited, the prompt redrawn, and it is sent only once carol approves too: 1 PUT."""
+    await _two_approvers(stack, proxied)
+    opened = await open_direct(
+        stack, DAVE, "e2e-delhi", "101", "scale_cluster", {"additional_nodes": "1"}
+    )
+    lost = lose_the_commit_answer_of(proxied.runtime.store, "decide_approval", proxy)
+    seen = len(stack.slack.ephemerals_for(BOB))
+    await click(stack, opened, BOB, sender=proxied.sender)
+    await lost()
+    told = await next_ephemeral(stack, BOB, seen, within=ANSWER_WITHIN * 4)
+    assert told.text == f"Your approval of {opened.id} is recorded: 1 of 2.", told.text
+    record = await stack.runtime.store.get_request(opened.id)
+    assert record is not None and record.state is S.PENDING and record.approvers == [BOB]
+    entries = await stack.runtime.store.list_audit(request_id=opened.id, limit=100)
+    assert sorted(e.event for e in entries) == ["approval_added", "requested"]
+    await stack.slack.wait_for(lambda: "1 of 2: <@U02BOB>" in _prompt_text(stack, opened))
+    assert provider_writes(stack) == 0
+    await click(stack, opened, CAROL)
+    await wait_state(stack.runtime.store, opened.id, S.SUCCEEDED)
+    assert provider_writes(stack) == 1
+
+
+@pytest.mark.parametrize(
+    ("user", "action_id", "method", "end"),
+    [
+        (BOB, "approve_request", "decide_approval", S.SUCCEEDED),
+        (DAVE, "cancel_request", "transition", S.CANCELLED),
+    ],
+    ids=["approve-final", "cancel"],
+)
+async def test_a_decision_whose_commit_answer_is_lost_at_the_wire_is_shown_as_taken(
+    stack: LocalStack,
+    proxied: BotReplica,
+    proxy: OutageProxy,
+    user: str,
+    action_id: str,
+    method: str,
+    end: RequestState,
+) -> None:
+    """The last approval needed, or the requester's cancel, commits at the server and its
+    answer is lost: read back, it is carried on (sent once; the prompt redrawn without its
+    buttons), and nobody is told "nothing was changed"."""
+    opened = await open_direct(
+        stack, DAVE, "e2e-delhi", "101", "scale_cluster", {"additional_nodes": "1"}
+    )
+    lost = lose_the_commit_answer_of(proxied.runtime.store, method, proxy)
+    seen = len(stack.slack.ephemerals_for(user))
+    await click(stack, opened, user, action_id, sender=proxied.sender)
+    await lost()
+    await wait_state(stack.runtime.store, opened.id, end)
+    await stack.slack.wait_for(
+        lambda: (
+            (m := stack.slack.message(opened.channel, opened.prompt_ts or ""))
+            and not buttons(m)
+            and m
+        )
+    )
+    assert provider_writes(stack) == (1 if end is S.SUCCEEDED else 0)
+    told = [e.text for e in stack.slack.ephemerals_for(user)[seen:]]
+    assert not any(STORE_UNAVAILABLE_TEXT in text for text in told), told
+
+
+def _prompt_text(stack: LocalStack, opened: Opened) -> str:
+    prompt = stack.slack.message(opened.channel, opened.prompt_ts or "")
+    return readable_text(prompt) if prompt is not None else ""

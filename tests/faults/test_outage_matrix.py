@@ -21,7 +21,7 @@ from bot.core.answers import STORE_UNAVAILABLE_TEXT
 from bot.core.store import RequestState, StoreUnavailable
 from bot.core.store.watch import RemediationDecision, WatchStore, remediations
 from bot.core.watch.remediations import STALE_DECISION
-from bot.local.demo.stack import LocalStack
+from bot.local.demo.stack import DEMO_POLICY, LocalStack
 from bot.local.simulators.base import Fault, FaultKind
 from bot.local.simulators.together_remediations import NewRemediation, Resolution
 from bot.local.slack.models import FakeEvent, MessagePosted
@@ -57,12 +57,17 @@ from tests.support.watch_kit import (
 from tests.support.workflow_kit import (
     ALICE,
     BOB,
+    CAROL,
+    DAVE,
+    Opened,
     buttons,
     next_ephemeral,
+    open_direct,
     poll_until,
     readable_text,
     wait_state,
 )
+from tests.support.workflow_kit import click as press_prompt
 
 S = RequestState
 
@@ -421,3 +426,121 @@ async def test_a_request_root_posted_as_the_store_goes_is_stored_and_followed_af
     assert root is not None
     assert root.text.startswith("[done]"), root.text
     assert len(stack.e2e.calls("action", "PUT")) == 1
+
+
+# ---- 4. a decision whose commit answer was lost is read back before it is told ---------
+
+SCALE_NEEDS_TWO = DEMO_POLICY.replace(
+    "  break_glass: true\n",
+    "  break_glass: true\n  rules:\n"
+    "    - projects: [e2e-delhi]\n      kinds: [scale_cluster]\n      approvers: 2\n",
+)
+assert SCALE_NEEDS_TWO != DEMO_POLICY
+REQUEST_WRITE = "UPDATE gpuops_change_requests"  # the decision's compare-and-set
+
+
+async def _scale_request(make_stack: StackFactory, **options: Any) -> tuple[LocalStack, Opened]:
+    stack = await make_stack(**options)
+    opened = await open_direct(
+        stack, DAVE, "e2e-delhi", "101", "scale_cluster", {"additional_nodes": "1"}
+    )
+    return stack, opened
+
+
+async def _events(stack: LocalStack, request_id: str) -> list[str]:
+    entries = await stack.runtime.store.list_audit(request_id=request_id, limit=100)
+    return sorted(entry.event for entry in entries)
+
+
+async def _told(stack: LocalStack, opened: Opened, user: str, action_id: str) -> str:
+    """``user`` presses ``action_id`` on the prompt; the first answer they get."""
+    seen = len(stack.slack.ephemerals_for(user))
+    await press_prompt(stack, opened, user, action_id)
+    return (await next_ephemeral(stack, user, seen)).text
+
+
+def _prompt_text(stack: LocalStack, opened: Opened) -> str:
+    prompt = stack.slack.message(opened.channel, opened.prompt_ts or "")
+    return readable_text(prompt) if prompt is not None else ""
+
+
+async def test_an_approval_whose_commit_answer_was_lost_is_told_recorded_and_counts_once(
+    make_stack: StackFactory,
+) -> None:
+    """Issue #32.1, SQLite (the PostgreSQL cell, lost at the wire, is in test_db_faults):
+    a 2-approver rule; bob's approval commits, the answer is lost. He is told "recorded:
+    1 of 2" (read back), the approval is audited in the same transaction, the prompt is
+    redrawn, and carol's approval then sends it: once, on two approvals."""
+    stack, opened = await _scale_request(make_stack, policy_yaml=SCALE_NEEDS_TWO)
+    StoreOutage(stack.runtime.store).lose_commit_answer(REQUEST_WRITE)
+    told = await _told(stack, opened, BOB, "approve_request")
+    assert told == f"Your approval of {opened.id} is recorded: 1 of 2.", told
+    record = await stack.runtime.store.get_request(opened.id)
+    assert record is not None and record.state is S.PENDING and record.approvers == [BOB]
+    assert await _events(stack, opened.id) == ["approval_added", "requested"]
+    await stack.slack.wait_for(lambda: "1 of 2: <@U02BOB>" in _prompt_text(stack, opened))
+    assert stack.e2e.calls("action", "PUT") == []
+    await press_prompt(stack, opened, CAROL)
+    await wait_state(stack.runtime.store, opened.id, S.SUCCEEDED)
+    assert len(stack.e2e.calls("action", "PUT")) == 1
+    done = await stack.runtime.store.get_request(opened.id)
+    assert done is not None and done.approvers == [BOB, CAROL] and done.decided_by == CAROL
+
+
+async def test_an_approval_cut_off_before_its_commit_is_told_to_press_again(
+    database_url: str, make_stack: StackFactory
+) -> None:
+    """The store fails before the approval's COMMIT (rolled back): bob is told it was not
+    recorded and to press again — no approver, no audit entry — and his next press counts."""
+    stack, opened = await _scale_request(
+        make_stack, database_url=database_url, policy_yaml=SCALE_NEEDS_TWO
+    )
+    StoreOutage(stack.runtime.store).lose_commit_answer(REQUEST_WRITE, committed=False)
+    told = await _told(stack, opened, BOB, "approve_request")
+    assert f"Your approval of {opened.id} was not recorded" in told, told
+    assert "Press the button again" in told and STORE_UNAVAILABLE_TEXT not in told
+    record = await stack.runtime.store.get_request(opened.id)
+    assert record is not None and record.state is S.PENDING and record.approvers == []
+    assert await _events(stack, opened.id) == ["requested"]
+    again = await _told(stack, opened, BOB, "approve_request")
+    assert again == f"Your approval of {opened.id} is recorded: 1 of 2.", again
+
+
+async def test_the_last_approval_whose_commit_answer_was_lost_is_sent_once(
+    make_stack: StackFactory,
+) -> None:
+    """One approver needed; bob's approval (approver, state and audit in one transaction)
+    commits and its answer is lost: read back as approved by him, it is sent, once."""
+    stack, opened = await _scale_request(make_stack)
+    StoreOutage(stack.runtime.store).lose_commit_answer(REQUEST_WRITE)
+    seen = len(stack.slack.ephemerals_for(BOB))
+    await press_prompt(stack, opened, BOB)
+    await wait_state(stack.runtime.store, opened.id, S.SUCCEEDED)
+    assert len(stack.e2e.calls("action", "PUT")) == 1
+    assert not any(STORE_UNAVAILABLE_TEXT in e.text for e in stack.slack.ephemerals_for(BOB)[seen:])
+    assert (await _events(stack, opened.id)).count("approved") == 1
+
+
+async def test_a_cancel_whose_commit_answer_was_lost_is_shown_as_cancelled(
+    make_stack: StackFactory,
+) -> None:
+    """The requester's cancel commits and its answer is lost: read back, it is told as any
+    cancel (the prompt loses its buttons), never "nothing was changed". Deny and a refusal
+    at approval take the same path (``Decisions._settle_decision``)."""
+    stack, opened = await _scale_request(make_stack)
+    StoreOutage(stack.runtime.store).lose_commit_answer(REQUEST_WRITE)
+    seen = len(stack.slack.ephemerals_for(DAVE))
+    await press_prompt(stack, opened, DAVE, "cancel_request")
+    prompt = await stack.slack.wait_for(
+        lambda: (
+            (m := stack.slack.message(opened.channel, opened.prompt_ts or ""))
+            and not buttons(m)
+            and m
+        )
+    )
+    assert prompt is not None
+    record = await stack.runtime.store.get_request(opened.id)
+    assert record is not None and record.state is S.CANCELLED
+    assert not any(
+        STORE_UNAVAILABLE_TEXT in e.text for e in stack.slack.ephemerals_for(DAVE)[seen:]
+    )

@@ -217,6 +217,8 @@ class StoreOutage:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.down = False
+        self._losing: bool | None = None  # lose_commit_answer armed: committed or not
+        self._lose_in: Any = None  # the connection whose transaction it hit
         self._real = store._begin
         store._begin = self._begin  # type: ignore[method-assign]
 
@@ -239,9 +241,38 @@ class StoreOutage:
     def end(self) -> None:
         self.down = False
 
+    def lose_commit_answer(self, statement_prefix: str, *, committed: bool = True) -> None:
+        """The next transaction that runs a statement starting with ``statement_prefix``
+        ends in StoreUnavailable: after its COMMIT reached the database (``committed``: the
+        answer lost) or in its place (rolled back); the store answers again at once."""
+        self._losing = committed
+        self._lose_in = None
+
+        def after(conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+            if self._losing is None or self._lose_in is not None:
+                return
+            if statement.lstrip().upper().startswith(statement_prefix.upper()):
+                self._lose_in = conn
+
+        event.listen(self.store.engine.sync_engine, "after_cursor_execute", after)
+
+    def _lost(self, conn: AsyncConnection) -> bool:
+        """Whether ``conn``'s transaction is the one whose answer is lost (then disarmed)."""
+        if self._lose_in is None or self._lose_in is not conn.sync_connection:
+            return False
+        self._losing = self._lose_in = None
+        return True
+
     @asynccontextmanager
     async def _begin(self) -> AsyncIterator[AsyncConnection]:
         if self.down:
             raise StoreUnavailable(self.store.database, "ConnectionRefusedError (test outage)")
+        lost = False
         async with self._real() as conn:
             yield conn
+            committed = self._losing
+            lost = self._lost(conn)
+            if lost and not committed:
+                raise StoreUnavailable(self.store.database, "ConnectionResetError (before COMMIT)")
+        if lost:
+            raise StoreUnavailable(self.store.database, "ConnectionResetError (after COMMIT)")

@@ -5,8 +5,9 @@ own request with a reason."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from bot.core.access import Refusal
 from bot.core.answers import Reply, notice
@@ -17,18 +18,27 @@ from bot.core.requests import transitions
 from bot.core.requests.deps import RequestDeps
 from bot.core.requests.execution import Execution
 from bot.core.requests.presend import stale_text
+from bot.core.requests.readback import (
+    SETTLE_LATER_SECONDS,
+    ReadBackFailed,
+    not_recorded,
+    read_back,
+    unknown_whether_recorded,
+)
 from bot.core.requests.sweeper import Sweeper
-from bot.core.requests.transitions import Change, settle
+from bot.core.requests.transitions import Change
 from bot.core.requests.view import (
     REFUSED_AT_APPROVAL,
     STALE_AT_APPROVAL,
     at_approval,
     state_words,
 )
-from bot.core.store import ChangeRequestRecord, RequestState
+from bot.core.store import ChangeRequestRecord, RequestState, StoreUnavailable
 from bot.errors import GpuopsError
 from bot.metrics import APPROVAL_DECISIONS
 from bot.providers.base import ChangePlan
+
+log = logging.getLogger(__name__)
 
 Decision = Literal["approve", "deny", "cancel"]
 _DOING: dict[Decision, str] = {
@@ -36,6 +46,8 @@ _DOING: dict[Decision, str] = {
     "deny": "denying a request",
     "cancel": "cancelling a request",
 }
+_APPROVAL_ATTEMPTS = 50  # counts redone because another approval moved the request first
+_COMPLETING = frozenset({transitions.APPROVE, transitions.BREAK_GLASS})
 _APPROVED_ONCE = frozenset(
     {
         RequestState.APPROVED,
@@ -56,6 +68,17 @@ class NeedsBreakGlass:
 
 class _AskBreakGlass(GpuopsError):
     """An admin approving their own request must first give a break-glass reason."""
+
+
+def took(seen: ChangeRequestRecord, current: ChangeRequestRecord, change: Change) -> bool:
+    """Whether ``current`` (read back) holds ``change`` written over ``seen``: the state it
+    sets, by its actor (a partial approval: still pending, the approver counted)."""
+    t = change.transition
+    if current.version <= seen.version or current.state is not t.to:
+        return False
+    if t.to in t.from_states:
+        return change.actor in current.approvers
+    return current.decided_by == change.actor
 
 
 def waits_for_its_time(record: ChangeRequestRecord) -> bool:
@@ -259,11 +282,65 @@ class Decisions:
         )
 
     async def _settle_decision(self, record: ChangeRequestRecord, change: Change) -> Reply | None:
-        """Settle a decision; the already-decided refusal when someone was faster."""
-        if await settle(self.deps, record, change) is not None:
+        """Settle a decision; the already-decided refusal when someone was faster. A commit
+        whose answer was lost is read back before anything is told."""
+        try:
+            done = await transitions.apply(self.deps, record, change)
+        except StoreUnavailable:
+            found = await self._read_back(record, change, "decision")
+            if isinstance(found, Reply):
+                return found
+            done = found
+        if done is not None:
+            await self._announce(record, done, change)
             return None
         current = await self.deps.store.get_request(record.id) or record
         return already_decided_refusal(current).reply()
+
+    async def _read_back(
+        self, record: ChangeRequestRecord, change: Change, what: str
+    ) -> ChangeRequestRecord | Reply | None:
+        """After a store error on writing ``change``: the request as written by it (then
+        told by the caller), None when someone else decided it, or what the decider is
+        told (not recorded, press again; or not known yet, settled later)."""
+        try:
+            current = await read_back(self.deps.store, record.id)
+        except ReadBackFailed:
+            self._settle_later(record, change)
+            return unknown_whether_recorded(record.id, what)
+        if current is not None and took(record, current, change):
+            return current
+        if current is not None and current.state is RequestState.PENDING:
+            return not_recorded(record.id, what)
+        return None
+
+    async def _announce(
+        self, record: ChangeRequestRecord, done: ChangeRequestRecord, change: Change
+    ) -> None:
+        """Tell a decision the store has recorded; a store error while telling it (a
+        mirror's failure audited, say) leaves it recorded, so it is logged, not told as
+        "nothing was changed"."""
+        try:
+            await transitions.announce(self.deps, record, done, change)
+        except StoreUnavailable as exc:
+            log.warning("%s: %s recorded, not all told: %s", record.id, change.transition.name, exc)
+
+    def _settle_later(self, record: ChangeRequestRecord, change: Change) -> None:
+        """Go on reading back in the background: once the store is back, what it took is
+        told (and the prompt redrawn), an approval that completed the rule sent."""
+        self.deps.tasks.spawn(self._told_once_back(record, change), f"read back {record.id}")
+
+    async def _told_once_back(self, record: ChangeRequestRecord, change: Change) -> None:
+        try:
+            current = await read_back(self.deps.store, record.id, within=SETTLE_LATER_SECONDS)
+        except ReadBackFailed as exc:
+            log.warning("%s: the store never answered the read-back: %s", record.id, exc)
+            return
+        if current is None or not took(record, current, change):
+            return
+        await self._announce(record, current, change)
+        if current.state is RequestState.APPROVED and change.transition in _COMPLETING:
+            await self.execution.execute(current.id, actor=change.actor, record=current)
 
     async def _close(
         self,
@@ -292,9 +369,6 @@ class Decisions:
         refused = await self._recheck(record, user)
         if refused is not None:
             return refused
-        counted = await self._count_approval(record, user, reason if break_glass else None)
-        if counted is not None:
-            return counted
         note = f"Break glass: <@{user}> approved their own request. Reason: {reason}"
         approved = Change(
             transitions.BREAK_GLASS if break_glass else transitions.APPROVE,
@@ -310,47 +384,80 @@ class Decisions:
             decision="approved",
             mirror=note if break_glass else None,
         )
-        done = await settle(self.deps, record, approved)
-        if done is None:
-            APPROVAL_DECISIONS.labels("refused").inc()
-            current = await self.deps.store.get_request(record.id) or record
-            return already_decided_refusal(current).reply()
-        await self.execution.execute(record.id, actor=user, record=done)
-        return None
+        glass_reason = reason if break_glass else None
+        counted = await self._count_approval(record, user, approved, glass_reason)
+        if isinstance(counted, ChangeRequestRecord):  # it completed the rule: approved
+            await self.execution.execute(record.id, actor=user, record=counted)
+            return None
+        return counted
 
     async def _count_approval(
-        self, record: ChangeRequestRecord, user: str, glass_reason: str | None = None
-    ) -> Reply | None:
+        self,
+        record: ChangeRequestRecord,
+        user: str,
+        approved: Change,
+        glass_reason: str | None = None,
+    ) -> Reply | ChangeRequestRecord:
         """Record this approval (with ``glass_reason``, the requester's break glass: one
-        approval, no more); None when it is the last one needed (approve now), else what
-        the approver is told (counted, or already counted)."""
+        approval, no more) with its audit entry, and the request ``approved`` when it is the
+        last one needed, in one transaction: the request as approved then, else what the
+        approver is told (counted, already counted, not recorded, someone decided first)."""
+        for _ in range(_APPROVAL_ATTEMPTS):
+            if record.state is not RequestState.PENDING:
+                return already_decided_refusal(record).reply()
+            step = await self._approval_step(record, user, approved, glass_reason)
+            if isinstance(step, Reply):
+                return step
+            change, wanted, told = step
+            try:
+                done = await transitions.count_approval(self.deps, record, change, wanted)
+            except StoreUnavailable:
+                found = await self._read_back(record, change, "approval")
+                if isinstance(found, Reply):
+                    return found
+                if found is None:  # decided by someone else meanwhile
+                    current = await self.deps.store.get_request(record.id) or record
+                    return already_decided_refusal(current).reply()
+                done = found
+            if done is None:  # another approval or a decision came first: count again
+                record = await self.deps.store.get_request(record.id) or record
+                continue
+            await self._announce(record, done, change)
+            return done if told is None else told
+        raise RuntimeError(f"{record.id}: approvals kept changing; try again")
+
+    async def _approval_step(
+        self,
+        record: ChangeRequestRecord,
+        user: str,
+        approved: Change,
+        glass_reason: str | None,
+    ) -> tuple[Change, dict[str, Any], Reply | None] | Reply:
+        """What ``user``'s approval of ``record`` (pending, as read) records: the change
+        (partial, or ``approved`` when it completes the rule), the requirement noted and
+        what the approver is told once it is recorded (None: approved, then sent); or, for
+        an approver already counted short of the rule, what they are told now."""
         requirement = self.requirement(record)
         wanted = requirement.as_json()
         if glass_reason is not None:
             wanted["break_glass"] = {"by": user, "reason": glass_reason}
+        others = [u for u in record.approvers if u != user]
+        eligible = [u for u in others if await self.still_eligible(u, record)]
         # Noted for the prompt, which counts and names only the approvals that count.
-        wanted["uncounted"] = [
-            u for u in record.approvers if u != user and not await self.still_eligible(u, record)
-        ]
-        updated, added = await self.deps.store.add_approver(record.id, user, wanted, seen=record)
-        if updated is None or updated.state is not RequestState.PENDING:
-            return already_decided_refusal(updated or record).reply()
-        counted = [
-            u for u in updated.approvers if u == user or await self.still_eligible(u, updated)
-        ]
-        count = len(counted)
+        wanted["uncounted"] = [u for u in others if u not in eligible]
+        count = len(eligible) + 1
         progress = f"{count} of {requirement.needed}"
         if count >= requirement.needed:
             # The last one: approved now, audited as such. Also an approver's second click
             # once a policy reload has lowered what the request needs (bot.core.requests.rules).
-            return None
-        if not added:
+            return approved, wanted, None
+        if user in record.approvers:
             return notice(f"You already approved {record.id} ({progress}); it counts once.")
         glass = {"break_glass": True, "reason": glass_reason} if glass_reason is not None else {}
         more = f"needs {requirement.needed - count} more"
         if requirement.usergroups:
             more += " from user group " + " or ".join(requirement.usergroups)
-        added_one = Change(
+        partial = Change(
             transitions.BREAK_GLASS_PARTIAL if glass else transitions.APPROVE_PARTIAL,
             user,
             outcome=progress,
@@ -363,10 +470,13 @@ class Decisions:
                 else None
             ),
         )
-        await transitions.note(self.deps, record, updated, added_one)
         if glass_reason is None:
-            return notice(f"Your approval of {record.id} is recorded: {progress}.")
-        return notice(f"Break glass on {record.id} counts as one approval: {progress}; it {more}.")
+            told = notice(f"Your approval of {record.id} is recorded: {progress}.")
+        else:
+            told = notice(
+                f"Break glass on {record.id} counts as one approval: {progress}; it {more}."
+            )
+        return partial, wanted, told
 
     async def still_eligible(self, approver: str, record: ChangeRequestRecord) -> bool:
         """An earlier approval counts while its approver could still give it (a reloaded

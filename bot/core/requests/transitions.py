@@ -324,8 +324,24 @@ async def settle(
     """Apply ``change`` if the request is still in one of its ``from_states`` (and, with
     ``fence``, that lease is still held), audited in the same transaction; the request as
     changed, or None when it had moved meanwhile (then nothing is counted or told)."""
+    done = await apply(deps, record, change, fence=fence)
+    if done is None:
+        return None
+    await announce(deps, record, done, change)
+    return done
+
+
+async def apply(
+    deps: RequestDeps,
+    record: ChangeRequestRecord,
+    change: Change,
+    *,
+    fence: Lease | None = None,
+) -> ChangeRequestRecord | None:
+    """``settle`` without telling: the caller announces what the store recorded (a decision
+    whose commit answer was lost is read back first, bot.core.requests.readback)."""
     t = change.transition
-    done = await deps.store.transition(
+    return await deps.store.transition(
         record.id,
         from_states=t.from_states,
         to=t.to,
@@ -333,10 +349,32 @@ async def settle(
         audit=change.audit_row(record),
         **change.fields,
     )
-    if done is None:
-        return None
-    await announce(deps, record, done, change)
-    return done
+
+
+APPROVALS = frozenset({APPROVE_PARTIAL, BREAK_GLASS_PARTIAL, APPROVE, BREAK_GLASS})
+
+
+async def count_approval(
+    deps: RequestDeps,
+    record: ChangeRequestRecord,
+    change: Change,
+    requirement: Mapping[str, Any],
+) -> ChangeRequestRecord | None:
+    """One approval by ``change.actor`` as one transaction: the approver added (with what
+    approving now takes, ``requirement``), the state set when it completes the rule
+    (``approve``/``break-glass``; else it stays ``pending``) and the audit entry,
+    compare-and-set on ``record``'s version; None when the request moved meanwhile.
+    Telling it is the caller's (``announce``), once it knows what the store took."""
+    if change.transition not in APPROVALS:
+        raise ValueError(f"{change.transition.name} is not an approval")
+    return await deps.store.decide_approval(
+        record,
+        change.actor,
+        requirement,
+        to=change.transition.to,
+        audit=change.audit_row(record),
+        **change.fields,
+    )
 
 
 async def start(
@@ -407,16 +445,6 @@ async def finish(
         audit=change.audit_row(record),
         from_states=t.from_states if fence is not None else t.from_states - {S.EXECUTING},
     )
-
-
-async def note(
-    deps: RequestDeps, record: ChangeRequestRecord, done: ChangeRequestRecord, change: Change
-) -> None:
-    """A transition that leaves the state as it is (``approve-partial``): audit and tell."""
-    if change.transition.to not in change.transition.from_states:
-        raise ValueError(f"{change.transition.name} changes the state: settle it")
-    await deps.store.append_audit(**change.audit_row(record).model_dump())
-    await announce(deps, record, done, change)
 
 
 async def announce(

@@ -66,7 +66,6 @@ from bot.errors import GpuopsError
 
 _REQUEST_ID_ATTEMPTS = 8
 _HEAD_ATTEMPTS = 8  # single statements rerun because another process moved the chain head
-_APPROVER_ATTEMPTS = 50
 _EXECUTING = frozenset({RequestState.EXECUTING})
 
 
@@ -475,42 +474,37 @@ class RequestsMixin(StoreBase):
         async with self._begin() as conn:
             return await _update_in(conn, request_id, values, fence=fence)
 
-    async def add_approver(
+    async def decide_approval(
         self,
-        request_id: str,
+        seen: ChangeRequestRecord,
         approver: str,
         requirement: Mapping[str, Any],
         *,
-        seen: ChangeRequestRecord | None = None,
-    ) -> tuple[ChangeRequestRecord | None, bool]:
-        """Add ``approver`` to a pending request's approvals (and note what it now needs),
-        compare-and-set on the row's version: two approvers at once on two replicas are both
-        counted, and whoever completes the count sees it complete.
-
-        (record, True) when added; (record, False) when the request is no longer pending or
-        already has this approver; (None, False) when there is no such request. ``seen``:
-        the request as the caller just read it, tried first without reading it again."""
-        for _ in range(_APPROVER_ATTEMPTS):
-            async with self._begin() as conn:
-                current = seen or await _get_in(conn, request_id)
-                seen = None  # a version that lost is read afresh
-                if current is None:
-                    return None, False
-                if current.state is not RequestState.PENDING or approver in current.approvers:
-                    return current, False
-                # What it needs now, over what earlier approvals noted (a break glass among them).
-                noted = {**(current.approvals or {}), **requirement}
-                values = {"approvals": {**noted, "by": [*current.approvers, approver]}}
-                won = await _update_in(
-                    conn,
-                    request_id,
-                    values,
-                    from_states=(RequestState.PENDING,),
-                    expected_version=current.version,
-                )
+        to: RequestState,
+        audit: AuditRow,
+        **updates: Any,
+    ) -> ChangeRequestRecord | None:
+        """One approval as one transaction: ``approver`` added to the approvals of the
+        pending request ``seen`` (and what it now needs noted), its state set to ``to``
+        (``approved`` when this approval completes the rule, else ``pending``) with
+        ``updates``, and ``audit`` appended, compare-and-set on ``seen``'s version. None
+        when the request moved meanwhile (another approval, a decision): nothing written,
+        the caller reads it again. An approver already counted is not added twice."""
+        noted = {**(seen.approvals or {}), **requirement}
+        approvers = seen.approvers if approver in seen.approvers else [*seen.approvers, approver]
+        values = _transition_values(to, updates)
+        values["approvals"] = {**noted, "by": approvers}
+        async with self._begin() as conn:
+            won = await _update_in(
+                conn,
+                seen.id,
+                values,
+                from_states=(RequestState.PENDING,),
+                expected_version=seen.version,
+            )
             if won is not None:
-                return won, True
-        raise RuntimeError(f"{request_id}: approvals kept changing; try again")
+                await self._append(conn, audit)
+        return won
 
     async def note_requirement(
         self, seen: ChangeRequestRecord, requirement: Mapping[str, Any], audit: AuditRow
