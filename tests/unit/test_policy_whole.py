@@ -183,3 +183,27 @@ async def test_a_settled_file_that_drops_a_section_is_refused_and_told(
     path.write_text(FULL[: -len(FREEZE)].replace("freezes:\n", "freezes: []\n"))
     assert await watcher.reload() == "reloaded"  # the freeze removed by saying so
     assert metric("gpuops_policy_file_refused", reason="section_lost") == 0
+
+
+async def test_a_configmap_symlink_swap_is_followed(tmp_path: Path) -> None:
+    """A ConfigMap volume: policy.yml -> ..data/policy.yml, ..data -> a version directory;
+    an update swaps ..data to a new directory in one rename, and the new file is taken."""
+    for version, text in (("..v1", FULL), ("..v2", FULL.replace("approvers: 2", "approvers: 3"))):
+        (tmp_path / version).mkdir()
+        (tmp_path / version / "policy.yml").write_text(text)
+    (tmp_path / "..data").symlink_to("..v1")
+    path = tmp_path / "policy.yml"
+    path.symlink_to("..data/policy.yml")
+    seen, sleep = Reloaded(), SteppedSleep()
+    watcher = reloader(path, seen, sleep)
+    watch = asyncio.create_task(watcher.watch_forever(every=10))
+    try:
+        (tmp_path / "..data_tmp").symlink_to("..v2")
+        (tmp_path / "..data_tmp").replace(tmp_path / "..data")  # the kubelet's swap
+        (await sleep.next(10)).set()
+        (await sleep.next(2)).set()
+        await sleep.next(10)
+    finally:
+        watch.cancel()
+    [taken] = seen.applied
+    assert [r.approvers for r in taken.approvals.rules] == [3, 1] and seen.kept == []
