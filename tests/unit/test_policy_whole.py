@@ -7,15 +7,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
+from typing import cast
 
 import pytest
 import yaml
 
 from bot.core.policy import Policy, parse_policy
+from bot.core.policy_notices import tell_kept
 from bot.core.policy_reload import PolicyKept, PolicyReloader
 from bot.core.policy_sections import lost_sections, where_lost
+from bot.core.store import Store, StoreUnavailable
 from bot.local.demo.stack import DEMO_POLICY
 from bot.metrics import REGISTRY
+from tests.support.core_notifier import RecordingNotifier
 from tests.support.guard_kit import guard_policy
 
 FREEZE = (
@@ -207,3 +211,39 @@ async def test_a_configmap_symlink_swap_is_followed(tmp_path: Path) -> None:
         watch.cancel()
     [taken] = seen.applied
     assert [r.approvers for r in taken.approvals.rules] == [3, 1] and seen.kept == []
+
+
+class Deliveries:
+    """The store's delivery keys: new once; ``down`` makes it unreachable."""
+
+    def __init__(self, *, down: bool = False) -> None:
+        self.keys: set[str] = set()
+        self.down = down
+
+    async def remember_delivery(self, key: str) -> bool:
+        if self.down:
+            raise StoreUnavailable("gpuops", "connection refused")
+        new = key not in self.keys
+        self.keys.add(key)
+        return new
+
+
+async def test_a_refused_file_is_told_once_per_channel_and_told_with_the_store_down() -> None:
+    kept = PolicyKept(
+        path=Path("/etc/gpuops/policy.yml"),
+        digest="abc",
+        in_force="def",
+        reason="section_lost",
+        problems=("approvals.rules: absent",),
+        projects=("e2e-delhi", "together-prod"),
+        channels=("C0GPUAUDIT", "C0OTHER"),
+    )
+    notifier = RecordingNotifier()
+    store = Deliveries()
+    assert await tell_kept(cast(Store, store), notifier, kept) == 2
+    assert await tell_kept(cast(Store, store), notifier, kept) == 0  # the other replica
+    assert [c for c, _ in notifier.policy_notes] == ["C0GPUAUDIT", "C0OTHER"]
+    text = notifier.policy_notes[0][1]
+    assert "policy.yml (hash abc) was not taken" in text and "(hash def) stays" in text
+    # Better twice than never: with the store down each channel is told all the same.
+    assert await tell_kept(cast(Store, Deliveries(down=True)), notifier, kept) == 2
