@@ -33,7 +33,7 @@ ReloadResult = Literal["reloaded", "unchanged", "invalid"]
 KeptReason = Literal["unreadable", "invalid", "rejected", "section_lost"]
 CHECK_EVERY_SECONDS = 10.0  # how often the file is looked at (SPEC: at least every 30 s)
 QUIET_SECONDS = 2.0  # a changed file is read once it has had no write for this long
-OUTCOMES_KEPT = 50  # the last outcomes remembered (for /healthz-like looks and tests)
+OUTCOMES_KEPT = 50  # the last outcomes remembered (what came of the latest looks)
 # How to say "remove it" for a section whose key is absent.
 _EMPTY = {"grants": "[]", "freezes": "[]", "rules": "[]", "approvals": "{}"}
 
@@ -99,10 +99,11 @@ def _snapshot(path: Path) -> _Snapshot | None:
 
 
 def _removal_hint(key: str) -> str:
+    """``approvals.rules: absent, and the policy in force has it (to remove it, write
+    rules: [])``."""
     last = key.rsplit(".", 1)[-1]
-    return f"{key}: absent, and the policy in force has it (to remove it, write {last}: " + (
-        f"{_EMPTY.get(last, 'null')})"
-    )
+    removal = f"{last}: {_EMPTY.get(last, 'null')}"
+    return f"{key}: absent, and the policy in force has it (to remove it, write {removal})"
 
 
 class PolicyReloader:
