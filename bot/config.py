@@ -88,6 +88,9 @@ class Settings(BaseSettings):
     gpuops_exec_lease_seconds: float = 30
     # How often the policy file is looked at for a change (SPEC §8: at least every 30 s).
     gpuops_policy_check_seconds: float = Field(default=10, gt=0, le=30)
+    # A changed policy file is read once it has had no write for this long (an editor's or
+    # a ConfigMap's update in several writes is read whole).
+    gpuops_policy_quiet_seconds: float = Field(default=2, gt=0, le=60)
     # Scheduled changes (SPEC §9): sent only this long after their time, else expired; and
     # how often each replica looks for due ones (one indexed query).
     gpuops_schedule_grace_seconds: float = 600

@@ -94,6 +94,21 @@ POLICY_RELOADS = Counter(
     ["result"],
     registry=REGISTRY,
 )
+POLICY_KEPT = Counter(
+    "gpuops_policy_kept_total",
+    "Policy files refused, the policy in force kept, by reason: unreadable, invalid, "
+    "rejected (it cannot be served, e.g. an unset credential), section_lost (it drops a "
+    "section the policy in force has without saying so).",
+    ["reason"],
+    registry=REGISTRY,
+)
+POLICY_FILE_REFUSED = Gauge(
+    "gpuops_policy_file_refused",
+    "1 for the reason the policy file last looked at is refused (its policy is not in "
+    "force), 0 for the others; all 0 while the file is the policy in force.",
+    ["reason"],
+    registry=REGISTRY,
+)
 
 STORE_STATEMENTS = Counter(
     "gpuops_store_statements_total",

@@ -162,7 +162,10 @@ class Runtime:
         reloader = PolicyReloader(
             settings.gpuops_policy,
             _policy_applier(registry, authorizer, environment),
+            policy,
             after=workflow.policy_reloaded,
+            kept=workflow.policy_kept,
+            quiet_seconds=settings.gpuops_policy_quiet_seconds,
         )
         runtime = cls(
             settings,

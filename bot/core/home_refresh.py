@@ -154,6 +154,9 @@ class HomeRefresher:
     async def mirror(self, record: ChangeRequestRecord, headline: str, channel: str) -> bool:
         return True
 
+    async def policy_kept(self, channel: str, text: str) -> None:
+        return None
+
 
 class FanOutNotifier:
     """Tells a primary Notifier (whose handles and NotDelivered count) and readers the same
@@ -205,3 +208,7 @@ class FanOutNotifier:
         shown = await self.primary.mirror(record, headline, channel)
         await self._tell_readers("mirror", lambda r: r.mirror(record, headline, channel))
         return shown
+
+    async def policy_kept(self, channel: str, text: str) -> None:
+        await self.primary.policy_kept(channel, text)
+        await self._tell_readers("policy_kept", lambda r: r.policy_kept(channel, text))

@@ -87,3 +87,8 @@ class Notifier(Protocol):
     async def mirror(self, record: ChangeRequestRecord, headline: str, channel: str) -> bool:
         """Repeat the request in the project's notify channel; False if it failed."""
         ...
+
+    async def policy_kept(self, channel: str, text: str) -> None:
+        """Tell a notify channel that a policy file was refused and the policy in force
+        stays (``text`` says why); a failure is logged, not raised."""
+        ...

@@ -377,6 +377,12 @@ def load_policy(path: Path) -> Policy:
         raise PolicyError([f"{path}: policy file not found (GPUOPS_POLICY names it)"]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise PolicyError([f"{path}: cannot read the policy file ({type(exc).__name__})"]) from None
+    return parse_policy(text, path)
+
+
+def parse_policy(text: str, path: Path) -> Policy:
+    """Validate the policy file's text (read from ``path``, which problems name), or raise
+    PolicyError saying what is wrong where."""
     try:
         data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.MarkedYAMLError as exc:

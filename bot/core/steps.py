@@ -249,6 +249,9 @@ class StepCompleter:
     async def mirror(self, record: ChangeRequestRecord, headline: str, channel: str) -> bool:
         return True
 
+    async def policy_kept(self, channel: str, text: str) -> None:
+        return None
+
 
 class WorkflowSteps:
     """Runs a step once per execution id: the request a command would make, or the step's

@@ -205,6 +205,9 @@ class SlackNotifier:
         )
         return await self._post_or_log(channel, message) is not None
 
+    async def policy_kept(self, channel: str, text: str) -> None:
+        await self._post_or_log(channel, blocks.thread_note(text, icon=":warning:"))
+
     @staticmethod
     def _summary(
         record: ChangeRequestRecord, summary: ClusterSummary, note: str | None = None

@@ -61,6 +61,10 @@ class RecordingNotifier:
         self.seen.append(("mirror", headline, channel))
         return await self.inner.mirror(record, headline, channel)
 
+    async def policy_kept(self, channel: str, text: str) -> None:
+        self.seen.append(("policy_kept", channel))
+        await self.inner.policy_kept(channel, text)
+
 
 def recording(stack: LocalStack) -> RecordingNotifier:
     deps = stack.runtime.workflow.deps

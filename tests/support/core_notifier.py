@@ -59,6 +59,7 @@ class RecordingNotifier:
         self._handles = itertools.count(1)
         self._changed = asyncio.Condition()
         self.mirrors_delivered = True  # False: the notify channel refuses its copies
+        self.policy_notes: list[tuple[str, str]] = []  # policy_kept: (channel, text)
 
     # -- scripting -----------------------------------------------------------------------
     def fail(self, method: str, error: BaseException, *, times: int = 1) -> None:
@@ -156,3 +157,8 @@ class RecordingNotifier:
             Told("mirror", record, text=headline, channel=channel, failed=not delivered)
         )
         return delivered
+
+    async def policy_kept(self, channel: str, text: str) -> None:
+        self.policy_notes.append((channel, text))
+        async with self._changed:
+            self._changed.notify_all()

@@ -16,6 +16,8 @@ from bot.core.access import Access
 from bot.core.answers import Reply
 from bot.core.notifier import Notifier
 from bot.core.policy import Policy
+from bot.core.policy_notices import tell_kept
+from bot.core.policy_reload import PolicyKept
 from bot.core.requests.decisions import Decision, Decisions, NeedsBreakGlass
 from bot.core.requests.deps import RequestDeps
 from bot.core.requests.execution import Execution
@@ -161,6 +163,11 @@ class ChangeWorkflow:
         """A new policy is in force: pending requests show what approving them takes now
         (bot.core.requests.rules); how many changed."""
         return await self.rules.after_reload()
+
+    async def policy_kept(self, kept: PolicyKept) -> int:
+        """A policy file was refused: the notify channels it concerns hear it once
+        (bot.core.policy_notices); how many this replica told."""
+        return await tell_kept(self.deps.store, self.deps.notifier, kept)
 
     async def sweep_forever(self, every: float) -> None:
         await self.sweeper.sweep_forever(every)
