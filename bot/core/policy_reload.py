@@ -239,7 +239,9 @@ class PolicyReloader:
                 await self._take(await self.settled())
 
 
-class _Refused(Exception):
+class _Refused(GpuopsError):
+    """The file on disk is not taken as the policy, and why."""
+
     def __init__(self, reason: KeptReason, problems: list[str], projects: list[str]) -> None:
         self.reason: KeptReason = reason
         self.problems = problems
