@@ -228,6 +228,7 @@ class Runtime:
                 self.steps.completer.reconcile_forever(self.settings.gpuops_sweep_seconds)
             )
         )
+        self._background.append(asyncio.create_task(self.steps.completer.retry_held_forever()))
         self._background.append(
             asyncio.create_task(
                 self.reloader.watch_forever(self.settings.gpuops_policy_check_seconds)

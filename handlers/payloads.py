@@ -86,23 +86,30 @@ class AppMention(_Loose):
     thread_ts: str | None = None
 
 
-class _StepInputs(_Loose):
-    # Unbounded here: the core refuses what does not fit, by name (a payload that failed
-    # to parse would leave the step running with nobody to end it).
-    project: str = ""
-    cluster_id: str = ""
-    change: str = ""
-    reason: str | None = None
-    requester: str = ""
-    channel: str = ""
+STEP_INPUTS = ("project", "cluster_id", "change", "reason", "requester", "channel")
 
 
 class FunctionExecuted(_Loose):
-    """A ``function_executed`` event: a Workflow Builder step of this app starts."""
+    """A ``function_executed`` event: a Workflow Builder step of this app starts. Its
+    inputs are read by ``step_inputs``: one that does not fit is refused by name (a payload
+    that failed to parse would leave the step running with nobody to end it)."""
 
     function_execution_id: str = Field(min_length=1, max_length=128)
     bot_access_token: str = Field(min_length=1, max_length=512)
-    inputs: _StepInputs = Field(default_factory=_StepInputs)
+    inputs: Any = None
+
+    def step_inputs(self) -> tuple[dict[str, str], tuple[str, ...]]:
+        """The step's inputs as text ("" when not given), and the names of those given
+        as something other than text."""
+        given = self.inputs if isinstance(self.inputs, dict) else {}
+        values: dict[str, str] = {}
+        not_text: list[str] = []
+        for name in STEP_INPUTS:
+            value = given.get(name)
+            if value is not None and not isinstance(value, str):
+                not_text.append(name)
+            values[name] = value if isinstance(value, str) else ""
+        return values, tuple(not_text)
 
 
 def parse(model: type[_Loose], data: Any) -> Any:

@@ -29,15 +29,16 @@ async def handle_step(event: dict[str, Any], context: Any) -> None:
         log.warning("ignored a function_executed event that did not fit the expected shape")
         return
     register_secret(executed.bot_access_token)  # never used nor kept, never logged either
-    inputs = executed.inputs
+    inputs, not_text = executed.step_inputs()
     start = StepStart(
         execution_id=executed.function_execution_id,
-        project=inputs.project,
-        cluster_id=inputs.cluster_id,
-        change=inputs.change,
-        reason=inputs.reason or "",
-        requester=inputs.requester,
-        channel=inputs.channel,
+        project=inputs["project"],
+        cluster_id=inputs["cluster_id"],
+        change=inputs["change"],
+        reason=inputs["reason"],
+        requester=inputs["requester"],
+        channel=inputs["channel"],
+        not_text=not_text,
     )
     try:
         await steps.run(start)

@@ -8,8 +8,8 @@ replica, a restart or an expiry."""
 from __future__ import annotations
 
 import asyncio
+import html
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -18,50 +18,32 @@ from bot.core.store import RequestState as S
 from bot.core.store import StepTaken
 from bot.core.store.steps import StepState
 from bot.local.demo.stack import LocalStack
-from bot.local.slack.functions import FunctionRun
-from bot.local.slack.models import Message
 from tests.conftest import StackFactory
 from tests.support.slack_support import refusals, roots
+from tests.support.step_kit import (
+    GROW_H200,
+    SCALE_101,
+    STEP,
+    completions,
+    ended,
+    inputs,
+    opened_by_step,
+    run_step,
+    stored_steps,
+)
 from tests.support.workflow_kit import (
     BOB,
     CHANNEL,
     DAVE,
     ERIN,
-    REQUEST_ID,
-    Opened,
     audit_trail,
     click,
     deny,
     events,
-    find_prompt,
     readable_text,
     request,
     wait_state,
 )
-
-STEP = "request_gpu_change"
-SCALE_101 = ("e2e-delhi", "101", "scale_cluster additional_nodes=2")
-GROW_H200 = ("together-prod", "tc-h200-ondemand", "num_gpus=16")
-
-
-def inputs(
-    project: str,
-    cluster_id: str,
-    change: str,
-    *,
-    requester: str = DAVE,
-    reason: str | None = None,
-) -> dict[str, Any]:
-    given: dict[str, Any] = {
-        "project": project,
-        "cluster_id": cluster_id,
-        "change": change,
-        "requester": requester,
-        "channel": CHANNEL,
-    }
-    if reason is not None:
-        given["reason"] = reason
-    return given
 
 
 @pytest.fixture(params=["http", "socket"])
@@ -71,36 +53,6 @@ async def any_stack(request: pytest.FixtureRequest, make_stack: StackFactory) ->
     if request.param == "socket":
         await stack.use_socket_mode()
     return stack
-
-
-async def run_step(stack: LocalStack, given: dict[str, Any]) -> FunctionRun:
-    run, result = await stack.sender.function_executed(STEP, given)
-    assert result.status == 200 and result.acked_in_time, result
-    return run
-
-
-async def ended(stack: LocalStack, run: FunctionRun, *, within: float = 10.0) -> FunctionRun:
-    """The run once the bot has completed it (either way)."""
-    return await stack.slack.wait_for(
-        lambda: run if run.state != "running" else None, within=within
-    )
-
-
-async def opened_by_step(stack: LocalStack) -> Opened:
-    """The request a step made: its root message and approval prompt in the channel."""
-    root: Message = await stack.slack.wait_for(
-        lambda: next((m for m in roots(stack, CHANNEL) if REQUEST_ID.search(m.text)), None)
-    )
-    match = REQUEST_ID.search(root.text)
-    assert match is not None
-    prompt = await stack.slack.wait_for(lambda: find_prompt(stack, CHANNEL, root.ts))
-    return Opened(match.group(0), CHANNEL, root.ts, prompt.ts)
-
-
-def completions(stack: LocalStack) -> list[str]:
-    return [
-        c.method for c in stack.slack.calls if c.method.startswith("functions.complete") and c.ok
-    ]
 
 
 async def test_a_step_waits_for_approval_and_ends_with_the_outputs(any_stack: LocalStack) -> None:
@@ -153,7 +105,7 @@ async def test_a_refusal_ends_the_step_with_what_a_person_would_read(
     assert run.state == "failed" and run.completed_with == "bot_token"
     assert run.error is not None and "needs operator" in run.error
     typed = await request_refusal(stack, "action e2e-delhi 103 restart_cluster")
-    assert run.error == typed
+    assert run.error == html.unescape(typed)  # the same words, as plain text
     assert roots(stack, CHANNEL) == [] and stack.e2e.calls("action", "PUT") == []
     assert len(await refusals(stack, ERIN)) == 2  # the step's and the command's
     assert completions(stack) == ["functions.completeError"]
@@ -244,13 +196,6 @@ async def test_a_step_waiting_for_approval_survives_a_restart_over_socket_mode(
     await stack.use_socket_mode()
     await survives_a_restart(stack)
     assert stack.sender.transport == "socket"
-
-
-async def stored_steps(stack: LocalStack) -> list[dict[str, Any]]:
-    """Every column of every stored step, as the database holds it."""
-    async with stack.runtime.store.engine.connect() as conn:
-        every_column = text("SELECT * FROM gpuops_workflow_steps")
-        return [dict(row) for row in (await conn.execute(every_column)).mappings().all()]
 
 
 async def survives_a_restart(stack: LocalStack) -> None:

@@ -1,5 +1,6 @@
 """The pure parts of the Workflow Builder step: its ``change`` read as the command grammar
-reads it, what a step lacks where a command would open a form, and its refusal text."""
+reads it, what a step lacks where a command would open a form, inputs that are empty or
+not text, and its refusal text."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from bot.core.forms import FormRequest
 from bot.core.grammar import ChangeCommand, UsageError, parse_change
 from bot.core.steps import StepStart, form_needs
 from bot.redact import redact
-from bot.slack.steps import error_text
+from bot.slack.steps import error_text, plain_text
 
 
 def UpdateCommand(**given: Any) -> ChangeCommand:
@@ -75,11 +76,27 @@ def test_what_a_step_lacks_where_a_command_opens_a_form() -> None:
 def test_empty_inputs_are_named() -> None:
     start = StepStart("Fx1", "p", " ", "num_gpus=16", "", "U1", "")
     assert start.missing() == ["cluster_id", "channel"]
+    assert start.problem() == "The step's input `cluster_id` is empty; give it a value."
 
 
-def test_the_refusal_text_is_escaped_as_in_a_message() -> None:
-    text = error_text({"error": "no project `<!channel>` here", "mentions": []})
-    assert "&lt;!channel&gt;" in text and "<!channel>" not in text
+def test_an_input_that_is_not_text_is_named_before_an_empty_one() -> None:
+    start = StepStart("Fx1", "p", "", "", "", "U1", "C1", not_text=("cluster_id",))
+    assert start.problem() == "The step's input `cluster_id` is not text; give it as a string."
+
+
+def test_the_refusal_text_is_plain_text_as_written() -> None:
+    # Slack shows a step's error as plain text: an escape would be shown as "&lt;".
+    assert error_text({"error": "usage: update <project> & more"}) == (
+        "usage: update <project> & more"
+    )
+    assert error_text({}) == "gpuops could not make this request."
+
+
+def test_plain_text_shows_channel_links_and_mentions_as_names() -> None:
+    said = "I can't see <#C0NOWHERE>; ask <@U02BOB> (not <!channel> or <https://x|y>)"
+    assert (
+        plain_text(said) == "I can't see #C0NOWHERE; ask @U02BOB (not <!channel> or <https://x|y>)"
+    )
 
 
 def test_a_step_token_is_masked_even_unregistered() -> None:

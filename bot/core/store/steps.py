@@ -4,7 +4,9 @@ linked to the change request they made, completed once.
 Like the change requests, every deciding write is one statement whose ON CONFLICT or WHERE
 clause is the decision, so the database picks the one winner among replicas and
 redeliveries. The link to the request is written in the request's own transaction
-(``RequestsMixin.create_request``): a step never loses the request it made.
+(``RequestsMixin.create_request``): a step never loses the request it made. A step refused
+before it could be claimed is recorded as refused (``refuse``) before Slack is told, so a
+later delivery of the same execution finds it and runs nothing.
 """
 
 from __future__ import annotations
@@ -76,6 +78,32 @@ class StepStore:
         )
         async with self.store._begin() as conn:
             return (await conn.execute(statement)).first() is not None
+
+    async def refuse(
+        self, execution_id: str, requester: str, channel: str, payload: Mapping[str, Any]
+    ) -> StepRecord | None:
+        """Record a step that was never claimed as refused, ready to be completed with
+        ``payload``: its completion for the one caller that wins; None when the execution
+        is known already (claimed, refused or completed: whoever holds it ends it)."""
+        now = _now()
+        statement = (
+            self.store._insert(workflow_steps)
+            .values(
+                execution_id=execution_id,
+                requester=requester,
+                channel=channel,
+                state=StepState.COMPLETING.value,
+                outcome=StepOutcome.ERROR.value,
+                payload=dict(payload),
+                created_at=now,
+                updated_at=now,
+            )
+            .on_conflict_do_nothing(index_elements=[workflow_steps.c.execution_id])
+            .returning(*workflow_steps.c)
+        )
+        async with self.store._begin() as conn:
+            row = (await conn.execute(statement)).mappings().first()
+        return None if row is None else StepRecord.model_validate(dict(row))
 
     async def get(self, execution_id: str) -> StepRecord | None:
         return await self._one(workflow_steps.c.execution_id == execution_id)
