@@ -109,6 +109,7 @@ def test_the_lock_matches_pyproject_and_every_install_is_of_it(tmp_path: Path) -
     assert done.returncode == 0, done.stdout + done.stderr
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert "COPY pyproject.toml uv.lock ./" in dockerfile
+    assert "!uv.lock" in (ROOT / ".dockerignore").read_text().splitlines()  # in the context
     assert "uv export --frozen" in dockerfile and "--require-hashes --no-deps" in dockerfile
     makefile = (ROOT / "Makefile").read_text()
     assert "sync --quiet --frozen" in makefile and "lock --check --offline" in makefile
