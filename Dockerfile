@@ -13,13 +13,22 @@ ARG PIP_CERT=/etc/ssl/certs/ca-certificates.crt
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_ROOT_USER_ACTION=ignore \
     PYTHONDONTWRITEBYTECODE=1
+# uv turns the lock into pip's requirements (exact versions with their hashes); it runs in
+# this stage only. Keep it at the Makefile's UV_VERSION.
+ARG UV_VERSION=0.13.9
 WORKDIR /src
-# The dependencies first, in their own layer: a change to the code alone reuses it.
-COPY pyproject.toml ./
+# The dependencies first, in their own layer: a change to the code alone reuses it. They are
+# uv.lock's, exactly (the server's, without the extras): pip checks every file's hash and
+# installs nothing the lock does not name (--no-deps).
+COPY pyproject.toml uv.lock ./
 RUN --mount=type=cache,target=/root/.cache/pip \
-    python3 -m venv /opt/gpuops \
-    && python3 -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > /tmp/requirements.txt \
-    && /opt/gpuops/bin/pip install --cert "$PIP_CERT" -r /tmp/requirements.txt
+    python3 -m venv /opt/uv \
+    && /opt/uv/bin/pip install --cert "$PIP_CERT" "uv==$UV_VERSION" \
+    && /opt/uv/bin/uv export --frozen --no-dev --no-emit-project --format requirements-txt \
+      --output-file /tmp/requirements.txt >/dev/null \
+    && python3 -m venv /opt/gpuops \
+    && /opt/gpuops/bin/pip install --cert "$PIP_CERT" --require-hashes --no-deps \
+      -r /tmp/requirements.txt
 COPY README.md LICENSE ./
 COPY bot ./bot
 COPY handlers ./handlers

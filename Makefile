@@ -7,7 +7,7 @@ DEMO_STAMP := $(VENV)/.installed-demo
 # Most tests wait on sockets and timers, so three workers on two cores finish sooner.
 TEST_WORKERS ?= 3
 
-.PHONY: demo test test-core lint bench image-check clean
+.PHONY: demo test test-core lint lock bench image-check clean
 
 # The venv gets no copy of pip of its own (installing one takes longer than the demo's
 # packages): the interpreter's pip installs into it, when it has one that can.
@@ -18,17 +18,27 @@ $(BIN)/python:
 PIP = $(shell $(PYTHON) -m pip --python $(BIN)/python --version >/dev/null 2>&1 \
 	&& echo '$(PYTHON) -m pip --python $(BIN)/python' || echo '$(BIN)/python -m pip')
 
-$(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip --version >/dev/null 2>&1 || $(BIN)/python -m ensurepip --default-pip
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[demo,test,dev,bench]'
+# Every install is of uv.lock, the exact versions (and hashes) the project was tested with:
+# `uv sync --frozen` never resolves anew, and fails if the lock is missing. uv is the one
+# tool installed by version (pip cannot lock itself); it reads the platform's certificate
+# store, as pip does here (a TLS-inspecting proxy's CA). Updating the lock: docs/OPERATIONS.md.
+UV_VERSION := 0.13.9
+UV := UV_SYSTEM_CERTS=1 UV_PROJECT_ENVIRONMENT=$(VENV) $(BIN)/uv
+# --inexact keeps what the lock does not list (uv itself; the demo's venv keeps the extras
+# a full install added). Nothing is byte-compiled up front: Python compiles what it imports.
+SYNC = $(UV) sync --quiet --frozen --inexact
+
+$(BIN)/uv: | $(BIN)/python
+	$(PIP) install --quiet --no-compile 'uv==$(UV_VERSION)'
+
+$(STAMP): pyproject.toml uv.lock | $(BIN)/uv
+	$(SYNC) --extra demo --extra test --extra dev --extra bench
 	touch $(STAMP) $(DEMO_STAMP)
 
 # uv installs the demo's packages in about 2 s of CPU where pip takes about 20 (and uv,
-# one wheel, takes 3); nothing is byte-compiled up front: the demo compiles what it imports.
-$(DEMO_STAMP): pyproject.toml | $(BIN)/python
-	$(PIP) install --quiet --no-compile uv
-	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[demo]'
+# one wheel, takes 3).
+$(DEMO_STAMP): pyproject.toml uv.lock | $(BIN)/uv
+	$(SYNC) --extra demo
 	touch $(DEMO_STAMP)
 
 demo: $(DEMO_STAMP)
@@ -42,6 +52,7 @@ test-core: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 -m 'not postgres' tests/core
 
 lint: $(STAMP)
+	$(UV) lock --check --offline
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -61,6 +72,12 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.run $(BENCH_ARGS) || status=1; \
 	$(BIN)/python -m bench.deadlines || status=1; \
 	exit $$status
+
+# After a change to pyproject.toml's dependencies, or to take newer releases: see
+# docs/OPERATIONS.md ("Dependencies and the lock"). LOCK_ARGS=--upgrade takes every newest.
+LOCK_ARGS ?=
+lock: | $(BIN)/uv
+	$(UV) lock $(LOCK_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

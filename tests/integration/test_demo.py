@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import logging
 import os
 import subprocess
 import sys
@@ -11,8 +12,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from bot.local.demo.console import WAIT_ENV, DemoConsole, wait_limit
-from bot.local.demo.stack import LocalStack
+from bot.local.demo.console import WAIT_ENV, DemoConsole, logs_to_file, policy_banner, wait_limit
+from bot.local.demo.stack import DEMO_POLICY_FILE, LocalStack
+from bot.logs import configure_logging
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples" / "demo.script"
@@ -232,6 +234,50 @@ def test_the_demo_names_its_policy_and_watches_both_providers(tmp_path: Path) ->
     assert "Policy in force: " in out and "demo-policy.yml" in out
     assert "e2e-delhi (e2e, watched)" in out and "together-prod (together, watched)" in out
     assert "break glass on" in out
+
+
+def test_the_banner_names_the_policy_file_the_bot_reloads_and_its_log(tmp_path: Path) -> None:
+    """Issue 33 item 7: the banner named the repository's demo-policy.yml while the bot read
+    a copy; it names the copy (the file to edit for a live reload) and the bot's log."""
+    script = tmp_path / "one.script"
+    script.write_text("/gpu help\n")
+    done = run_demo(script)
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    in_force = next(line for line in out.splitlines() if line.startswith("Policy in force: "))
+    path = Path(in_force.removeprefix("Policy in force: "))
+    assert path.name == "policy.yml" and path != DEMO_POLICY_FILE
+    assert f"Bot log (reloads, warnings): {path.parent / 'gpuops.log'}" in out
+
+
+async def test_a_reload_in_the_demo_logs_to_its_file_not_the_chat(
+    sqlite_stack: LocalStack, tmp_path: Path
+) -> None:
+    """Issue 33 item 7: the file the banner names is the one a reload reads, and the
+    reload's log line goes to the demo's log file, never to the terminal of the chat."""
+    stack = sqlite_stack
+    root = logging.getLogger()
+    before = (list(root.handlers), root.level)
+    terminal = io.StringIO()
+    configure_logging("WARNING", "text", stream=terminal)
+    in_force = stack.runtime.settings.gpuops_policy
+    log_file = tmp_path / "gpuops.log"
+    banner = policy_banner(in_force, log_file)
+    assert f"Policy in force: {stack.runtime.reloader.path}" in banner
+    try:
+        with logs_to_file(log_file):
+            in_force.write_text("projects: {}\n", encoding="utf-8")
+            assert await stack.runtime.reload_policy() == "invalid"
+        assert "stays in force" in log_file.read_text(encoding="utf-8")
+        assert terminal.getvalue() == ""
+        logging.getLogger("gpuops").warning("after the demo")
+        assert "after the demo" in terminal.getvalue()  # the terminal has its handler back
+    finally:
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        for handler in before[0]:
+            root.addHandler(handler)
+        root.setLevel(before[1])
 
 
 async def test_a_home_tab_slack_refuses_says_why_at_once(sqlite_stack: LocalStack) -> None:

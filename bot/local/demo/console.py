@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import re
 import shlex
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,6 @@ from bot.local.demo.render_text import (
 )
 from bot.local.demo.stack import (
     CHANNELS,
-    DEMO_POLICY_FILE,
     DEMO_WATCH_EVERY_SECONDS,
     ROLES,
     USERS,
@@ -795,8 +795,9 @@ async def ask(prompt: str) -> str:
     return line if line else "quit"
 
 
-def policy_banner(path: Path) -> str:
-    """Which policy the demo runs with, and what in it a newcomer trips over."""
+def policy_banner(path: Path, logs: Path | None = None) -> str:
+    """Which policy the demo runs with (``path``, the file the bot reads and reloads), what
+    in it a newcomer trips over, and where the bot's log lines go (``logs``)."""
     policy = load_policy(path)
     projects = ", ".join(
         f"{name} ({project.provider}{', watched' if project.watch else ''})"
@@ -807,12 +808,38 @@ def policy_banner(path: Path) -> str:
         if policy.approvals.break_glass
         else "off"
     )
-    return (
-        f"Policy in force: {path} (examples/demo-policy.yml in the repository)\n"
-        f"  projects: {projects}\n"
+    lines = [
+        f"Policy in force: {path}",
+        "  a copy of examples/demo-policy.yml: edit and save it to try a live reload "
+        "(or type /gpu policy to see what is in force)",
+        f"  projects: {projects}",
         f"  approvals expire after {policy.approvals.expire_after_minutes} min; "
-        f"break glass {glass}"
-    )
+        f"break glass {glass}",
+    ]
+    if logs is not None:
+        lines.append(f"Bot log (reloads, warnings): {logs}")
+    return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def logs_to_file(path: Path) -> Iterator[None]:
+    """Send the process's log lines to ``path`` instead of the terminal while the demo
+    runs, so that a reload's or a warning's line never lands in the middle of the chat."""
+    root = logging.getLogger()
+    moved = [h for h in root.handlers if type(h) is logging.StreamHandler]
+    to_file = logging.FileHandler(path, encoding="utf-8")
+    if moved:
+        to_file.setFormatter(moved[0].formatter)
+    for handler in moved:
+        root.removeHandler(handler)
+    root.addHandler(to_file)
+    try:
+        yield
+    finally:
+        root.removeHandler(to_file)
+        to_file.close()
+        for handler in moved:
+            root.addHandler(handler)
 
 
 def read_script(path: str) -> list[str]:
@@ -844,17 +871,10 @@ async def run_demo(*, script: str | None = None, tour: bool = True, socket: bool
         )
     )
     demo = DemoConsole(stack, console, interactive=interactive)
+    log_file = stack.workdir / "gpuops.log"
     try:
-        console.print(policy_banner(DEMO_POLICY_FILE), markup=False, highlight=False)
-        if socket:
-            await stack.use_socket_mode()
-            console.print("(the bot is connected over Socket Mode)", markup=False)
-        if tour:
-            console.print(TOUR, markup=False, highlight=False)
-        if interactive:
-            await _interactive(demo)
-        else:
-            await _scripted(demo, lines)
+        with logs_to_file(log_file):
+            await _run_console(demo, console, lines, interactive, tour, socket, log_file)
     finally:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(15):
@@ -864,6 +884,30 @@ async def run_demo(*, script: str | None = None, tour: bool = True, socket: bool
         console.print(script_verdict(demo.steps, len(demo.failures)), markup=False)
     # A typo in a session at the keyboard is shown and forgotten; a script's failures count.
     return 1 if demo.failures and not interactive else 0
+
+
+async def _run_console(
+    demo: DemoConsole,
+    console: Console,
+    lines: list[str],
+    interactive: bool,
+    tour: bool,
+    socket: bool,
+    log_file: Path,
+) -> None:
+    """The banner, the tour, then the chat at the keyboard or the script's lines."""
+    stack = demo.stack
+    banner = policy_banner(stack.runtime.settings.gpuops_policy, log_file)
+    console.print(banner, markup=False, highlight=False)
+    if socket:
+        await stack.use_socket_mode()
+        console.print("(the bot is connected over Socket Mode)", markup=False)
+    if tour:
+        console.print(TOUR, markup=False, highlight=False)
+    if interactive:
+        await _interactive(demo)
+    else:
+        await _scripted(demo, lines)
 
 
 def script_verdict(steps: int, failures: int) -> str:
