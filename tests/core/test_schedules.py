@@ -221,7 +221,7 @@ async def test_two_replicas_pressing_revert_at_once_open_one_revert(any_core: Co
     assert [r.state for r in reverts] == [S.CANCELLED] * REVERT_ROUNDS
 
 
-@pytest.mark.parametrize("kind", ["pending revert", "failed", "none such"])
+@pytest.mark.parametrize("kind", ["revertible", "pending revert", "failed", "none such"])
 async def test_revert_pressed_without_a_grant_tells_nothing_and_reads_no_provider(
     core: Core, kind: str
 ) -> None:
@@ -241,8 +241,8 @@ async def test_revert_pressed_without_a_grant_tells_nothing_and_reads_no_provide
         target = "CR-NOSUCH"
     reads = len(core.together.script.calls) + len(core.e2e.script.calls)
     told = reply_text(await core.ops.revert(user=MALLORY, channel=CHANNEL, request_id=target))
-    assert told == "you have no grant in gpuops — a gpuops admin can grant one in the policy."
     assert len(core.together.script.calls) + len(core.e2e.script.calls) == reads
+    assert told == "you have no grant in gpuops — a gpuops admin can grant one in the policy."
     [entry] = await core.store.list_audit(limit=1)
     assert (entry.actor, entry.event, entry.outcome) == (MALLORY, "refused", "not_authorized")
 

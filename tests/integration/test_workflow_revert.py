@@ -19,6 +19,7 @@ from tests.support.workflow_kit import (
     BOB,
     CHANNEL,
     DAVE,
+    MALLORY,
     Opened,
     buttons,
     click,
@@ -115,6 +116,38 @@ async def test_a_revert_is_refused_once_under_way_and_after_its_window(stack: Lo
     assert "already has a revert" in await press_revert(stack, original, DAVE)
     stack.runtime.workflow.clock = lambda: datetime.now(UTC) + timedelta(hours=25)
     assert "that time has passed" in await press_revert(stack, original, DAVE)
+
+
+NO_GRANT = "you have no grant in gpuops — a gpuops admin can grant one in the policy."
+
+
+def provider_reads(stack: LocalStack) -> int:
+    return len(stack.together.requests) + len(stack.e2e.requests)
+
+
+async def test_mallory_pressing_revert_or_cancel_learns_nothing_and_costs_no_provider_read(
+    stack: LocalStack,
+) -> None:
+    """Mallory has no grant: on a change whose revert is pending she is told one line,
+    nothing of the revert, and the simulators see no request for her clicks."""
+    original = await succeeded(stack, await request(stack, DAVE, SCALE_UP, approval=False))
+    await wait_ready(stack, "tc-h200-ondemand")
+    assert "waiting for approval" in await press_revert(stack, original, DAVE)
+    [pending] = await stack.runtime.store.list_reverts(original.id)
+    prompt = find_prompt(stack, CHANNEL, pending.root_ts or "")
+    assert prompt is not None
+    reads = provider_reads(stack)
+
+    told = await press_revert(stack, original, MALLORY)
+    assert told == NO_GRANT, told
+    seen = len(stack.slack.ephemerals_for(MALLORY))
+    opened = Opened(pending.id, CHANNEL, pending.root_ts or "", prompt.ts)
+    await click(stack, opened, MALLORY, "cancel_request")
+    cancel = (await next_ephemeral(stack, MALLORY, seen)).text
+    assert "no access" in cancel and "pending" not in cancel and pending.id not in cancel
+    assert provider_reads(stack) == reads
+    still = await stack.runtime.store.get_request(pending.id)
+    assert still is not None and still.state is S.PENDING
 
 
 REPLICA_ROUNDS = 20
