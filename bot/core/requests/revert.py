@@ -42,7 +42,7 @@ class Reverts:
         deps = self.deps
         original: ChangeRequestRecord | None = None
         try:
-            original = await self._granted(user, channel, request_id)
+            original = await self._granted(user, request_id)
             inverse = await self._inverse(original)
             reply = await self._open(user, original, inverse)
         except Refusal as refusal:
@@ -55,16 +55,17 @@ class Reverts:
             await self._tell_original(original, user, opened.group(1))
         return reply
 
-    async def _granted(self, user: str, channel: str, request_id: str) -> ChangeRequestRecord:
-        """The request to revert, once ``user`` may request changes on its project here;
-        a Refusal that says nothing of it otherwise."""
+    async def _granted(self, user: str, request_id: str) -> ChangeRequestRecord:
+        """The request to revert, once ``user`` may request changes on its project; a
+        Refusal that says nothing of it otherwise."""
         access = self.deps.access
         if not await access.authorizer.projects_granted(user, Role.viewer, anywhere=True):
             raise Refusal(_NOT_GRANTED, kind="not_authorized")
         original = await self.deps.store.get_request(request_id)
         if original is None:
             raise Refusal(f"there is no change request {request_id}.", kind="unknown_request")
-        await access.require(user, original.project, channel, Role.operator, doing=_DOING)
+        # In the request's own channel, as opening its inverse checks it (never the payload's).
+        await access.require(user, original.project, original.channel, Role.operator, doing=_DOING)
         return original
 
     async def _open(self, user: str, original: ChangeRequestRecord, inverse: Inverse) -> Reply:
