@@ -5,13 +5,15 @@ refused once under way, after its window, on a changed cluster, or when there is
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from bot.core.requests.workflow import ChangeWorkflow
 from bot.core.store import ChangeRequestRecord
 from bot.core.store import RequestState as S
 from tests.core.conftest import CoreFactory
-from tests.support.core_harness import BOB, CHANNEL, DAVE, Core, reply_text
+from tests.support.core_harness import BOB, CHANNEL, DAVE, ERIN, MALLORY, Core, reply_text
 
 SCALE = "action e2e-delhi 101 scale_cluster additional_nodes=1"  # needs approval
 SCALE_UP = "update together-prod tc-h200-ondemand num_gpus=16"  # 8 → 16, needs none
@@ -181,6 +183,80 @@ async def test_a_revert_is_refused_once_under_way_and_after_its_window(any_core:
     assert "already has a revert" in await revert(core, original)
     core.clock.advance(hours=25)
     assert "that time has passed" in await revert(core, original)
+
+
+REVERT_ROUNDS = 10
+
+
+async def revert_on(workflow: ChangeWorkflow, record: ChangeRequestRecord) -> str:
+    """Dave presses Revert on ``record``, the press reaching ``workflow`` (a replica)."""
+    return reply_text(await workflow.revert(user=DAVE, channel=CHANNEL, request_id=record.id))
+
+
+async def test_two_replicas_pressing_revert_at_once_open_one_revert(any_core: Core) -> None:
+    """Both presses pass every check before either opens (each hangs in its read of the
+    cluster until both are there): the store lets one open, and the other is told which.
+    The revert cancelled, the next round may open one again."""
+    core = any_core
+    replica = await core.replica("core-b")
+    original = await succeeded(core)
+    for round_no in range(REVERT_ROUNDS):
+        hangs = [core.together.script.hang("get_cluster") for _ in range(2)]
+        presses = [
+            asyncio.ensure_future(revert(core, original)),
+            asyncio.ensure_future(revert_on(replica, original)),
+        ]
+        for hang in hangs:
+            await asyncio.wait_for(hang.entered.wait(), 10)
+        for hang in hangs:
+            hang.release()
+        told = [await press for press in presses]
+        live = [r for r in await core.store.list_reverts(original.id) if r.state is S.PENDING]
+        assert len(live) == 1, (round_no, told)
+        [opened] = [t for t in told if "waiting for approval" in t]
+        [refused] = [t for t in told if t is not opened]
+        assert f"{original.id} already has a revert: {live[0].id} (pending approval)" in refused
+        assert await core.cancel(DAVE, live[0].id) is None
+    reverts = await core.store.list_reverts(original.id)
+    assert [r.state for r in reverts] == [S.CANCELLED] * REVERT_ROUNDS
+
+
+@pytest.mark.parametrize("kind", ["revertible", "pending revert", "failed", "none such"])
+async def test_revert_pressed_without_a_grant_tells_nothing_and_reads_no_provider(
+    core: Core, kind: str
+) -> None:
+    """Mallory has no grant: whatever the request, she is told the same, nothing of its
+    state or its revert, and no cluster is read for her."""
+    original = await succeeded(core)
+    if kind == "pending revert":
+        assert "waiting for approval" in await revert(core, original)
+    target = original.id
+    if kind == "failed":
+        opened = await core.open(
+            DAVE, "e2e-delhi", "101", "update_image", {"image_version_id": "3"}
+        )
+        await core.deny(BOB, opened.id)
+        target = opened.id
+    elif kind == "none such":
+        target = "CR-NOSUCH"
+    reads = len(core.together.script.calls) + len(core.e2e.script.calls)
+    told = reply_text(await core.ops.revert(user=MALLORY, channel=CHANNEL, request_id=target))
+    assert len(core.together.script.calls) + len(core.e2e.script.calls) == reads
+    assert told == "you have no grant in gpuops — a gpuops admin can grant one in the policy."
+    [entry] = await core.store.list_audit(limit=1)
+    assert (entry.actor, entry.event, entry.outcome) == (MALLORY, "refused", "not_authorized")
+
+
+async def test_revert_pressed_by_a_viewer_is_refused_before_any_read_of_its_state(
+    core: Core,
+) -> None:
+    original = await succeeded(core)
+    assert "waiting for approval" in await revert(core, original)
+    reads = len(core.together.script.calls)
+    told = await revert(core, original, ERIN)
+    assert "you are viewer on together-prod; reverting a change needs operator" in told
+    assert "already has a revert" not in told and "pending" not in told
+    assert len(core.together.script.calls) == reads
 
 
 async def test_e2e_attach_ip_reverts_to_detach_ip_and_scaling_has_none(any_core: Core) -> None:

@@ -1,6 +1,6 @@
 """The hash-chained audit trail (SPEC §10) on SQLite and PostgreSQL: appends chain, several
 stores appending at once never fork the chain, the migration chains older entries, and
-verification names the first entry edited, removed or inserted."""
+verification names the first entry edited, removed, inserted or swapped, and an edited head."""
 
 from __future__ import annotations
 
@@ -268,3 +268,71 @@ async def test_chaining_many_entries_may_take_longer_than_an_ordinary_open(
         assert await verify(store) == (0, None)
     finally:
         await store.close()
+
+
+_MOVED = ("at", "actor", "event", "project", "cluster_id", "request_id", "outcome", "detail")
+
+
+async def swap(store: Store, first: int, second: int) -> None:
+    """Two rows' contents, hashes and links exchanged: the entries in the other order."""
+    columns = [*_MOVED, "prev_hash", "hash"]
+    async with store.engine.begin() as conn:
+        rows = {
+            row["id"]: dict(row)
+            for row in (
+                await conn.execute(audit.select().where(audit.c.id.in_([first, second])))
+            ).mappings()
+        }
+        for target, source in ((first, second), (second, first)):
+            values = {name: rows[source][name] for name in columns}
+            await conn.execute(audit.update().where(audit.c.id == target).values(**values))
+
+
+async def rehash_newest(store: Store, entry: AuditEntry) -> None:
+    """The newest entry edited and hashed again, as whoever knows the algorithm can."""
+    fields = {**entry.hashed_fields(), "actor": "U06MALLORY"}
+    assert entry.prev_hash is not None
+    new_hash = entry_hash(fields, entry.prev_hash)
+    await run_sql(
+        store,
+        "UPDATE gpuops_audit SET actor = 'U06MALLORY', hash = :h WHERE id = :id",
+        h=new_hash,
+        id=entry.id,
+    )
+
+
+async def test_two_entries_swapped_are_named_as_reordered(store: Store) -> None:
+    entries = await append_some(store, 6)
+    await swap(store, entries[2].id, entries[3].id)
+    count, found = await verify(store)
+    assert count == 2 and found is not None
+    assert (found.kind, found.entry_id) == ("reordered", entries[2].id)
+    assert f"entries {entries[2].id} and {entries[3].id} were swapped" in found.text
+    assert "inserted" not in found.text and "removed" not in found.text
+
+
+async def test_the_newest_entry_edited_and_hashed_again_is_an_edit_not_a_removal(
+    store: Store,
+) -> None:
+    entries = await append_some(store, 5)
+    await rehash_newest(store, entries[-1])
+    count, found = await verify(store)
+    assert count == 5 and found is not None
+    assert (found.kind, found.entry_id) == ("edited", entries[-1].id)
+    assert f"entry {entries[-1].id}, the newest, was edited and hashed again" in found.text
+    assert "removed" not in found.text
+
+
+async def test_an_edited_chain_head_is_named_as_such(store: Store) -> None:
+    entries = await append_some(store, 4)
+    await run_sql(store, "UPDATE gpuops_audit_chain SET last_hash = :h", h="e" * 64)
+    _, found = await verify(store)
+    assert found is not None and (found.kind, found.entry_id) == ("edited", entries[-1].id)
+    assert "or the chain head was edited" in found.text and "removed" not in found.text
+
+    await run_sql(store, "UPDATE gpuops_audit_chain SET last_hash = :h", h=entries[-1].hash)
+    await run_sql(store, "UPDATE gpuops_audit_chain SET entries = 9")
+    count, counted = await verify(store)
+    assert count == 4 and counted is not None
+    assert (counted.kind, counted.entry_id) == ("edited", None)
+    assert counted.text.startswith("the chain head was edited: ") and "9 entries" in counted.text

@@ -136,3 +136,33 @@ async def test_export_csv_and_since(tmp_path: Path, database_url: str) -> None:
         tmp_path, database_url, "export", "--since", datetime.now(UTC).isoformat()
     )
     assert (later.code, later.stdout) == (0, "")
+
+
+async def test_verify_words_a_reorder_and_an_edited_head_as_what_they_are(
+    tmp_path: Path, database_url: str
+) -> None:
+    ids = await seeded(database_url)
+    columns = [c for c in audit.columns if c.name != "id"]
+    async with await Store.open(database_url) as store, store.engine.begin() as conn:
+        rows = {
+            r["id"]: dict(r)
+            for r in (await conn.execute(audit.select().where(audit.c.id.in_(ids[1:3])))).mappings()
+        }
+        for target, source in ((ids[1], ids[2]), (ids[2], ids[1])):
+            values = {c.name: rows[source][c.name] for c in columns}
+            await conn.execute(audit.update().where(audit.c.id == target).values(**values))
+    swapped = await gpuops_audit(tmp_path, database_url, "verify")
+    assert swapped.code == 1, swapped.stderr
+    assert f"entries {ids[1]} and {ids[2]} were swapped" in swapped.stdout
+    assert "inserted" not in swapped.stdout
+
+    async with await Store.open(database_url) as store, store.engine.begin() as conn:
+        for target, source in ((ids[1], ids[1]), (ids[2], ids[2])):  # back in place
+            values = {c.name: rows[source][c.name] for c in columns}
+            await conn.execute(audit.update().where(audit.c.id == target).values(**values))
+    await tamper(database_url, "UPDATE gpuops_audit_chain SET last_hash = :h", h="e" * 64)
+    head = await gpuops_audit(tmp_path, database_url, "verify")
+    assert head.code == 1, head.stderr
+    newest = f"entry {ids[5]}, the newest, was edited and hashed again, or the chain head was"
+    assert newest in head.stdout and "6 intact" in head.stdout
+    assert "removed" not in head.stdout and "the trail has" not in head.stdout

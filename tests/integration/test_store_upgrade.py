@@ -13,6 +13,7 @@ from bot.core.store import (
     ClusterRef,
     OutcomeRecorded,
     RequestState,
+    RevertTaken,
     StartedHow,
     Store,
     change_requests,
@@ -172,5 +173,70 @@ async def test_a_change_under_way_across_migration_11_ends_in_one_statement(
         assert [e.event for e in await store.list_audit()] == ["executing", "result"]
         _, broken = await store.verify_audit()
         assert broken is None
+    finally:
+        await store.close()
+
+
+_V11_REVERT = (
+    "INSERT INTO gpuops_change_requests (id, created_at, updated_at, state, provider, project,"
+    " cluster_id, cluster_name, action, plan, kinds, needs_approval, requester, channel,"
+    " break_glass, version, step_id, revert_of) VALUES (:id, :at, :at, :state, 'together',"
+    " 'prod', 'c-1', 'train', 'update', '{}', '[]', true, 'U1', 'C1', false, 1, '', :of)"
+)
+
+
+async def test_reverts_doubled_before_migration_13_keep_the_oldest_in_the_slot(
+    database_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Version 11 let two reverts of one request be pending at once: the upgrade keeps
+    both, the older holds the request's one revert slot, the other is logged to cancel;
+    a third is then refused by the store."""
+    before = tuple(m for m in bot.core.store.migrations.MIGRATIONS if m.version < 13)
+    with monkeypatch.context() as patched:
+        patched.setattr(bot.core.store.migrations, "MIGRATIONS", before)
+        old = await Store.open(database_url)
+        now = datetime.now(UTC)
+        async with old.engine.begin() as conn:
+            for request_id, state, of, minutes in (
+                ("CR-ORIG234", "succeeded", None, 0),
+                ("CR-GONE234", "cancelled", "CR-ORIG234", 1),
+                ("CR-REV1234", "pending", "CR-ORIG234", 2),
+                ("CR-REV2234", "pending", "CR-ORIG234", 3),
+            ):
+                at = now + timedelta(minutes=minutes)
+                params = {"id": request_id, "at": at, "state": state, "of": of}
+                await conn.execute(text(_V11_REVERT), params)
+        await old.close()
+
+    with caplog.at_level("WARNING", logger="bot.core.store.migrations"):
+        store = await Store.open(database_url)
+    try:
+        assert "request CR-REV2234 is a second revert of CR-ORIG234: cancel it" in caplog.text
+        async with store.engine.connect() as conn:
+            slots = text("SELECT id, revert_slot FROM gpuops_change_requests ORDER BY id")
+            held = {row.id: row.revert_slot for row in await conn.execute(slots)}
+        assert held == {
+            "CR-GONE234": "CR-ORIG234",
+            "CR-ORIG234": None,
+            "CR-REV1234": "CR-ORIG234",
+            "CR-REV2234": None,
+        }
+        with pytest.raises(RevertTaken):
+            await store.create_request(
+                provider="together",
+                project="prod",
+                cluster_id="c-1",
+                cluster_name="train",
+                action="update",
+                plan={"plan": {}},
+                kinds=["update"],
+                needs_approval=True,
+                requester="U1",
+                channel="C1",
+                reason="Revert of CR-ORIG234",
+                expires_at=None,
+                revert_of="CR-ORIG234",
+            )
+        assert len(await store.list_reverts("CR-ORIG234")) == 3
     finally:
         await store.close()

@@ -5,6 +5,7 @@ changes without an inverse offer no button."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -12,10 +13,13 @@ import pytest
 from bot.core.store import ChangeRequestRecord
 from bot.core.store import RequestState as S
 from bot.local.demo.stack import LocalStack
+from bot.local.slack.sender import SlackSender
+from tests.conftest import StackFactory
 from tests.support.workflow_kit import (
     BOB,
     CHANNEL,
     DAVE,
+    MALLORY,
     Opened,
     buttons,
     click,
@@ -112,6 +116,83 @@ async def test_a_revert_is_refused_once_under_way_and_after_its_window(stack: Lo
     assert "already has a revert" in await press_revert(stack, original, DAVE)
     stack.runtime.workflow.clock = lambda: datetime.now(UTC) + timedelta(hours=25)
     assert "that time has passed" in await press_revert(stack, original, DAVE)
+
+
+NO_GRANT = "you have no grant in gpuops — a gpuops admin can grant one in the policy."
+
+
+def provider_reads(stack: LocalStack) -> int:
+    return len(stack.together.requests) + len(stack.e2e.requests)
+
+
+async def test_mallory_pressing_revert_or_cancel_learns_nothing_and_costs_no_provider_read(
+    stack: LocalStack,
+) -> None:
+    """Mallory has no grant: on a change whose revert is pending she is told one line,
+    nothing of the revert, and the simulators see no request for her clicks."""
+    original = await succeeded(stack, await request(stack, DAVE, SCALE_UP, approval=False))
+    await wait_ready(stack, "tc-h200-ondemand")
+    assert "waiting for approval" in await press_revert(stack, original, DAVE)
+    [pending] = await stack.runtime.store.list_reverts(original.id)
+    prompt = find_prompt(stack, CHANNEL, pending.root_ts or "")
+    assert prompt is not None
+    reads = provider_reads(stack)
+
+    told = await press_revert(stack, original, MALLORY)
+    assert told == NO_GRANT, told
+    seen = len(stack.slack.ephemerals_for(MALLORY))
+    opened = Opened(pending.id, CHANNEL, pending.root_ts or "", prompt.ts)
+    await click(stack, opened, MALLORY, "cancel_request")
+    cancel = (await next_ephemeral(stack, MALLORY, seen)).text
+    assert "no access" in cancel and "pending" not in cancel and pending.id not in cancel
+    assert provider_reads(stack) == reads
+    still = await stack.runtime.store.get_request(pending.id)
+    assert still is not None and still.state is S.PENDING
+
+
+REPLICA_ROUNDS = 20
+
+
+async def press_revert_on(sender: SlackSender, record: ChangeRequestRecord, user: str) -> None:
+    """``user`` presses Revert on the result, the click reaching ``sender``'s replica."""
+    result = await sender.block_action(
+        user,
+        CHANNEL,
+        action_id="revert_request",
+        value=record.id,
+        message_ts=record.summary_ts or "",
+    )
+    assert result.status == 200 and result.acked_in_time, result
+
+
+async def test_a_double_press_of_revert_on_two_replicas_opens_one_revert(
+    pg_database_url: str, make_stack: StackFactory
+) -> None:
+    """Dave's two clicks of Revert reach replica A and replica B at the same moment (one
+    PostgreSQL): each round one revert is opened, the other click is told which one; the
+    revert cancelled, the next round starts over."""
+    stack = await make_stack(database_url=pg_database_url, instance_id="replica-a")
+    replica_b = await stack.start_replica("replica-b")
+    store = stack.runtime.store
+    original = await succeeded(stack, await request(stack, DAVE, SCALE_UP, approval=False))
+    await wait_ready(stack, "tc-h200-ondemand")
+    for round_no in range(REPLICA_ROUNDS):
+        seen = len(stack.slack.ephemerals_for(DAVE))
+        await asyncio.gather(
+            press_revert_on(stack.sender, original, DAVE),
+            press_revert_on(replica_b.sender, original, DAVE),
+        )
+        await next_ephemeral(stack, DAVE, seen + 1)
+        told = [e.text for e in stack.slack.ephemerals_for(DAVE)[seen:]]
+        live = [r for r in await store.list_reverts(original.id) if r.state is S.PENDING]
+        assert len(live) == 1, (round_no, told)
+        assert sum("waiting for approval" in t for t in told) == 1, told
+        refused = f"{original.id} already has a revert: {live[0].id} (pending approval)"
+        assert sum(refused in t for t in told) == 1, told
+        cancel = {"user": DAVE, "channel": CHANNEL, "request_id": live[0].id}
+        assert await stack.runtime.ops.decide(**cancel, decision="cancel") is None
+    reverts = await store.list_reverts(original.id)
+    assert [r.state for r in reverts] == [S.CANCELLED] * REPLICA_ROUNDS
 
 
 async def test_e2e_attach_ip_reverts_to_detach_ip_and_scaling_has_no_button(

@@ -17,6 +17,7 @@ from bot.core.store.records import OutcomeRecorded as OutcomeRecorded
 from bot.core.store.records import RequestState as RequestState
 from bot.core.store.records import new_request_id as new_request_id
 from bot.core.store.records import normalize_request_id as normalize_request_id
+from bot.core.store.requests import RevertTaken as RevertTaken
 from bot.core.store.requests import Started as Started
 from bot.core.store.requests import StartedHow as StartedHow
 from bot.core.store.requests import StepTaken as StepTaken

@@ -1,5 +1,5 @@
 """The audit trail's hash chain (SPEC §10): each entry's hash, and the walk that finds the
-first entry edited, removed or inserted.
+first entry edited, removed, inserted or moved, and a chain head that does not match.
 
 An entry's hash is SHA-256 over its canonical JSON: every field it records (``at``,
 ``actor``, ``event``, ``project``, ``cluster_id``, ``request_id``, ``outcome``, ``detail``)
@@ -133,7 +133,7 @@ class ChainHead:
     last_hash: str
 
 
-BreakKind = Literal["edited", "removed", "inserted"]
+BreakKind = Literal["edited", "removed", "inserted", "reordered"]
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,7 @@ class ChainBreak:
     """The first place where the trail is not the chain the appends made."""
 
     kind: BreakKind
-    entry_id: int | None  # the entry edited or inserted, or the first one after a removal
+    entry_id: int | None  # the entry edited, inserted or moved, or the first after a removal
     text: str
 
 
@@ -194,6 +194,15 @@ def _judge(
             f"entry {entry.id} was inserted: the chain's last append was entry {head.last_id}",
         )
     links = entry.prev_hash == walked.last_hash
+    if _swapped(entry, following, walked):
+        assert following is not None
+        return ChainBreak(
+            "reordered",
+            entry.id,
+            f"entries {entry.id} and {following.id} were swapped: in the chain entry "
+            f"{following.id} follows {_after(walked.last_id)} and entry {entry.id} follows "
+            f"entry {following.id}",
+        )
     if following is not None and following.prev_hash == walked.last_hash:
         return ChainBreak(
             "inserted",
@@ -220,7 +229,19 @@ def _judge(
     )
 
 
+def _swapped(entry: ChainedEntry, following: ChainedEntry | None, walked: _Walked) -> bool:
+    """``entry`` and the one after it hold together in the other order."""
+    return (
+        following is not None
+        and _intact(entry)
+        and _intact(following)
+        and following.prev_hash == walked.last_hash
+        and entry.prev_hash == following.hash
+    )
+
+
 def _check_tail(walked: _Walked, head: ChainHead) -> ChainBreak | None:
+    """Every entry continues the chain: whether the trail ends where the head says."""
     if walked.last_hash == head.last_hash and walked.count == head.entries:
         return None
     if walked.head_seen and walked.after_head is not None:
@@ -230,12 +251,35 @@ def _check_tail(walked: _Walked, head: ChainHead) -> ChainBreak | None:
             f"entry {walked.after_head} was inserted: the chain's last append was entry "
             f"{head.last_id}",
         )
+    recorded = f"the chain's last append recorded {head.entries} entries ending with entry "
+    recorded += f"{head.last_id}"
+    if walked.head_seen:  # the head's hash is the last entry's: its count was changed
+        return ChainBreak(
+            "edited",
+            None,
+            f"the chain head was edited: {recorded}, the trail holds together with "
+            f"{walked.count} ending with that entry",
+        )
+    if walked.last_id is not None and walked.last_id == head.last_id:
+        return ChainBreak(
+            "edited",
+            walked.last_id,
+            f"entry {walked.last_id}, the newest, was edited and hashed again, or the chain "
+            f"head was edited: the trail's {walked.count} entries hold together, but {recorded} "
+            "with another hash",
+        )
+    if walked.last_id is None or (head.last_id is not None and walked.last_id < head.last_id):
+        return ChainBreak(
+            "removed",
+            None,
+            f"entries were removed after {_after(walked.last_id)}: {recorded}, the trail has "
+            f"{walked.count}",
+        )
     return ChainBreak(
-        "removed",
+        "edited",
         None,
-        f"entries were removed after {_after(walked.last_id)}: the chain's last append "
-        f"recorded {head.entries} entries ending with entry {head.last_id}, the trail has "
-        f"{walked.count}",
+        f"the chain head was edited: {recorded}, the trail holds together with "
+        f"{walked.count} entries ending with entry {walked.last_id}",
     )
 
 

@@ -501,6 +501,49 @@ def _v11_single_statement_transitions(conn: Connection) -> None:
             conn.execute(text(trigger))
 
 
+# The states in which a revert holds its request's one revert slot (migration 13): under
+# way or done. A revert denied, expired, cancelled or failed frees it for another.
+REVERT_HELD_STATES = ("pending", "approved", "executing", "succeeded", "unknown")
+REVERT_HELD = text("state IN (" + ", ".join(f"'{s}'" for s in REVERT_HELD_STATES) + ")")
+
+
+_V13_HELD = "state IN ('pending', 'approved', 'executing', 'succeeded', 'unknown')"
+# Reverts under way or done with an older one of the same request under way or done.
+_V13_DOUBLED = text(
+    "SELECT r.id, r.revert_of FROM gpuops_change_requests r"
+    " WHERE r.revert_of IS NOT NULL AND r.state IN (:s0, :s1, :s2, :s3, :s4) AND EXISTS ("
+    " SELECT 1 FROM gpuops_change_requests o WHERE o.revert_of = r.revert_of"
+    " AND o.state IN (:s0, :s1, :s2, :s3, :s4) AND (o.created_at < r.created_at"
+    " OR (o.created_at = r.created_at AND o.id < r.id)))"
+)
+
+
+def _v13_one_revert(conn: Connection) -> None:
+    # Two replicas pressed Revert at once and each opened one: a request's revert slot,
+    # unique among its reverts under way or done, is taken in the transaction that opens
+    # one. Of reverts doubled before, the oldest holds it; the others are logged.
+    conn.execute(text("ALTER TABLE gpuops_change_requests ADD COLUMN revert_slot VARCHAR(16)"))
+    held = dict(zip(("s0", "s1", "s2", "s3", "s4"), REVERT_HELD_STATES, strict=True))
+    doubled = conn.execute(_V13_DOUBLED, held).all()
+    conn.execute(
+        text(
+            "UPDATE gpuops_change_requests SET revert_slot = revert_of WHERE revert_of IS NOT NULL"
+        )
+    )
+    for row in doubled:
+        conn.execute(
+            text("UPDATE gpuops_change_requests SET revert_slot = NULL WHERE id = :id"),
+            {"id": row.id},
+        )
+        log.warning("request %s is a second revert of %s: cancel it", row.id, row.revert_of)
+    conn.execute(
+        text(
+            "CREATE UNIQUE INDEX ux_gpuops_change_requests_revert_slot"
+            f" ON gpuops_change_requests (revert_slot) WHERE {_V13_HELD}"
+        )
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "change requests, audit, deliveries, cluster locks, leases", _v1_initial_tables),
     Migration(2, "change requests: approval prompt ts", _v2_approval_prompt_ts),
@@ -518,6 +561,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         11, "change requests: one statement per transition", _v11_single_statement_transitions
     ),
+    Migration(13, "change requests: one revert per request", _v13_one_revert),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version
@@ -532,9 +576,11 @@ _version_table = Table(
 
 
 def _check_migration_order(migrations: tuple[Migration, ...]) -> None:
+    # Rising from 1; a number may be missing (reserved by a branch not merged yet): each
+    # database records the versions it has, so one merged later is applied then.
     versions = [migration.version for migration in migrations]
-    if versions != list(range(1, len(versions) + 1)):
-        raise RuntimeError(f"migration versions must be 1, 2, 3, … in order; got {versions}")
+    if versions[:1] != [1] or versions != sorted(set(versions)):
+        raise RuntimeError(f"migration versions must rise from 1 in order; got {versions}")
 
 
 def applied_versions(conn: Connection) -> list[int]:

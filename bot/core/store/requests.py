@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import enum
 import functools
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypedDict, Unpack
@@ -74,6 +75,19 @@ class StepTaken(GpuopsError):
     made its request, or it was ended): no request was created."""
 
 
+class RevertTaken(GpuopsError):
+    """Another revert of the same request is open or done (a unique index, migration 13):
+    no request was created."""
+
+    def __init__(self, revert_of: str) -> None:
+        self.revert_of = revert_of
+        super().__init__(f"{revert_of} already has a revert")
+
+
+# The index that lets one revert per request be open or done (migration 13).
+_REVERT_SLOT = "revert_slot"
+
+
 class _Moved(GpuopsError):
     """The request was not where the transition needs it: leave the transaction by it, so
     nothing taken in it (lease, lock) stays."""
@@ -109,6 +123,18 @@ class Started:
 
 def _validated_updates(updates: Mapping[str, Any]) -> dict[str, Any]:
     return MutableFields.model_validate(dict(updates)).model_dump(exclude_unset=True)
+
+
+@asynccontextmanager
+async def _revert_slot_taken(revert_of: str | None) -> AsyncIterator[None]:
+    """Turn the unique index's refusal of a second revert into RevertTaken (the
+    transaction, left by it, stored nothing)."""
+    try:
+        yield
+    except IntegrityError as exc:
+        if revert_of is None or _REVERT_SLOT not in str(exc.orig):
+            raise
+        raise RevertTaken(revert_of) from None
 
 
 def _record(row: Any) -> ChangeRequestRecord | None:
@@ -335,10 +361,11 @@ class RequestsMixin(StoreBase):
             "approvals": dict(approvals) if approvals is not None else None,
         }
         values.setdefault("revert_of", None)
+        values["revert_slot"] = values["revert_of"]  # one revert per request: its index
         values.setdefault("run_at", None)
         values["step_id"] = step or ""  # known: "" is none (None is "not known")
         for _ in range(_REQUEST_ID_ATTEMPTS):
-            async with self._begin() as conn:
+            async with self._begin() as conn, _revert_slot_taken(values["revert_of"]):
                 others = await self._beside_in(conn, values, beside)
                 params = {**values, "id": new_request_id()}
                 entry = None

@@ -16,7 +16,7 @@ from sqlalchemy import (
     Text,
 )
 
-from bot.core.store.migrations import UTCDateTime, autoincrement_id_type, json_type
+from bot.core.store.migrations import REVERT_HELD, UTCDateTime, autoincrement_id_type, json_type
 
 metadata = MetaData()
 
@@ -56,12 +56,21 @@ change_requests = Table(
     # What the last single-statement transition asked of the other tables (SQLite's
     # triggers act on it; bot.core.store.trigger_work).
     Column("last_transition", Text()),
+    # revert_of of a revert made since migration 13: one open or done per request.
+    Column("revert_slot", String(16)),
     Index("ix_gpuops_change_requests_state", "state"),
     Index("ix_gpuops_change_requests_project", "project"),
     Index("ix_gpuops_change_requests_expires_at", "expires_at"),
     Index("ix_gpuops_change_requests_follow_until", "follow_until"),
     Index("ix_gpuops_change_requests_run_at", "run_at"),
     Index("ix_gpuops_change_requests_cluster", "project", "cluster_id", "state"),
+    Index(
+        "ux_gpuops_change_requests_revert_slot",
+        "revert_slot",
+        unique=True,
+        sqlite_where=REVERT_HELD,
+        postgresql_where=REVERT_HELD,
+    ),
 )
 
 audit = Table(
