@@ -267,6 +267,50 @@ async def test_an_undecided_request_expires_and_cannot_be_approved_after(
     ]
 
 
+async def test_every_final_state_mentions_the_requester_unless_they_ended_it(
+    stack: LocalStack,
+) -> None:
+    """The bot posts the root, so Slack notifies nobody of a note in its thread unless the
+    note mentions them: a denial, an expiry, an admin's cancel and a result reach the
+    requester by a mention; their own cancel does not ping them."""
+    dave = "<@U04DAVE>"
+    denied = await request(stack, DAVE, SCALE_101)
+    await deny(stack, denied, BOB, "not now")
+    note = await wait_reply(stack, denied, "Denied by <@U02BOB>.")
+    assert note.text.startswith(dave) and readable_text(note).startswith(dave)
+
+    cancelled = await request(stack, DAVE, SCALE_101)
+    await click(stack, cancelled, ALICE, "cancel_request")
+    note = await wait_reply(stack, cancelled, "Cancelled by <@U01ALICE>.")
+    assert note.text.startswith(dave)
+
+    own = await request(stack, DAVE, SCALE_101)
+    await click(stack, own, DAVE, "cancel_request")
+    note = await wait_reply(stack, own, "Cancelled by <@U04DAVE>.")
+    assert note.text.startswith(":heavy_multiplication_x:")  # not pinged by their own
+
+    expired = await request(stack, DAVE, SCALE_101)
+    workflow = stack.runtime.workflow
+    workflow.clock = lambda: datetime.now(UTC) + timedelta(minutes=31)
+    assert await workflow.expire_due() == 1
+    note = await wait_reply(stack, expired, "Expired: nobody approved")
+    assert note.text.startswith(dave)
+
+
+async def test_a_default_rule_prompt_mentions_the_eligible_approvers(
+    stack: LocalStack,
+) -> None:
+    """A prompt under the default rule pinged nobody; it mentions the approvers the grants
+    name (users and their groups as Slack group mentions), never the requester."""
+    opened = await request(stack, DAVE, SCALE_101)
+    assert opened.prompt_ts is not None
+    prompt = stack.slack.message(CHANNEL, opened.prompt_ts)
+    assert prompt is not None
+    for said in (prompt.text, readable_text(prompt)):
+        assert "Asking " in said and "<@U02BOB>" in said and "<!subteam^S0PLATFORM>" in said
+        assert "<@U04DAVE>" not in said.split("Asking ")[1]
+
+
 async def test_a_cluster_changed_since_the_preview_is_refused_as_stale(
     stack: LocalStack,
 ) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from bot.core.access import Refusal
 from bot.core.answers import Reply, error, notice
-from bot.core.guardrails.approvals import requirement_for
+from bot.core.guardrails.approvals import Requirement, requirement_for, who_to_ask
 from bot.core.guardrails.guard import Guard, Override, guard_json
 from bot.core.notifier import NotDelivered
 from bot.core.policy import Role
@@ -112,6 +112,17 @@ class Opening:
             user, channel, plan, stored, reason, overridden, step, revert_of, run_at
         )
 
+    def _approvals(
+        self, requirement: Requirement | None, project: str, channel: str, requester: str
+    ) -> dict[str, Any] | None:
+        """The approval requirement as stored, with whom its prompt asks."""
+        if requirement is None:
+            return None
+        ask = who_to_ask(
+            self.deps.policy, requirement, project=project, channel=channel, requester=requester
+        )
+        return {**requirement.as_json(), "ask": ask}
+
     async def _refuse_duplicate(self, plan: ChangePlan) -> None:
         """Refuse a change another open request on the cluster already asks for (the same
         action with the same fields): the re-check at approval cannot tell them apart when
@@ -180,7 +191,7 @@ class Opening:
             reason=reason,
             expires_at=expires_at if needs_approval else None,
             step=step,
-            approvals=requirement.as_json() if requirement else None,
+            approvals=self._approvals(requirement, plan.project, channel, user),
             revert_of=revert_of,
             run_at=run_at,
         )
