@@ -3,6 +3,7 @@ they hand out (import them from here, never from the store or the workflow)."""
 
 from bot.core.requests.decisions import Decision as Decision
 from bot.core.requests.decisions import NeedsBreakGlass as NeedsBreakGlass
+from bot.core.store import TERMINAL_STATES as TERMINAL_STATES
 from bot.core.store import ChangeRequestRecord as ChangeRequestRecord
 from bot.core.store import RequestState as RequestState
 from bot.core.store import StoreUnavailable as StoreUnavailable

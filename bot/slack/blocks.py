@@ -356,11 +356,12 @@ def approval_prompt(r: RequestView, *, expire_minutes: int) -> SlackMessage:
         f"Approval needed for {r.id}: an approver of {r.project} other than the requester "
         f"may approve or deny; expires in {expire_minutes} min."
     )
+    asked = _asked(r)
     blocks: list[Block] = [
         section(
             f":raised_hand: *Approval needed* for `{escape(r.id)}` — an approver of "
             f"*{escape(r.project)}* other than {user_ref(r.requester)} may approve or deny. "
-            f"Expires in {expire_minutes} min."
+            f"Expires in {expire_minutes} min.{asked}"
         ),
         context(approval_why(r)),
         *([context(price_text(r.price_line))] if r.price_line else []),
@@ -374,7 +375,14 @@ def approval_prompt(r: RequestView, *, expire_minutes: int) -> SlackMessage:
             ],
         },
     ]
-    return SlackMessage(text=f"{escape(text)} {approval_why(r)}", blocks=blocks)
+    return SlackMessage(text=f"{escape(text)}{asked} {approval_why(r)}", blocks=blocks)
+
+
+def _asked(r: RequestView) -> str:
+    """`` Asking <@U02BOB>, <!subteam^S0PLATFORM>.``: the mentions that notify the eligible
+    approvers ("" when none is known)."""
+    named = [user_ref(u) for u in r.ask_users] + [usergroup_ref(g) for g in r.ask_groups]
+    return f" Asking {', '.join(named)}." if named else ""
 
 
 def approval_closed(r: RequestView) -> SlackMessage:
@@ -435,6 +443,22 @@ def break_glass_note(r: RequestView) -> SlackMessage:
         f"{escape(r.glass_reason or '')}"
     )
     return SlackMessage(text=text, blocks=[section(text)])
+
+
+def addressed(message: SlackMessage, user: str) -> SlackMessage:
+    """``message`` with a mention of ``user`` (a Slack user id we know) before it, so that
+    Slack notifies them: a message the bot posts in a thread the bot started notifies
+    nobody otherwise."""
+    to = user_ref(user)
+    rest = list(message.blocks)
+    first = rest.pop(0) if rest else section("")
+    text = first.get("text", {}) if first.get("type") == "section" else {}
+    if text.get("type") == "mrkdwn":
+        first = section(f"{to} {text['text']}".strip())
+    else:
+        rest.insert(0, first)
+        first = section(to)
+    return SlackMessage(text=f"{to} {message.text}", blocks=[first, *rest])
 
 
 def decision_note(icon: str, what: str, user: str, detail: str | None = None) -> SlackMessage:

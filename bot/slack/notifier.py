@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
-from bot.core.api import ChangeRequestRecord, RequestState
+from bot.core.api import TERMINAL_STATES, ChangeRequestRecord, RequestState
 from bot.core.notifier import EventKind, NotDelivered, RequestEvent, Tone
 from bot.core.requests.view import revertible, view_of
 from bot.providers.base import ClusterSummary
@@ -55,6 +55,15 @@ def _approvers(record: ChangeRequestRecord) -> list[str]:
     if record.decided_by and record.decided_by in record.counted:
         return record.counted
     return [record.decided_by] if record.decided_by else []
+
+
+def _to_requester(
+    record: ChangeRequestRecord, event: RequestEvent, note: SlackMessage
+) -> SlackMessage:
+    """A note of a request's final state mentions its requester, unless they ended it."""
+    if record.state not in TERMINAL_STATES or event.actor == record.requester:
+        return note
+    return blocks.addressed(note, record.requester)
 
 
 @dataclass
@@ -103,6 +112,7 @@ class SlackNotifier:
             return  # the summary tells the result
         note = self._thread_note(record, event)
         if note is not None:
+            note = _to_requester(record, event, note)
             await self._post_or_log(record.channel, note, thread_ts=record.root_ts)
 
     def _show_running_soon(self, record: ChangeRequestRecord, root_ts: str) -> None:

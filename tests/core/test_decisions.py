@@ -310,10 +310,27 @@ async def test_a_second_request_on_a_cluster_is_told_of_the_first(any_core: Core
     first = await core.open(DAVE, "e2e-delhi", "101", "scale_cluster", SCALE)
     second = await core.open(BOB, "e2e-delhi", "101", "restart_workers")
     beside = f"{first.id} (pending approval) is also open on train-h100-a (101)"
-    assert beside in second.text and "may fail as stale at approval" in second.text
+    assert (
+        beside in second.text and "fails as stale at approval if the first changed" in second.text
+    )
     [note] = core.notifier.of(second.id, "follow_up_note")
     assert note.text is not None and beside in note.text and note.tone == "warning"
     assert core.notifier.notes(first.id) == []  # the first was alone
+
+
+async def test_a_second_restart_is_refused_while_the_first_is_open(core: Core) -> None:
+    """The re-check at approval cannot see a restart (it leaves the cluster as it was): two
+    approved restart_workers both ran. The second is refused, naming the first, until the
+    first has ended."""
+    first = await core.open(DAVE, "e2e-delhi", "101", "restart_workers")
+    second = await core.open(ALICE, "e2e-delhi", "101", "restart_workers")
+    assert second.id == first.id  # the refusal names the first; no request was opened
+    assert f"{first.id} already asks for this on train-h100-a (101)" in second.text
+    assert "(pending approval)" in second.text and "Approve or cancel it" in second.text
+    assert await core.approve(BOB, first.id) is None
+    assert len(core.e2e.script.of("apply")) == 1
+    third = await core.open(ALICE, "e2e-delhi", "101", "restart_workers")  # the first ended
+    assert third.id != first.id and "waiting for approval" in third.text
 
 
 async def test_the_requesters_grant_is_checked_again_at_approval(core: Core) -> None:

@@ -66,7 +66,7 @@ async def test_the_last_two_approvals_of_a_rule_at_once_on_two_replicas_send_onc
 ) -> None:
     core = await make_core(policy_yaml=guard_policy(), database_url=database_url)
     replica = await core.replica("core-b")
-    for day in (10, 11, 12):
+    for day in (12, 11, 10):  # each end earlier than the last: decommissions
         end = {"reservation_end_time": f"2027-06-{day}T00:00:00Z"}
         opened = await core.open(DAVE, "together-prod", "tc-h100-reserved", "update", end)
         await asyncio.gather(

@@ -149,7 +149,7 @@ async def test_two_approvers_at_once_on_two_replicas_both_count_and_it_is_sent_o
         policy_yaml=guard_policy(), database_url=pg_database_url, instance_id="replica-a"
     )
     replica_b = await stack.start_replica("replica-b")
-    for day in (10, 11, 12):
+    for day in (12, 11, 10):  # each end earlier than the last: decommissions
         end = f"reservation_end_time=2027-06-{day}T00:00:00Z"
         opened = await request(stack, DAVE, f"update together-prod tc-h100-reserved {end}")
         await asyncio.gather(

@@ -23,7 +23,7 @@ async def test_policy_tells_each_person_what_applies_to_them(make_stack: StackFa
     assert "your role: operator" in text
     assert "decommission: 2 approvers (approval rule)" in text
     assert "scale_down: 1 approver (default)" in text
-    assert "no approval: scale_up" in text
+    assert "no approval: extend_reservation, scale_up" in text
     assert "restart_cluster: 1 approver from group S0PLATFORM (approval rule)" in text
     assert "at most 64 GPUs per cluster" in text and "at most +$100.00/h per change" in text
     assert "at most 6 nodes per cluster" in text

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
+from bot.core.store import ChangeRequestRecord, RequestState
 from bot.local.demo.stack import LocalStack
 from bot.local.slack.models import Message
 from tests.conftest import StackFactory
@@ -71,3 +72,43 @@ async def test_extend_opens_the_update_form_on_the_end_time(make_stack: StackFac
         if b.get("type") == "input" and b["element"].get("focus_on_load")
     ]
     assert focused == ["reservation_end_time"]
+
+
+async def test_extending_from_the_reminder_runs_at_once_as_an_extension(
+    make_stack: StackFactory,
+) -> None:
+    """The reminder's Extend reservation… moves the end later: an extension, which needs no
+    approval by default (it used to be classified as a two-approver decommission)."""
+    stack = await watched_stack(make_stack, policy_yaml=REMINDER_POLICY)
+    ends_in(stack, timedelta(hours=20))
+    reminder = await stack.slack.wait_for(lambda: next(iter(reminders(stack)), None), within=10)
+    await press(stack, reminder, BOB, "extend_reservation")
+    view = await stack.slack.wait_for(
+        lambda: (
+            (v := stack.slack.last_view_for(BOB, open_only=True))
+            and any(b.get("block_id") == "reservation_end_time" for b in v.view.get("blocks", []))
+            and v
+        )
+    )
+    later = (datetime.now(UTC) + timedelta(days=30)).replace(microsecond=0)
+    submitted = await stack.sender.view_submission(
+        BOB, view.id, {"reservation_end_time": str(int(later.timestamp()))}
+    )
+    assert submitted.status == 200 and submitted.json is None, submitted
+    store = stack.runtime.store
+
+    async def ran() -> ChangeRequestRecord | None:
+        done = await store.list_requests(cluster_id=CLUSTER, states=[RequestState.SUCCEEDED])
+        return done[0] if done else None
+
+    record = None
+    async with asyncio.timeout(20):
+        while (record := await ran()) is None:
+            await asyncio.sleep(0.05)
+    assert record.kinds == ["extend_reservation"] and not record.needs_approval
+    assert record.root_ts is not None
+    thread = stack.slack.replies(record.channel, record.root_ts)
+    assert not any("approve_request" in buttons(m) for m in thread)
+    assert "decommission" not in " ".join(readable_text(m) for m in thread)
+    end = stack.together.clusters[CLUSTER]["reservation_end_time"]
+    assert datetime.fromisoformat(end) == later

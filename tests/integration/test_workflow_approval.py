@@ -14,6 +14,7 @@ import pytest
 from bot.core.store import RequestState as S
 from bot.local.demo.stack import DEMO_POLICY, LocalStack
 from tests.conftest import StackFactory
+from tests.support.slack_support import roots
 from tests.support.workflow_kit import (
     ALICE,
     BOB,
@@ -266,6 +267,50 @@ async def test_an_undecided_request_expires_and_cannot_be_approved_after(
     ]
 
 
+async def test_every_final_state_mentions_the_requester_unless_they_ended_it(
+    stack: LocalStack,
+) -> None:
+    """The bot posts the root, so Slack notifies nobody of a note in its thread unless the
+    note mentions them: a denial, an expiry, an admin's cancel and a result reach the
+    requester by a mention; their own cancel does not ping them."""
+    dave = "<@U04DAVE>"
+    denied = await request(stack, DAVE, SCALE_101)
+    await deny(stack, denied, BOB, "not now")
+    note = await wait_reply(stack, denied, "Denied by <@U02BOB>.")
+    assert note.text.startswith(dave) and readable_text(note).startswith(dave)
+
+    cancelled = await request(stack, DAVE, SCALE_101)
+    await click(stack, cancelled, ALICE, "cancel_request")
+    note = await wait_reply(stack, cancelled, "Cancelled by <@U01ALICE>.")
+    assert note.text.startswith(dave)
+
+    own = await request(stack, DAVE, SCALE_101)
+    await click(stack, own, DAVE, "cancel_request")
+    note = await wait_reply(stack, own, "Cancelled by <@U04DAVE>.")
+    assert note.text.startswith(":heavy_multiplication_x:")  # not pinged by their own
+
+    expired = await request(stack, DAVE, SCALE_101)
+    workflow = stack.runtime.workflow
+    workflow.clock = lambda: datetime.now(UTC) + timedelta(minutes=31)
+    assert await workflow.expire_due() == 1
+    note = await wait_reply(stack, expired, "Expired: nobody approved")
+    assert note.text.startswith(dave)
+
+
+async def test_a_default_rule_prompt_mentions_the_eligible_approvers(
+    stack: LocalStack,
+) -> None:
+    """A prompt under the default rule pinged nobody; it mentions the approvers the grants
+    name (users and their groups as Slack group mentions), never the requester."""
+    opened = await request(stack, DAVE, SCALE_101)
+    assert opened.prompt_ts is not None
+    prompt = stack.slack.message(CHANNEL, opened.prompt_ts)
+    assert prompt is not None
+    for said in (prompt.text, readable_text(prompt)):
+        assert "Asking " in said and "<@U02BOB>" in said and "<!subteam^S0PLATFORM>" in said
+        assert "<@U04DAVE>" not in said.split("Asking ")[1]
+
+
 async def test_a_cluster_changed_since_the_preview_is_refused_as_stale(
     stack: LocalStack,
 ) -> None:
@@ -316,10 +361,30 @@ async def test_a_second_request_on_a_cluster_is_told_of_the_first(stack: LocalSt
     second = await request(stack, BOB, "action e2e-delhi 101 restart_workers")
     told = stack.slack.ephemerals_for(BOB)[seen].text
     beside = f"{first.id} (pending approval) is also open on train-h100-a (101)"
-    assert beside in told and "may fail as stale at approval" in told
+    assert beside in told and "fails as stale at approval if the first changed" in told
     note = await wait_reply(stack, second, beside)  # the approvers read it in the thread
     assert note.thread_ts == second.root_ts
     assert not any("also open" in t for t in thread_texts(stack, first))  # the first was alone
+
+
+async def test_a_second_restart_of_a_cluster_is_refused_naming_the_first(
+    stack: LocalStack,
+) -> None:
+    """Two restart_workers on one cluster both ran (the re-check at approval cannot see a
+    restart): the second requester is told which request already asks for it, and nothing
+    is posted in the channel for it."""
+    first = await request(stack, DAVE, "action e2e-delhi 101 restart_workers")
+    posted = len(roots(stack, CHANNEL))
+    seen = len(stack.slack.ephemerals_for(ALICE))
+    result = await stack.sender.command(ALICE, CHANNEL, "action e2e-delhi 101 restart_workers")
+    assert result.status == 200 and result.acked_in_time, result
+    told = (await next_ephemeral(stack, ALICE, seen)).text
+    assert f"{first.id} already asks for this on train-h100-a (101)" in told
+    assert "(pending approval)" in told and "Approve or cancel it" in told
+    assert len(roots(stack, CHANNEL)) == posted
+    await click(stack, first, BOB)
+    await wait_state(stack.runtime.store, first.id, S.SUCCEEDED)
+    assert len(stack.e2e.calls("action", "PUT")) == 1
 
 
 async def test_break_glass_lets_an_admin_approve_their_own_with_a_reason(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.core.guardrails.approvals import requirement_for
+from bot.core.guardrails.approvals import Requirement, requirement_for, who_to_ask
 from bot.core.guardrails.checks import ChangeSize, limit_refusal
 from bot.core.guardrails.config import Freeze, Limits
 from bot.core.guardrails.describe import describe_project
@@ -182,3 +182,31 @@ def test_the_first_matching_rule_decides_and_no_match_is_one_approver() -> None:
     lines = describe_project(policy, "p", Role.viewer, datetime(2026, 12, 1, tzinfo=UTC))
     assert "scale_down: 3 approvers from group S1 (approval rule)" in lines
     assert "prices: none in the policy (no price is shown)" in lines
+
+
+def test_a_prompt_asks_the_grants_approvers_or_the_rules_groups() -> None:
+    policy = Policy.model_validate(
+        {
+            "projects": {"p": {"provider": "together"}, "q": {"provider": "together"}},
+            "grants": [
+                {"users": ["U1ADMIN", "U2REQ"], "projects": ["*"], "role": "admin"},
+                {
+                    "users": ["U3BOB"],
+                    "usergroups": ["S1OPS"],
+                    "projects": ["p"],
+                    "role": "approver",
+                },
+                {"users": ["U4ONLY"], "projects": ["p"], "role": "approver", "channels": ["C2"]},
+                {"users": ["U5OP"], "projects": ["p"], "role": "operator"},
+                {"users": ["U6Q"], "projects": ["q"], "role": "approver"},
+            ],
+        }
+    )
+    default = Requirement(1, (), ("scale_down",), by_rule=False)
+    asked = who_to_ask(policy, default, project="p", channel="C1", requester="U2REQ")
+    assert asked == {"users": ["U1ADMIN", "U3BOB"], "usergroups": ["S1OPS"]}
+    in_c2 = who_to_ask(policy, default, project="p", channel="C2", requester="U2REQ")
+    assert in_c2["users"] == ["U1ADMIN", "U3BOB", "U4ONLY"]
+    ruled = Requirement(2, ("S9ONCALL",), ("decommission",), by_rule=True)
+    only_groups = who_to_ask(policy, ruled, project="p", channel="C1", requester="U2REQ")
+    assert only_groups == {"users": [], "usergroups": ["S9ONCALL"]}

@@ -421,14 +421,21 @@ def test_describe_grants_expands_star(policy: Policy) -> None:
 
 
 def test_kind_sets_match_the_spec() -> None:
-    assert {"scale_up", "scale_down", "change_type", "decommission"} == TOGETHER_KINDS
+    kinds = {"scale_up", "scale_down", "change_type", "extend_reservation", "decommission"}
+    assert kinds == TOGETHER_KINDS
     assert len(E2E_KINDS) == 9
     assert DEFAULT_APPROVAL["e2e"] == E2E_KINDS - {"attach_ip", "add_security_group"}
 
 
 @pytest.mark.parametrize(
     ("kind", "needs"),
-    [("scale_up", False), ("scale_down", True), ("change_type", True), ("decommission", True)],
+    [
+        ("scale_up", False),
+        ("scale_down", True),
+        ("change_type", True),
+        ("extend_reservation", False),
+        ("decommission", True),
+    ],
 )
 def test_together_defaults(policy: Policy, kind: str, needs: bool) -> None:
     assert policy.requires_approval("together-prod", [kind]) is needs

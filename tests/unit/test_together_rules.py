@@ -24,10 +24,13 @@ from bot.providers.together import (
     parse_update,
     to_summary,
 )
+from bot.providers.together.descriptor import DESCRIPTOR
 from tests.support.together_kit import client_for
 
 NOW = datetime(2026, 9, 1, 12, 0, tzinfo=UTC)
 SEEDS = seed_clusters(NOW)
+SCHED_END = NOW + timedelta(days=5)  # tc-h100-sched's reservation_end_time
+SECOND = timedelta(seconds=1)
 
 
 def cluster(cluster_id: str, **changes: Any) -> TogetherCluster:
@@ -193,6 +196,10 @@ def test_unknown_billing_type_refuses_billing_bound_fields() -> None:
         ("tc-h200-ondemand", {"cluster_type": ClusterType.KUBERNETES}, ["change_type"]),
         ("tc-h200-ondemand", {"cluster_type": ClusterType.SLURM, "num_gpus": 16}, ["scale_up"]),
         ("tc-h100-sched", {"reservation_end_time": NOW + timedelta(days=1)}, ["decommission"]),
+        # the reminder's "Extend reservation…": the end moves later (sched ends in 5 days)
+        ("tc-h100-sched", {"reservation_end_time": SCHED_END + SECOND}, ["extend_reservation"]),
+        ("tc-h100-sched", {"reservation_end_time": SCHED_END - SECOND}, ["decommission"]),
+        ("tc-h100-sched", {"reservation_end_time": NOW + timedelta(hours=1)}, ["decommission"]),
         (
             "tc-h100-reserved",
             {
@@ -331,7 +338,7 @@ def test_plan_builds_body_preview_kinds_and_fingerprint() -> None:
         "num_capacity_pool_gpus": 8,
         "reservation_end_time": "2026-12-01T00:00:00Z",
     }
-    assert plan.kinds == ["scale_up", "scale_down", "decommission"]
+    assert plan.kinds == ["scale_up", "scale_down", "extend_reservation"]
     end_before = current.current["reservation_end_time"]
     assert [line.text() for line in plan.lines] == [
         "num_gpus 32 → 48",
@@ -476,3 +483,9 @@ def test_gpu_counts_must_be_multiples_of_8(field: str, value: int) -> None:
 )
 def test_gpu_counts_that_are_multiples_of_8_pass(field: str, value: int) -> None:
     check_update(cluster("tc-b200-pool"), ClusterUpdate(**{field: value}), NOW)
+
+
+def test_an_extension_needs_no_approval_by_default_a_decommission_does() -> None:
+    assert "extend_reservation" in DESCRIPTOR.kinds
+    assert "extend_reservation" not in DESCRIPTOR.approval_by_default
+    assert "decommission" in DESCRIPTOR.approval_by_default

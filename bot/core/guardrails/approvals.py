@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from bot.core.policy import Policy
+from bot.core.policy import Policy, Role
 
 
 @dataclass(frozen=True)
@@ -59,3 +59,21 @@ def requirement_for(policy: Policy, project: str, kinds: Iterable[str]) -> Requi
         if rule.matches(project, wanted):
             return Requirement(rule.approvers, tuple(rule.usergroups), risky, by_rule=True)
     return Requirement(1, (), risky, by_rule=False)
+
+
+def who_to_ask(
+    policy: Policy, requirement: Requirement, *, project: str, channel: str, requester: str
+) -> dict[str, list[str]]:
+    """Whom an approval prompt mentions, so that Slack notifies them: a rule's user groups,
+    or else the users and groups the grants make approvers of the project in the channel
+    (never the requester)."""
+    if requirement.usergroups:
+        return {"users": [], "usergroups": list(requirement.usergroups)}
+    users: list[str] = []
+    groups: list[str] = []
+    for grant in policy.grants:
+        if grant.role < Role.approver or not grant.covers(project) or not grant.holds_in(channel):
+            continue
+        users += [u for u in grant.users if u != requester and u not in users]
+        groups += [g for g in grant.usergroups if g not in groups]
+    return {"users": users, "usergroups": groups}

@@ -15,7 +15,7 @@ from typing import Any
 
 from bot.core.access import Refusal
 from bot.core.answers import Reply, error, notice
-from bot.core.guardrails.approvals import requirement_for
+from bot.core.guardrails.approvals import Requirement, requirement_for, who_to_ask
 from bot.core.guardrails.guard import Guard, Override, guard_json
 from bot.core.notifier import NotDelivered
 from bot.core.policy import Role
@@ -95,6 +95,7 @@ class Opening:
             access.require_cluster_allowed(project, cluster_id)
             state = await access.fetch(project, cluster_id)
             plan = access.make_plan(project, state, action, inputs)
+            await self._refuse_duplicate(plan)
             size = self.guard.size(state, plan, now)
             overridden = await self.guard.override(
                 user, channel, project, plan.kinds, now, override
@@ -110,6 +111,34 @@ class Opening:
         return await self._open(
             user, channel, plan, stored, reason, overridden, step, revert_of, run_at
         )
+
+    def _approvals(
+        self, requirement: Requirement | None, project: str, channel: str, requester: str
+    ) -> dict[str, Any] | None:
+        """The approval requirement as stored, with whom its prompt asks."""
+        if requirement is None:
+            return None
+        ask = who_to_ask(
+            self.deps.policy, requirement, project=project, channel=channel, requester=requester
+        )
+        return {**requirement.as_json(), "ask": ask}
+
+    async def _refuse_duplicate(self, plan: ChangePlan) -> None:
+        """Refuse a change another open request on the cluster already asks for (the same
+        action with the same fields): the re-check at approval cannot tell them apart when
+        the change leaves the cluster as it was (a restart), so both would run."""
+        open_here = await self.deps.store.list_requests(
+            states=_OPEN, project=plan.project, cluster_id=plan.cluster_id
+        )
+        for other in open_here:
+            if other.action == plan.action and other.plan.get("inputs") == plan.body:
+                raise Refusal(
+                    f"{other.id} already asks for this on {plan.cluster_name} "
+                    f"({plan.cluster_id}): {plan.preview_text()} "
+                    f"({state_words(str(other.state))}). Approve or cancel it rather than "
+                    "asking twice.",
+                    kind="duplicate",
+                )
 
     async def _open(
         self,
@@ -162,7 +191,7 @@ class Opening:
             reason=reason,
             expires_at=expires_at if needs_approval else None,
             step=step,
-            approvals=requirement.as_json() if requirement else None,
+            approvals=self._approvals(requirement, plan.project, channel, user),
             revert_of=revert_of,
             run_at=run_at,
         )
@@ -301,7 +330,8 @@ def _beside_note(record: ChangeRequestRecord, others: list[OpenBeside]) -> str |
     return (
         f"Note: {listed}{more} {verb} also open on {record.cluster_name} "
         f"({record.cluster_id}). Each is re-checked against the cluster when approved: "
-        f"the one approved second may fail as {STALE_AT_APPROVAL}."
+        f"the one approved second fails as {STALE_AT_APPROVAL} if the first changed what "
+        "its preview was made from."
     )
 
 

@@ -57,6 +57,8 @@ class RuleRefresh:
         if now == before and uncounted == record.uncounted:
             return False
         wanted = {**_noted(now), "uncounted": uncounted}  # who approved so far stays
+        if (record.approvals or {}).get("ask") is not None:  # whom its prompt asked
+            wanted["ask"] = (record.approvals or {})["ask"]
         audit = AuditRow(
             actor="gpuops",
             event="approval_rule_changed",

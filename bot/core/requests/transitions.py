@@ -36,6 +36,7 @@ from bot.core.store import (
     Started,
     StartedHow,
 )
+from bot.logs import log_context
 from bot.metrics import APPROVAL_DECISIONS, APPROVALS_PENDING, CHANGE_REQUESTS
 from bot.redact import redact
 
@@ -309,9 +310,26 @@ async def open_request(
     cluster) in one transaction; showing it is the caller's."""
     if change.transition.from_states:
         raise ValueError(f"{change.transition.name} does not open a request")
-    return await deps.store.open_request(
+    opened = await deps.store.open_request(
         state=change.transition.to, beside=tuple(beside), audit=change.audit_row(None), **columns
     )
+    logged(opened[0], change)
+    return opened
+
+
+def logged(record: ChangeRequestRecord, change: Change) -> None:
+    """One INFO line for a transition the store has recorded, carrying the request's id,
+    who moved it, its channel, project and cluster (SPEC §12's context fields)."""
+    t = change.transition
+    came = "/".join(sorted(str(state) for state in t.from_states)) or "new"
+    with log_context(
+        request_id=record.id,
+        user=change.actor,
+        channel=record.channel,
+        project=record.project,
+        cluster=record.cluster_id,
+    ):
+        log.info("request %s: %s (%s -> %s) by %s", record.id, t.name, came, t.to, change.actor)
 
 
 async def settle(
@@ -436,7 +454,7 @@ async def finish(
     and the lease freed, in one transaction. Telling it is the caller's (its words depend
     on what was recorded)."""
     t = change.transition
-    return await deps.store.finish_execution(
+    how, done = await deps.store.finish_execution(
         record.id,
         fence,
         to=t.to,
@@ -445,12 +463,16 @@ async def finish(
         audit=change.audit_row(record),
         from_states=t.from_states if fence is not None else t.from_states - {S.EXECUTING},
     )
+    if how in (OutcomeRecorded.RECORDED, OutcomeRecorded.CORRECTED_UNKNOWN):
+        logged(done or record, change)
+    return how, done
 
 
 async def announce(
     deps: RequestDeps, record: ChangeRequestRecord, done: ChangeRequestRecord, change: Change
 ) -> None:
-    """Count, tell and mirror a change the store has recorded (``done``)."""
+    """Log, count, tell and mirror a change the store has recorded (``done``)."""
+    logged(done, change)
     t = change.transition
     if change.decision is not None:
         APPROVALS_PENDING.dec()

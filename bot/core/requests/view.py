@@ -78,6 +78,9 @@ class RequestView:
     approval_groups: tuple[str, ...] = ()  # each approver must be in one of these
     approval_kinds: tuple[str, ...] = ()  # why approval is needed: these kinds
     approval_by_rule: bool = False  # an approval rule says so (else the default table)
+    # Whom the approval prompt mentions (the eligible approvers when it was opened).
+    ask_users: tuple[str, ...] = ()
+    ask_groups: tuple[str, ...] = ()
     # The requester's own approval by break glass, counted as one of those needed: who, why.
     glass_by: str | None = None
     glass_reason: str | None = None
@@ -148,6 +151,8 @@ def view_of(record: ChangeRequestRecord) -> RequestView:
         approval_groups=tuple(str(g) for g in approvals.get("usergroups", [])),
         approval_kinds=tuple(str(k) for k in approvals.get("kinds", record.kinds)),
         approval_by_rule=bool(approvals.get("by_rule", False)),
+        ask_users=tuple(str(u) for u in (approvals.get("ask") or {}).get("users", [])),
+        ask_groups=tuple(str(g) for g in (approvals.get("ask") or {}).get("usergroups", [])),
         glass_by=glass.get("by"),
         glass_reason=glass.get("reason"),
         override=_override(record),

@@ -313,8 +313,9 @@ def seed_clusters(now: datetime) -> dict[str, dict[str, Any]]:
             project_id="proj-123",
             now=now,
             reservation_start_time=_ts(now - timedelta(days=10)),
-            reservation_end_time=_ts(now + timedelta(days=20)),
-            duration_hours=30 * 24,
+            # a year away: a fixed end such as 2027-06-30 is earlier, so it decommissions
+            reservation_end_time=_ts(now + timedelta(days=365)),
+            duration_hours=375 * 24,
             oidc_config={
                 "client_id": "gpuops-sim",
                 "group_claim": "groups",

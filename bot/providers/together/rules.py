@@ -168,7 +168,8 @@ def _check_billing(target: _Target, update: ClusterUpdate, now: datetime) -> Non
 
 # -- change kinds --------------------------------------------------------------------------
 def classify(cluster: TogetherCluster | ClusterState, update: ClusterUpdate) -> list[str]:
-    """The kinds of change an update makes: scale_up, scale_down, change_type, decommission."""
+    """The kinds of change an update makes: scale_up, scale_down, change_type,
+    extend_reservation, decommission."""
     target = _Target.of(cluster)
     kinds: list[str] = []
     rises = falls = False
@@ -185,9 +186,18 @@ def classify(cluster: TogetherCluster | ClusterState, update: ClusterUpdate) -> 
         kinds.append("scale_down")
     if update.cluster_type is not None and update.cluster_type != target.current["cluster_type"]:
         kinds.append("change_type")
-    if update.reservation_end_time is not None:
-        kinds.append("decommission")
+    end = update.reservation_end_time
+    if end is not None:
+        kinds.append(_end_kind(target.current["reservation_end_time"], end))
     return kinds
+
+
+def _end_kind(current: datetime | None, new: datetime) -> str:
+    """Moving the reservation's end later extends it; earlier (or to an end not known)
+    brings the decommission closer."""
+    if isinstance(current, datetime) and _aware(new) > _aware(current):
+        return "extend_reservation"
+    return "decommission"
 
 
 # -- parsing raw field values (Slack strings or typed values) -------------------------------
