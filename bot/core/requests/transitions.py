@@ -463,8 +463,6 @@ async def finish(
         audit=change.audit_row(record),
         from_states=t.from_states if fence is not None else t.from_states - {S.EXECUTING},
     )
-    if how in (OutcomeRecorded.RECORDED, OutcomeRecorded.CORRECTED_UNKNOWN):
-        logged(done or record, change)
     return how, done
 
 
