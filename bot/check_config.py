@@ -146,6 +146,11 @@ async def _membership(client: AsyncWebClient, channel: str, projects: list[str])
         code = str(exc.response.get("error") or exc.response.status_code)
         if code == "channel_not_found":
             return OnlineCheck(False, what, f"the bot cannot see it (channel_not_found): {invite}")
+        if code == "missing_scope":
+            needed = exc.response.get("needed") or "channels:read, groups:read"
+            return OnlineCheck(
+                False, what, f"the app lacks the scope {needed}: reinstall it from manifest.yml"
+            )
         return OnlineCheck(False, what, f"Slack answered conversations.info with {code}")
     except Exception as exc:  # a connection failure is this check's result, not a crash
         return OnlineCheck(False, what, f"Slack unreachable ({type(exc).__name__})")

@@ -332,6 +332,19 @@ async def test_check_config_online_names_each_failure_and_exits_1(
     assert "e2e-key-that-is-wrong" not in done.stdout + done.stderr
 
 
+async def test_check_config_online_names_a_scope_the_installation_lacks(
+    tmp_path: Path, stand: Stand
+) -> None:
+    stand.slack.scopes = stand.slack.scopes - {"channels:read", "groups:read"}
+    done = await run_gpuops(["check-config", "--online"], stand_env(tmp_path, stand), tmp_path)
+    assert done.code == 1
+    lines = [" ".join(line.split()) for line in done.stdout.splitlines()]
+    assert (
+        "FAIL notify_channel C0GPUAUDIT (e2e-delhi, together-prod): the app lacks the scope "
+        "channels:read,groups:read,im:read,mpim:read: reinstall it from manifest.yml" in lines
+    )
+
+
 async def test_check_config_online_with_a_refused_token(tmp_path: Path, stand: Stand) -> None:
     stand.slack.token_refusal = "token_revoked"
     done = await run_gpuops(["check-config", "--online"], stand_env(tmp_path, stand), tmp_path)
