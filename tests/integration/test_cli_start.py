@@ -293,14 +293,39 @@ async def test_check_config_online_passes_each_check_on_its_own_line(
     done = await run_gpuops(["check-config", "--policy", str(elsewhere), "--online"], env, tmp_path)
     assert done.code == 0, done.stdout + done.stderr
     checks = done.stdout.split("online checks:\n", 1)[1].split("\n\n", 1)[0].splitlines()
-    assert [re.sub(r"listed \d+ ", "listed N ", " ".join(line.split())) for line in checks] == [
+    shown = [re.sub(r"listed \d+ ", "listed N ", " ".join(line.split())) for line in checks]
+    assert [line.split(";", 1)[0] for line in shown] == [
         "ok Slack auth.test: the bot is UBOT in team T0GPUOPS",
         "ok notify_channel C0GPUAUDIT (e2e-delhi, together-prod): the bot is a member",
-        "ok e2e-delhi (e2e): one read: listed N cluster(s)",
-        "ok together-prod (together): one read: listed N cluster(s)",
+        "ok e2e-delhi (e2e): one read: listed N cluster(s) and read each",
+        "ok together-prod (together): one read: listed N cluster(s) and read each",
     ]
     assert f"policy: {elsewhere}" in done.stdout and "configuration OK" in done.stdout
     assert stand.together.calls("list") and stand.e2e.calls("list")
+    for secret in (DEMO_BOT_TOKEN, *CREDENTIALS.values()):
+        assert secret not in done.stdout + done.stderr
+
+
+async def test_check_config_online_names_unknown_and_missing_fields_reading_only(
+    tmp_path: Path, stand: Stand
+) -> None:
+    for cluster in stand.together.clusters.values():
+        cluster["zz_probe_extra"] = {"nested": 1}  # a field no model knows
+        del cluster["machine_cluster_id"]  # a field the model declares
+    stand.together.requests.clear()
+    stand.e2e.requests.clear()
+    done = await run_gpuops(["check-config", "--online"], stand_env(tmp_path, stand), tmp_path)
+    assert done.code == 0, done.stdout + done.stderr
+    line = next(x for x in done.stdout.splitlines() if "together-prod (together): one read" in x)
+    known, _, lacking = line.partition("the replies lack: ")
+    assert "zz_probe_extra" in known.split("do not know: ", 1)[1]
+    assert "machine_cluster_id" in lacking.split(", ")
+    e2e_line = next(x for x in done.stdout.splitlines() if "e2e-delhi (e2e): one read" in x)
+    assert "zz_probe_extra" not in e2e_line and "machine_cluster_id" not in e2e_line
+    requests = stand.together.requests + stand.e2e.requests
+    assert len(requests) > 2 and {r.method for r in requests} == {"GET"}  # the list, each get
+    paths = {r.path for r in stand.together.requests}
+    assert {"/v1/compute/clusters", "/v1/compute/clusters/tc-h100-reserved"} <= paths
     for secret in (DEMO_BOT_TOKEN, *CREDENTIALS.values()):
         assert secret not in done.stdout + done.stderr
 
