@@ -13,6 +13,7 @@ from asyncio.subprocess import DEVNULL
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -312,16 +313,27 @@ async def test_check_config_online_names_unknown_and_missing_fields_reading_only
     for cluster in stand.together.clusters.values():
         cluster["zz_probe_extra"] = {"nested": 1}  # a field no model knows
         del cluster["machine_cluster_id"]  # a field the model declares
+    plain_detail = stand.e2e.detail
+
+    def altered_detail(cluster: Any) -> dict[str, Any]:  # E2E's GET of one cluster
+        body = plain_detail(cluster)
+        body["zz_e2e_extra"] = True
+        del body["private_cloud_name"]
+        return body
+
+    stand.e2e.detail = altered_detail  # type: ignore[method-assign]
     stand.together.requests.clear()
     stand.e2e.requests.clear()
     done = await run_gpuops(["check-config", "--online"], stand_env(tmp_path, stand), tmp_path)
     assert done.code == 0, done.stdout + done.stderr
-    line = next(x for x in done.stdout.splitlines() if "together-prod (together): one read" in x)
-    known, _, lacking = line.partition("the replies lack: ")
-    assert "zz_probe_extra" in known.split("do not know: ", 1)[1]
-    assert "machine_cluster_id" in lacking.split(", ")
-    e2e_line = next(x for x in done.stdout.splitlines() if "e2e-delhi (e2e): one read" in x)
-    assert "zz_probe_extra" not in e2e_line and "machine_cluster_id" not in e2e_line
+    for project, extra, absent in (
+        ("together-prod (together)", "zz_probe_extra", "machine_cluster_id"),
+        ("e2e-delhi (e2e)", "zz_e2e_extra", "private_cloud_name"),
+    ):
+        line = next(x for x in done.stdout.splitlines() if f"{project}: one read" in x)
+        known, _, lacking = line.partition("the replies lack: ")
+        assert extra in known.split("do not know: ", 1)[1].split("; ")[0].split(", "), line
+        assert absent in lacking.split(", "), line
     requests = stand.together.requests + stand.e2e.requests
     assert len(requests) > 2 and {r.method for r in requests} == {"GET"}  # the list, each get
     paths = {r.path for r in stand.together.requests}
