@@ -19,7 +19,7 @@ import asyncpg
 import pytest
 from sqlalchemy import text
 
-from bot.core.store import Store, StoreNotReady, migrations
+from bot.core.store import Store, StoreNotReady, StoreUnavailable, migrations
 from bot.core.store.chain import GENESIS_HASH, entry_hash
 from bot.core.store.tables import audit
 from tests.support.process_kit import GPUOPS, Finished, run_gpuops
@@ -257,3 +257,22 @@ async def test_export_into_a_reader_that_leaves_ends_quietly(
     assert err.decode() == ""
     assert json.loads(out)["detail"]["reason"].startswith("0 ")
     assert process.returncode == 141  # as a program ended by SIGPIPE
+
+
+async def test_the_audit_commands_store_refuses_every_write(database_url: str) -> None:
+    await seeded(database_url)
+    async with await Store.open_read_only(database_url) as store:
+        assert (await store.verify_audit())[0] == 6
+        with pytest.raises(StoreUnavailable) as refused:
+            await store.append_audit(
+                actor="U04DAVE",
+                event="requested",
+                project="e2e-delhi",
+                cluster_id="101",
+                request_id="CR-PFXSA6",
+                outcome="pending",
+                detail={},
+            )
+    assert refused.value.read_only
+    async with await Store.open(database_url) as store:
+        assert (await store.chain_head()).entries == 6
