@@ -153,7 +153,7 @@ class Store(RequestsMixin, LocksMixin, AuditMixin, DeliveriesMixin, TimelineMixi
         try:
             await store._require_schema()
         except BaseException:
-            await engine.dispose()
+            await store.close()  # SQLite's kept connection too, not only the pool
             raise
         return store
 
