@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+from contextlib import aclosing
 from datetime import UTC, datetime
 from typing import Any, Literal, TextIO
 
@@ -38,7 +39,8 @@ def exported(entry: AuditEntry) -> dict[str, Any]:
 
 
 async def _open(settings: Settings) -> Store:
-    return await Store.open(
+    """The store, read-only: an audit command never creates, migrates or writes it."""
+    return await Store.open_read_only(
         settings.gpuops_database_url,
         connect_timeout=settings.gpuops_db_connect_timeout,
         operation_timeout=settings.gpuops_db_operation_timeout,
@@ -60,13 +62,15 @@ async def run_export(
         writer = csv.writer(out, lineterminator="\n") if fmt == "csv" else None
         if writer is not None:
             writer.writerow(COLUMNS)
-        async for entry in store.export_audit(since=start, project=project):
-            row = exported(entry)
-            if writer is None:
-                out.write(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n")
-            else:
-                row["detail"] = json.dumps(row["detail"], ensure_ascii=False, sort_keys=True)
-                writer.writerow(["" if row[c] is None else row[c] for c in COLUMNS])
+        # Closed here when a write fails (a reader gone): its snapshot ends before the store.
+        async with aclosing(store.export_audit(since=start, project=project)) as entries:
+            async for entry in entries:
+                row = exported(entry)
+                if writer is None:
+                    out.write(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n")
+                else:
+                    row["detail"] = json.dumps(row["detail"], ensure_ascii=False, sort_keys=True)
+                    writer.writerow(["" if row[c] is None else row[c] for c in COLUMNS])
     finally:
         await store.close()
     return 0

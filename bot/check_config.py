@@ -18,7 +18,9 @@ from bot.core.guardrails.freezes import current_or_next, when
 from bot.core.policy import Policy, PolicyError, ProjectCommon, describe_grants, load_policy
 from bot.core.registry import AdapterRegistry
 from bot.core.watch.config import WatchConfig
+from bot.providers.base import SupportsProbe
 from bot.providers.errors import ProviderError
+from bot.providers.probe import differences
 from bot.redact import redact, register_secret
 from bot.slack.messenger import build_web_client, slack_http_session
 from bot.slack.startup import BotIdentity, TokenRefused, auth_test_once
@@ -146,6 +148,11 @@ async def _membership(client: AsyncWebClient, channel: str, projects: list[str])
         code = str(exc.response.get("error") or exc.response.status_code)
         if code == "channel_not_found":
             return OnlineCheck(False, what, f"the bot cannot see it (channel_not_found): {invite}")
+        if code == "missing_scope":
+            needed = exc.response.get("needed") or "channels:read, groups:read"
+            return OnlineCheck(
+                False, what, f"the app lacks the scope {needed}: reinstall it from manifest.yml"
+            )
         return OnlineCheck(False, what, f"Slack answered conversations.info with {code}")
     except Exception as exc:  # a connection failure is this check's result, not a crash
         return OnlineCheck(False, what, f"Slack unreachable ({type(exc).__name__})")
@@ -182,13 +189,24 @@ async def _provider_checks(settings: Settings, policy: Policy) -> list[OnlineChe
 
 
 async def _one_read(registry: AdapterRegistry, name: str, what: str) -> OnlineCheck:
+    adapter = registry.get(name)
     try:
-        clusters = await registry.get(name).list_clusters()
+        if not isinstance(adapter, SupportsProbe):
+            clusters = await adapter.list_clusters()
+            return OnlineCheck(True, what, f"listed {len(clusters)} cluster(s)")
+        replies = await adapter.probe_replies()
     except ProviderError as exc:
         return OnlineCheck(False, what, exc.user_message)
     except Exception as exc:  # any other failure is this check's result, not a crash
         return OnlineCheck(False, what, redact(f"{type(exc).__name__}: {exc}"))
-    return OnlineCheck(True, what, f"listed {len(clusters)} cluster(s)")
+    listed = len(replies) // 2
+    found = differences(replies)
+    detail = f"listed {listed} cluster(s) and read each"
+    if found.unknown:
+        detail += f"; fields the models do not know: {', '.join(found.unknown)}"
+    if found.missing:
+        detail += f"; fields the models expect but the replies lack: {', '.join(found.missing)}"
+    return OnlineCheck(True, what, redact(detail))
 
 
 # -- offline -------------------------------------------------------------------------------

@@ -253,18 +253,33 @@ def _audit(args: argparse.Namespace) -> int:
     assert isinstance(settings, Settings)
     try:
         if args.audit_command == "verify":
-            return asyncio.run(run_verify(settings, sys.stdout))
-        return asyncio.run(
-            run_export(
-                settings, sys.stdout, since=args.since, project=args.project, fmt=args.format
+            code = asyncio.run(run_verify(settings, sys.stdout))
+        else:
+            code = asyncio.run(
+                run_export(
+                    settings, sys.stdout, since=args.since, project=args.project, fmt=args.format
+                )
             )
-        )
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at the exit
+        return code
+    except BrokenPipeError:
+        return _reader_left()
     except SinceError as exc:
         print(f"gpuops audit export: --since: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:  # one clear line, not a traceback
         print(f"gpuops audit: {redact(str(exc))}", file=sys.stderr)
         return 1
+
+
+def _reader_left() -> int:
+    """The reader of stdout closed it (``gpuops audit export | head``): stop quietly, as a
+    program killed by SIGPIPE does (exit 128 + 13), with stdout pointed at /dev/null so
+    that the interpreter's last flush finds nowhere to fail."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -293,6 +293,14 @@ class SupportsRemediations(Protocol):
 
 
 @runtime_checkable
+class SupportsProbe(Protocol):
+    """An adapter that can show its provider's raw replies to reads (the list, then each
+    cluster's get), as its models parsed them: nothing is written."""
+
+    async def probe_replies(self) -> list[BaseModel]: ...
+
+
+@runtime_checkable
 class SupportsReservations(Protocol):
     """An adapter whose clusters may carry a reservation end: the change field that holds
     it (RFC 3339, in the summary's ``details`` too), which reminders offer to extend."""

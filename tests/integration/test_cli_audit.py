@@ -4,19 +4,25 @@ exits 1 naming the entry edited, removed or inserted."""
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 import json
 import os
+import secrets
+import sqlite3
+from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
 
+import asyncpg
+import pytest
 from sqlalchemy import text
 
-from bot.core.store import Store
+from bot.core.store import Store, StoreNotReady, StoreUnavailable, migrations
 from bot.core.store.chain import GENESIS_HASH, entry_hash
 from bot.core.store.tables import audit
-from tests.support.process_kit import Finished, run_gpuops
+from tests.support.process_kit import GPUOPS, Finished, run_gpuops
 
 
 def audit_env(tmp_path: Path, database_url: str) -> dict[str, str]:
@@ -166,3 +172,137 @@ async def test_verify_words_a_reorder_and_an_edited_head_as_what_they_are(
     newest = f"entry {ids[5]}, the newest, was edited and hashed again, or the chain head was"
     assert newest in head.stdout and "6 intact" in head.stdout
     assert "removed" not in head.stdout and "the trail has" not in head.stdout
+
+
+async def tables_in(database_url: str) -> list[str]:
+    """The tables a database holds, read without the store (which would create them)."""
+    if database_url.startswith("sqlite"):
+        path = database_url.removeprefix("sqlite:///")
+        with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+            return [row[0] for row in conn.execute("SELECT name FROM sqlite_master")]
+    return await _pg_tables(database_url)
+
+
+async def _pg_tables(database_url: str) -> list[str]:
+    conn = await asyncpg.connect(database_url)
+    try:
+        rows = await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+    finally:
+        await conn.close()
+    return [row["tablename"] for row in rows]
+
+
+def missing_database(database_url: str, tmp_path: Path) -> tuple[str, str]:
+    """A URL (with a password, for PostgreSQL) naming a database that does not exist, and
+    the name the message must give."""
+    if database_url.startswith("sqlite"):
+        path = tmp_path / "absent" / "gpuops.db"
+        return f"sqlite:///{path}", f"sqlite:///{path}"
+    name = f"gpuops_t_absent_{secrets.token_hex(4)}"
+    return (
+        f"postgresql://postgres:{SECRET}@127.0.0.1:5432/{name}",
+        f"postgresql://postgres@127.0.0.1:5432/{name}",
+    )
+
+
+SECRET = "pw-never-shown-9f2c"
+
+
+@pytest.mark.parametrize("verb", ["verify", "export"])
+async def test_a_missing_database_is_named_and_not_created(
+    tmp_path: Path, database_url: str, verb: str
+) -> None:
+    url, named = missing_database(database_url, tmp_path)
+    done = await gpuops_audit(tmp_path, url, verb)
+    assert done.code == 1 and done.stdout == ""
+    assert f"the state store {named} does not exist" in done.stderr, done.stderr
+    assert SECRET not in done.stderr
+    assert not (tmp_path / "absent").exists()
+
+
+async def test_the_default_database_is_not_created(tmp_path: Path) -> None:
+    env = audit_env(tmp_path, "")
+    del env["GPUOPS_DATABASE_URL"]
+    done = await run_gpuops(["audit", "verify"], env, tmp_path)
+    assert done.code == 1 and "sqlite:///gpuops.db does not exist" in done.stderr, done.stderr
+    assert not (tmp_path / "gpuops.db").exists()
+
+
+@pytest.mark.parametrize("verb", ["verify", "export"])
+async def test_a_database_without_the_schema_is_named_and_left_empty(
+    tmp_path: Path, database_url: str, verb: str
+) -> None:
+    if database_url.startswith("sqlite"):
+        with closing(sqlite3.connect(database_url.removeprefix("sqlite:///"))) as conn:
+            conn.execute("CREATE TABLE unrelated (a INTEGER)")
+    done = await gpuops_audit(tmp_path, database_url, verb)
+    assert done.code == 1 and done.stdout == ""
+    assert "holds no gpuops schema" in done.stderr, done.stderr
+    assert await tables_in(database_url) in ([], ["unrelated"])
+
+
+async def test_an_older_schema_is_named_and_not_migrated(
+    tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with monkeypatch.context() as patched:
+        patched.setattr(migrations, "MIGRATIONS", migrations.MIGRATIONS[:-1])
+        old = await Store.open(database_url)
+        await old.close()
+    for verb in ("verify", "export"):
+        done = await gpuops_audit(tmp_path, database_url, verb)
+        assert done.code == 1 and done.stdout == ""
+        assert "has an older schema" in done.stderr, done.stderr
+        assert f"[{migrations.LATEST_VERSION}]" in done.stderr
+    with pytest.raises(StoreNotReady, match="older schema"):  # still not migrated
+        await Store.open_read_only(database_url)
+
+
+async def test_export_into_a_reader_that_leaves_ends_quietly(
+    tmp_path: Path, database_url: str
+) -> None:
+    async with await Store.open(database_url) as store:
+        for index in range(120):  # ~250 kB: more than a pipe holds, so the write meets EPIPE
+            await store.append_audit(
+                actor="U04DAVE",
+                event="requested",
+                project="e2e-delhi",
+                cluster_id="101",
+                request_id="CR-PFXSA6",
+                outcome="pending",
+                detail={"reason": f"{index} " + "x" * 2000},
+            )
+    process = await asyncio.create_subprocess_exec(
+        "bash",
+        "-o",
+        "pipefail",
+        "-c",
+        '"$0" audit export | head -n 1',
+        GPUOPS,
+        env=audit_env(tmp_path, database_url),
+        cwd=tmp_path,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 120)
+    assert err.decode() == ""
+    assert json.loads(out)["detail"]["reason"].startswith("0 ")
+    assert process.returncode == 141  # as a program ended by SIGPIPE
+
+
+async def test_the_audit_commands_store_refuses_every_write(database_url: str) -> None:
+    await seeded(database_url)
+    async with await Store.open_read_only(database_url) as store:
+        assert (await store.verify_audit())[0] == 6
+        with pytest.raises(StoreUnavailable) as refused:
+            await store.append_audit(
+                actor="U04DAVE",
+                event="requested",
+                project="e2e-delhi",
+                cluster_id="101",
+                request_id="CR-PFXSA6",
+                outcome="pending",
+                detail={},
+            )
+    assert refused.value.read_only
+    async with await Store.open(database_url) as store:
+        assert (await store.chain_head()).entries == 6

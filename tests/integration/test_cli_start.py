@@ -13,6 +13,7 @@ from asyncio.subprocess import DEVNULL
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -293,14 +294,50 @@ async def test_check_config_online_passes_each_check_on_its_own_line(
     done = await run_gpuops(["check-config", "--policy", str(elsewhere), "--online"], env, tmp_path)
     assert done.code == 0, done.stdout + done.stderr
     checks = done.stdout.split("online checks:\n", 1)[1].split("\n\n", 1)[0].splitlines()
-    assert [re.sub(r"listed \d+ ", "listed N ", " ".join(line.split())) for line in checks] == [
+    shown = [re.sub(r"listed \d+ ", "listed N ", " ".join(line.split())) for line in checks]
+    assert [line.split(";", 1)[0] for line in shown] == [
         "ok Slack auth.test: the bot is UBOT in team T0GPUOPS",
         "ok notify_channel C0GPUAUDIT (e2e-delhi, together-prod): the bot is a member",
-        "ok e2e-delhi (e2e): one read: listed N cluster(s)",
-        "ok together-prod (together): one read: listed N cluster(s)",
+        "ok e2e-delhi (e2e): one read: listed N cluster(s) and read each",
+        "ok together-prod (together): one read: listed N cluster(s) and read each",
     ]
     assert f"policy: {elsewhere}" in done.stdout and "configuration OK" in done.stdout
     assert stand.together.calls("list") and stand.e2e.calls("list")
+    for secret in (DEMO_BOT_TOKEN, *CREDENTIALS.values()):
+        assert secret not in done.stdout + done.stderr
+
+
+async def test_check_config_online_names_unknown_and_missing_fields_reading_only(
+    tmp_path: Path, stand: Stand
+) -> None:
+    for cluster in stand.together.clusters.values():
+        cluster["zz_probe_extra"] = {"nested": 1}  # a field no model knows
+        del cluster["machine_cluster_id"]  # a field the model declares
+    plain_detail = stand.e2e.detail
+
+    def altered_detail(cluster: Any) -> dict[str, Any]:  # E2E's GET of one cluster
+        body = plain_detail(cluster)
+        body["zz_e2e_extra"] = True
+        del body["private_cloud_name"]
+        return body
+
+    stand.e2e.detail = altered_detail  # type: ignore[method-assign]
+    stand.together.requests.clear()
+    stand.e2e.requests.clear()
+    done = await run_gpuops(["check-config", "--online"], stand_env(tmp_path, stand), tmp_path)
+    assert done.code == 0, done.stdout + done.stderr
+    for project, extra, absent in (
+        ("together-prod (together)", "zz_probe_extra", "machine_cluster_id"),
+        ("e2e-delhi (e2e)", "zz_e2e_extra", "private_cloud_name"),
+    ):
+        line = next(x for x in done.stdout.splitlines() if f"{project}: one read" in x)
+        known, _, lacking = line.partition("the replies lack: ")
+        assert extra in known.split("do not know: ", 1)[1].split("; ")[0].split(", "), line
+        assert absent in lacking.split(", "), line
+    requests = stand.together.requests + stand.e2e.requests
+    assert len(requests) > 2 and {r.method for r in requests} == {"GET"}  # the list, each get
+    paths = {r.path for r in stand.together.requests}
+    assert {"/v1/compute/clusters", "/v1/compute/clusters/tc-h100-reserved"} <= paths
     for secret in (DEMO_BOT_TOKEN, *CREDENTIALS.values()):
         assert secret not in done.stdout + done.stderr
 
@@ -330,6 +367,19 @@ async def test_check_config_online_names_each_failure_and_exits_1(
     assert any(line.startswith("ok together-prod (together): one read: listed") for line in lines)
     assert "error: 2 online check(s) failed" in lines
     assert "e2e-key-that-is-wrong" not in done.stdout + done.stderr
+
+
+async def test_check_config_online_names_a_scope_the_installation_lacks(
+    tmp_path: Path, stand: Stand
+) -> None:
+    stand.slack.scopes = stand.slack.scopes - {"channels:read", "groups:read"}
+    done = await run_gpuops(["check-config", "--online"], stand_env(tmp_path, stand), tmp_path)
+    assert done.code == 1
+    lines = [" ".join(line.split()) for line in done.stdout.splitlines()]
+    assert (
+        "FAIL notify_channel C0GPUAUDIT (e2e-delhi, together-prod): the app lacks the scope "
+        "channels:read,groups:read,im:read,mpim:read: reinstall it from manifest.yml" in lines
+    )
 
 
 async def test_check_config_online_with_a_refused_token(tmp_path: Path, stand: Stand) -> None:

@@ -21,6 +21,7 @@ from bot.local.slack import (
     MessagePosted,
     ViewOpened,
 )
+from bot.local.slack.server import BOT_SCOPES
 
 TOKEN = "xoxb-test-token-123"
 CHANNEL = "C0OPS"
@@ -314,6 +315,28 @@ async def test_directory_lookups(client: AsyncWebClient) -> None:
         await client.conversations_info(channel="C0NOPE")
     members = (await client.conversations_members(channel=CHANNEL))["members"]
     assert set(members) == {"UBOT", "UALICE", "UBOB"}
+
+
+async def test_a_method_without_its_scope_is_missing_scope_as_slack_answers(
+    fake: FakeSlack, client: AsyncWebClient
+) -> None:
+    fake.scopes = BOT_SCOPES - {"channels:read", "groups:read"}
+    with pytest.raises(SlackApiError) as refused:
+        await client.conversations_info(channel=CHANNEL)
+    assert refused.value.response["error"] == "missing_scope"
+    assert refused.value.response["needed"] == "channels:read,groups:read,im:read,mpim:read"
+    assert refused.value.response["provided"] == ",".join(sorted(fake.scopes))
+    fake.scopes = frozenset({"groups:read"})  # the method lets it in; a public channel not
+    with pytest.raises(SlackApiError, match="missing_scope") as public:
+        await client.conversations_info(channel=CHANNEL)
+    assert public.value.response["needed"] == "channels:read"
+    fake.scopes = BOT_SCOPES - {"chat:write"}
+    with pytest.raises(SlackApiError, match="missing_scope"):
+        await client.chat_postMessage(channel=CHANNEL, text="hi")
+    assert fake.messages.get(CHANNEL, []) == []
+    fake.scopes = BOT_SCOPES - {"channels:read", "groups:read"}
+    assert (await client.auth_test())["ok"] is True  # needs no scope
+    assert (await client.users_info(user="UALICE"))["ok"] is True  # not modelled: never stricter
 
 
 async def test_an_unknown_method_is_unknown_method(client: AsyncWebClient) -> None:

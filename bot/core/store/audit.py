@@ -20,7 +20,7 @@ before writing the entry.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
@@ -198,9 +198,10 @@ class AuditMixin(StoreBase):
         since: datetime | None = None,
         project: str | None = None,
         page_size: int = EXPORT_PAGE,
-    ) -> AsyncIterator[AuditEntry]:
+    ) -> AsyncGenerator[AuditEntry, None]:
         """Every entry (from ``since``, of ``project``), oldest first, read in pages from one
-        snapshot of the database: memory stays bounded however long the trail is."""
+        snapshot of the database: memory stays bounded however long the trail is. A reader
+        that stops early closes it (``contextlib.aclosing``) to end the snapshot at once."""
         require_aware("since", since)
         conditions: list[ColumnElement[bool]] = []
         if since is not None:

@@ -39,15 +39,24 @@ from bot.core.store.engine import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_OPERATION_TIMEOUT,
     create_engine,
+    is_sqlite_memory,
     normalize_database_url,
+    read_only_url,
 )
 from bot.core.store.errors import (
+    StoreNotReady,
     StoreUnavailable,
     describe_database,
+    is_missing_database,
     is_unavailable,
 )
 from bot.core.store.locks import LocksMixin
-from bot.core.store.migrations import migrate, pending_extra_seconds
+from bot.core.store.migrations import (
+    LATEST_VERSION,
+    migrate,
+    missing_versions,
+    pending_extra_seconds,
+)
 from bot.core.store.requests import RequestsMixin
 from bot.core.store.tables import audit_chain
 from bot.core.store.timeline import TimelineMixin
@@ -110,6 +119,60 @@ class Store(RequestsMixin, LocksMixin, AuditMixin, DeliveriesMixin, TimelineMixi
             await engine.dispose()
             raise
         return store
+
+    @classmethod
+    async def open_read_only(
+        cls,
+        url: str,
+        *,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        operation_timeout: float = DEFAULT_OPERATION_TIMEOUT,
+    ) -> Store:
+        """A store that only reads (``gpuops audit``): it creates nothing, migrates nothing,
+        and every transaction refuses writes. StoreNotReady (naming the database, never its
+        password) when the database does not exist, holds no gpuops schema, or an older one
+        than this release's; StoreUnavailable when it cannot be reached."""
+        sa_url = normalize_database_url(url)
+        database = describe_database(sa_url)
+        if sa_url.get_backend_name() == "sqlite" and is_sqlite_memory(sa_url):
+            raise StoreNotReady(database, "is an empty in-memory database: name a file")
+        engine = create_engine(
+            read_only_url(sa_url),
+            schema=None,
+            echo=False,
+            connect_timeout=connect_timeout,
+            statement_timeout=operation_timeout,
+            read_only=True,
+        )
+        store = cls(
+            engine,
+            database=database,
+            connect_timeout=connect_timeout,
+            operation_timeout=operation_timeout,
+        )
+        try:
+            await store._require_schema()
+        except BaseException:
+            await store.close()  # SQLite's kept connection too, not only the pool
+            raise
+        return store
+
+    async def _require_schema(self) -> None:
+        try:
+            async with self._begin() as conn:
+                missing = await conn.run_sync(missing_versions)
+        except StoreUnavailable as exc:
+            if is_missing_database(exc):
+                raise StoreNotReady(self._database, "does not exist") from exc
+            raise
+        if len(missing) == LATEST_VERSION:
+            raise StoreNotReady(self._database, "holds no gpuops schema")
+        if missing:
+            raise StoreNotReady(
+                self._database,
+                f"has an older schema (versions {missing} of {LATEST_VERSION} not applied): "
+                "start this release's gpuops serve or socket on it once to migrate it",
+            )
 
     async def _migrate(self, quoted_schema: str | None, limit_seconds: float) -> None:
         limit = limit_seconds if self._engine.dialect.name == "postgresql" else None

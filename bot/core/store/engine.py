@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 from sqlalchemy import Connection, Table, event
 from sqlalchemy.dialects import postgresql, sqlite
@@ -61,8 +62,9 @@ def require_aware(name: str, value: datetime | None) -> None:
         raise ValueError(f"{name} must be a tz-aware datetime")
 
 
-def _install_sqlite_hooks(engine: AsyncEngine) -> None:
-    """WAL, a busy timeout, and real transactions (SQLAlchemy emits BEGIN, not sqlite3)."""
+def _install_sqlite_hooks(engine: AsyncEngine, *, read_only: bool) -> None:
+    """WAL, a busy timeout, and real transactions (SQLAlchemy emits BEGIN, not sqlite3).
+    A read-only connection leaves the journal mode as it is: switching it is a write."""
 
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_connection: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
@@ -70,8 +72,9 @@ def _install_sqlite_hooks(engine: AsyncEngine) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-        cursor.execute("PRAGMA journal_mode = WAL")
-        cursor.execute("PRAGMA synchronous = NORMAL")
+        if not read_only:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA synchronous = NORMAL")
         cursor.close()
 
     @event.listens_for(engine.sync_engine, "begin")
@@ -105,9 +108,27 @@ def _install_counters(engine: AsyncEngine) -> None:
         STORE_TRANSACTIONS.inc()
 
 
+def read_only_url(url: URL) -> URL:
+    """``url`` opened so that nothing can be written, and a missing SQLite file is an error
+    rather than a new empty database (``mode=ro``)."""
+    if url.get_backend_name() == "sqlite":
+        # SQLAlchemy hands the database to sqlite3 as the URI's path: it must be "file:…".
+        path = quote(url.database or "", safe="/")
+        return url.set(database=f"file:{path}").update_query_dict({"mode": "ro", "uri": "true"})
+    return url
+
+
 def create_engine(
-    url: URL, *, schema: str | None, echo: bool, connect_timeout: float, statement_timeout: float
+    url: URL,
+    *,
+    schema: str | None,
+    echo: bool,
+    connect_timeout: float,
+    statement_timeout: float,
+    read_only: bool = False,
 ) -> AsyncEngine:
+    """The engine for ``url``; ``read_only``: every transaction refuses writes (SQLite:
+    pass a ``read_only_url``; PostgreSQL: ``default_transaction_read_only``)."""
     # hide_parameters: statement parameters never reach logs or exception texts.
     common: dict[str, Any] = {"echo": echo, "hide_parameters": True}
     if url.get_backend_name() == "postgresql":
@@ -116,8 +137,13 @@ def create_engine(
             # Past the store's own bound on a transaction, which is the one that fires.
             "command_timeout": statement_timeout + 1.0,
         }
+        server_settings: dict[str, str] = {}
         if schema is not None:
-            connect_args["server_settings"] = {"search_path": schema}
+            server_settings["search_path"] = schema
+        if read_only:
+            server_settings["default_transaction_read_only"] = "on"
+        if server_settings:
+            connect_args["server_settings"] = server_settings
         engine = create_async_engine(
             url,
             pool_size=5,
@@ -139,7 +165,7 @@ def create_engine(
     else:
         # The store queues its own transactions (see StoreBase.__init__): few connections.
         engine = create_async_engine(inline, pool_size=2, max_overflow=2, creator=creator, **common)
-    _install_sqlite_hooks(engine)
+    _install_sqlite_hooks(engine, read_only=read_only)
     _install_counters(engine)
     return engine
 

@@ -15,7 +15,8 @@ _UNAVAILABLE_SQLSTATE_PREFIXES = ("08", "53", "57P")
 _READ_ONLY_SQLSTATE = "25006"  # read_only_sql_transaction: a standby, or a read-only database
 # No such database (invalid_catalog_name), no such role or a refused password
 # (invalid_authorization_specification, invalid_password): not usable, said in one line.
-_NOT_USABLE_SQLSTATES = ("3D000", "28000", "28P01")
+_NO_SUCH_DATABASE_SQLSTATE = "3D000"  # invalid_catalog_name
+_NOT_USABLE_SQLSTATES = (_NO_SUCH_DATABASE_SQLSTATE, "28000", "28P01")
 _SQLITE_UNAVAILABLE_MARKERS = (
     "readonly database",
     "unable to open database",
@@ -35,6 +36,17 @@ class StoreUnavailable(GpuopsError):
         self.reason = reason
         self.read_only = read_only
         super().__init__(f"the state store {database} is unavailable: {reason}")
+
+
+class StoreNotReady(GpuopsError):
+    """A database opened only to read (``Store.open_read_only``) is missing, holds no gpuops
+    schema, or an older one than this release's. Nothing was created or migrated. Its text
+    names the database, never a password."""
+
+    def __init__(self, database: str, reason: str) -> None:
+        self.database = database
+        self.reason = reason
+        super().__init__(f"the state store {database} {reason}")
 
 
 def describe_database(url: URL) -> str:
@@ -61,6 +73,17 @@ def is_read_only(error: BaseException) -> bool:
         if getattr(cause, "sqlstate", None) == _READ_ONLY_SQLSTATE:
             return True
         if isinstance(cause, sqlite3.OperationalError) and "readonly" in str(cause).lower():
+            return True
+    return False
+
+
+def is_missing_database(error: BaseException) -> bool:
+    """True when ``error`` (or what caused it) says the SQLite file or the PostgreSQL
+    database does not exist, rather than that it cannot be reached."""
+    for cause in _chain(error):
+        if getattr(cause, "sqlstate", None) == _NO_SUCH_DATABASE_SQLSTATE:
+            return True
+        if isinstance(cause, sqlite3.OperationalError) and "unable to open" in str(cause):
             return True
     return False
 

@@ -591,6 +591,13 @@ def applied_versions(conn: Connection) -> list[int]:
     return list(rows.scalars())
 
 
+def missing_versions(conn: Connection) -> list[int]:
+    """The versions up to LATEST_VERSION this database has not applied (all of them for a
+    database without the schema), without creating or changing anything."""
+    done = set(applied_versions(conn))
+    return [m.version for m in MIGRATIONS if m.version not in done]
+
+
 def _apply_pending(conn: Connection) -> tuple[int, ...]:
     _version_table.create(conn, checkfirst=True)
     done = set(applied_versions(conn))

@@ -68,6 +68,33 @@ Subscriber = Callable[[FakeEvent], Awaitable[None] | None]
 _T = TypeVar("_T")
 
 DEFAULT_CHANNELS = {"C0GPUOPS": "gpu-ops"}
+# The bot scopes manifest.yml asks for (tests/contract/test_manifest.py holds them equal):
+# what an installation of the app grants unless a test says otherwise.
+BOT_SCOPES = frozenset(
+    {
+        "app_mentions:read",
+        "channels:read",
+        "chat:write",
+        "commands",
+        "files:write",
+        "groups:read",
+        "usergroups:read",
+    }
+)
+_CONVERSATION_READ = ("channels:read", "groups:read", "im:read", "mpim:read")
+# The bot scopes Slack's method docs list for methods modelled here (any one of them lets
+# the call in; the conversations methods then need the one of the conversation's type). A
+# method not listed is not checked: the stand-in is never stricter than Slack.
+METHOD_SCOPES: dict[str, tuple[str, ...]] = {
+    "chat.postMessage": ("chat:write",),
+    "chat.update": ("chat:write",),
+    "chat.postEphemeral": ("chat:write",),
+    "usergroups.users.list": ("usergroups:read",),
+    "files.getUploadURLExternal": ("files:write",),
+    "files.completeUploadExternal": ("files:write",),
+    "conversations.info": _CONVERSATION_READ,
+    "conversations.members": _CONVERSATION_READ,
+}
 RESPONSE_URL_MAX_USES = 5  # Slack accepts up to 5 posts to one response_url …
 RESPONSE_URL_TTL_SECONDS = 30 * 60  # … within 30 minutes
 VIEW_STACK_LIMIT = 3
@@ -197,8 +224,12 @@ class FakeSlack:
         users: Mapping[str, str] | None = None,
         usergroups: Mapping[str, list[str]] | None = None,
         trigger_ttl: float = 3.0,
+        scopes: Iterable[str] = BOT_SCOPES,
     ) -> None:
         self._bot_token = bot_token
+        self.scopes: frozenset[str] = frozenset(scopes)
+        """The bot scopes the installation granted: a method called without its scope is
+        refused with ``missing_scope``, as Slack does (METHOD_SCOPES)."""
         self.bot_user_id = bot_user_id
         self.bot_id = bot_id
         self.team_id = team_id
@@ -565,6 +596,10 @@ class FakeSlack:
         handler = self._methods.get(method) or self._function_method(method, token)
         if handler is None:
             return 200, ApiError("unknown_method").body(), {}
+        try:
+            self._require_scope(*METHOD_SCOPES.get(method, ()))
+        except ApiError as exc:
+            return 200, exc.body(), {}
         if method in self.delays:
             await asyncio.sleep(self.delays[method])
         fault = self._take_fault(method)
@@ -574,6 +609,14 @@ class FakeSlack:
             return 200, await handler(args), {}
         except ApiError as exc:
             return 200, exc.body(), {}
+
+    def _require_scope(self, *accepted: str) -> None:
+        """Slack's ``missing_scope`` (with ``needed`` and ``provided``) unless one of
+        ``accepted`` was granted; nothing is needed when ``accepted`` is empty."""
+        if accepted and self.scopes.isdisjoint(accepted):
+            raise ApiError(
+                "missing_scope", needed=",".join(accepted), provided=",".join(sorted(self.scopes))
+            )
 
     def _token_error(self, method: str, token: str) -> str | None:
         """Web API methods take the bot token (or a running step's own token, revoked once
@@ -948,12 +991,14 @@ class FakeSlack:
     async def _conversations_info(self, args: JsonDict) -> JsonDict:
         channel = self._channel_id(args.get("channel"))
         if channel.startswith("D") and channel in self.dms:
+            self._require_scope("im:read")
             return {
                 "ok": True,
                 "channel": {"id": channel, "is_im": True, "user": "U" + channel[1:]},
             }
         if channel not in self.channels and channel not in self.not_member_channels:
             raise ApiError("channel_not_found")
+        self._require_scope("channels:read")  # the stand-in's channels are all public
         return {
             "ok": True,
             "channel": {
@@ -972,6 +1017,7 @@ class FakeSlack:
         channel = self._channel_id(args.get("channel"))
         if channel not in self.channels and channel not in self.not_member_channels:
             raise ApiError("channel_not_found")
+        self._require_scope("channels:read")
         bot = [self.bot_user_id] if channel in self.channels else []
         return {
             "ok": True,

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import (
+    BaseModel,
     ValidationError,
 )
 
@@ -155,6 +156,11 @@ class E2EAdapter:
     async def list_clusters(self) -> list[ClusterSummary]:
         items = await self.client.list_clusters()
         return [self._summary(item) for item in items]
+
+    async def probe_replies(self) -> list[BaseModel]:
+        """The list's clusters, then each one's own GET (SupportsProbe): reads only."""
+        listed = await self.client.list_clusters()
+        return [*listed, *[await self.client.get_cluster(item.id) for item in listed]]
 
     async def get_cluster(self, cluster_id: str) -> ClusterState:
         cluster = await self.client.get_cluster(parse_cluster_id(cluster_id))

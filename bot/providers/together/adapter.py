@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import BaseModel
+
 from bot.providers.base import (
     ApplyOutcome,
     ChangeInputError,
@@ -115,6 +117,11 @@ class TogetherAdapter:
 
     async def list_clusters(self) -> list[ClusterSummary]:
         return [to_summary(c, self.project) for c in await self.client.list_clusters()]
+
+    async def probe_replies(self) -> list[BaseModel]:
+        """The list's clusters, then each one's own GET (SupportsProbe): reads only."""
+        listed = await self.client.list_clusters()
+        return [*listed, *[await self.client.get_cluster(c.cluster_id) for c in listed]]
 
     async def get_cluster(self, cluster_id: str) -> ClusterState:
         cluster = await self.client.get_cluster(cluster_id)
