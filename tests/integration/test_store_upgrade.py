@@ -185,13 +185,13 @@ _V11_REVERT = (
 )
 
 
-async def test_reverts_doubled_before_migration_13_keep_the_oldest_in_the_slot(
+async def test_reverts_doubled_before_migration_12_keep_the_oldest_in_the_slot(
     database_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Version 11 let two reverts of one request be pending at once: the upgrade keeps
     both, the older holds the request's one revert slot, the other is logged to cancel;
     a third is then refused by the store."""
-    before = tuple(m for m in bot.core.store.migrations.MIGRATIONS if m.version < 13)
+    before = tuple(m for m in bot.core.store.migrations.MIGRATIONS if m.version < 12)
     with monkeypatch.context() as patched:
         patched.setattr(bot.core.store.migrations, "MIGRATIONS", before)
         old = await Store.open(database_url)

@@ -501,7 +501,7 @@ def _v11_single_statement_transitions(conn: Connection) -> None:
             conn.execute(text(trigger))
 
 
-# The states in which a revert holds its request's one revert slot (migration 13): under
+# The states in which a revert holds its request's one revert slot (migration 12): under
 # way or done. A revert denied, expired, cancelled or failed frees it for another.
 REVERT_HELD_STATES = ("pending", "approved", "executing", "succeeded", "unknown")
 REVERT_HELD = text("state IN (" + ", ".join(f"'{s}'" for s in REVERT_HELD_STATES) + ")")
@@ -518,7 +518,7 @@ _V13_DOUBLED = text(
 )
 
 
-def _v13_one_revert(conn: Connection) -> None:
+def _v12_one_revert(conn: Connection) -> None:
     # Two replicas pressed Revert at once and each opened one: a request's revert slot,
     # unique among its reverts under way or done, is taken in the transaction that opens
     # one. Of reverts doubled before, the oldest holds it; the others are logged.
@@ -561,7 +561,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         11, "change requests: one statement per transition", _v11_single_statement_transitions
     ),
-    Migration(13, "change requests: one revert per request", _v13_one_revert),
+    Migration(12, "change requests: one revert per request", _v12_one_revert),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version
@@ -576,11 +576,9 @@ _version_table = Table(
 
 
 def _check_migration_order(migrations: tuple[Migration, ...]) -> None:
-    # Rising from 1; a number may be missing (reserved by a branch not merged yet): each
-    # database records the versions it has, so one merged later is applied then.
     versions = [migration.version for migration in migrations]
-    if versions[:1] != [1] or versions != sorted(set(versions)):
-        raise RuntimeError(f"migration versions must rise from 1 in order; got {versions}")
+    if versions != list(range(1, len(versions) + 1)):
+        raise RuntimeError(f"migration versions must be 1, 2, 3, … in order; got {versions}")
 
 
 def applied_versions(conn: Connection) -> list[int]:

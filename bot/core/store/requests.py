@@ -76,7 +76,7 @@ class StepTaken(GpuopsError):
 
 
 class RevertTaken(GpuopsError):
-    """Another revert of the same request is open or done (a unique index, migration 13):
+    """Another revert of the same request is open or done (a unique index, migration 12):
     no request was created."""
 
     def __init__(self, revert_of: str) -> None:
@@ -84,7 +84,7 @@ class RevertTaken(GpuopsError):
         super().__init__(f"{revert_of} already has a revert")
 
 
-# The index that lets one revert per request be open or done (migration 13).
+# The index that lets one revert per request be open or done (migration 12).
 _REVERT_SLOT = "revert_slot"
 
 

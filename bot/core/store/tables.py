@@ -56,7 +56,7 @@ change_requests = Table(
     # What the last single-statement transition asked of the other tables (SQLite's
     # triggers act on it; bot.core.store.trigger_work).
     Column("last_transition", Text()),
-    # revert_of of a revert made since migration 13: one open or done per request.
+    # revert_of of a revert made since migration 12: one open or done per request.
     Column("revert_slot", String(16)),
     Index("ix_gpuops_change_requests_state", "state"),
     Index("ix_gpuops_change_requests_project", "project"),
