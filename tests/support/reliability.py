@@ -217,6 +217,8 @@ class StoreOutage:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.down = False
+        self.answers_lost = 0  # commits that went through and were then told as failed
+        self._lose_answer = False
         self._real = store._begin
         store._begin = self._begin  # type: ignore[method-assign]
 
@@ -236,6 +238,19 @@ class StoreOutage:
 
         event.listen(self.store.engine.sync_engine, "after_cursor_execute", after)
 
+    def lose_answer_after(self, statement_prefix: str) -> None:
+        """The transaction of the first statement starting with ``statement_prefix``
+        commits, and its caller is told StoreUnavailable as if the connection broke before
+        the commit's answer came back; the store is down from then on."""
+        armed = [True]
+
+        def after(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+            if armed[0] and statement.lstrip().upper().startswith(statement_prefix.upper()):
+                armed[0] = False
+                self._lose_answer = True
+
+        event.listen(self.store.engine.sync_engine, "after_cursor_execute", after)
+
     def end(self) -> None:
         self.down = False
 
@@ -245,3 +260,8 @@ class StoreOutage:
             raise StoreUnavailable(self.store.database, "ConnectionRefusedError (test outage)")
         async with self._real() as conn:
             yield conn
+        if self._lose_answer:  # committed: only the answer is lost
+            self._lose_answer = False
+            self.answers_lost += 1
+            self.down = True
+            raise StoreUnavailable(self.store.database, "ConnectionResetError (test: answer lost)")

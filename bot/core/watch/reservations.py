@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 from bot.core.access import Access
 from bot.core.notifier import NotDelivered
-from bot.core.store.watch import WatchStore
+from bot.core.store.watch import Held, WatchStore
 from bot.core.watch.keys import reminder_key
 from bot.core.watch.notifier import ReservationReminder, WatchNotifier
 from bot.core.watch.reminders import Horizon, due, remaining_text
@@ -86,11 +86,11 @@ class ReminderDesk:
         reminders = due(end, now, horizons, done)
         for skipped in reminders.skip:
             await self.store.claim_alert(keys[skipped.text], channel)
-        if reminders.post is None or not await self.store.claim_alert(
-            keys[reminders.post.text], channel
-        ):
+        if reminders.post is None:
             return
-        key = keys[reminders.post.text]
+        claim = await self.store.claim_alert(keys[reminders.post.text], channel)
+        if isinstance(claim, Held):
+            return
         reminder = ReservationReminder(
             project=project,
             summary=summary,
@@ -102,9 +102,9 @@ class ReminderDesk:
             ts = await self.notifier.reservation_reminder(channel, reminder)
         except NotDelivered as exc:
             log.warning("could not post a reminder for %s: %s", summary.cluster_id, exc.reason)
-            await self.store.forget_alert(key)
+            await self.store.forget_alert(claim)
             return
-        await self.store.alert_posted(key, ts)
+        await self.store.alert_posted(claim, ts)
         WATCH_ALERTS.labels("reminder").inc()
         await self.access.audit(
             "gpuops",
