@@ -102,10 +102,6 @@ class SlackEventsEndpoint:
     @staticmethod
     async def _write(request: web.Request, bolt_response: BoltResponse) -> web.StreamResponse:
         """Write the answer now (aiohttp sends nothing more for a prepared response)."""
-        if bolt_response.status == 404:
-            # Signed, but no listener wants it (an event type or a button of an older
-            # version): acknowledge it, or Slack retries events and shows people an error.
-            bolt_response = BoltResponse(status=200, body="")
         response = await to_aiohttp_response(bolt_response)
         try:
             await response.prepare(request)

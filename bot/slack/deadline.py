@@ -131,7 +131,7 @@ async def answer_before_deadline(
         if answer.sent.done():
             return
         if task in done:
-            await answer.give(task.result())
+            await answer.give(acknowledged(task.result()))
             return
         kind = _kind(request.body)
         SLACK_ANSWERS_PAST_BUDGET.labels(kind).inc()
@@ -139,6 +139,14 @@ async def answer_before_deadline(
             "answered a %s empty at the %.1f s budget; its listener goes on", kind, deadline.budget
         )
     await answer.give(BoltResponse(status=200, body=""))
+
+
+def acknowledged(response: BoltResponse) -> BoltResponse:
+    """What Slack is answered for Bolt's ``response``: a signed request no listener wants (an
+    event type, a form or a button of an older version; Bolt's 404) is acknowledged empty, or
+    Slack retries events and shows people an error (over Socket Mode, Bolt sends nothing
+    for a 404 at all)."""
+    return BoltResponse(status=200, body="") if response.status == 404 else response
 
 
 class DeadlineSocketModeHandler(AsyncSocketModeHandler):

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import struct
 import time
 from collections.abc import AsyncIterator
 
+import asyncpg
 import pytest
 
-from bot.local.faults.proxy import FaultMode, FaultProxy
+from bot.local.faults.proxy import (
+    FaultMode,
+    FaultProxy,
+    _frame,
+    _FrontendMessages,
+    _is_commit,
+)
+from tests.conftest import PG_URL_TEMPLATE, create_pg_database, drop_pg_database
 
 
 async def _echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -110,3 +119,52 @@ async def test_slow_delays_each_chunk(proxy: FaultProxy) -> None:
     assert await _round_trip(reader, writer) == b"ping"
     assert time.monotonic() - started < 0.3
     writer.close()
+
+
+async def test_a_lost_commit_answer_commits_at_the_server_and_never_answers() -> None:
+    """The COMMIT reaches PostgreSQL and is applied; the client's connection is reset before
+    any answer: what a database lost right after a commit looks like to gpuops."""
+    name = await create_pg_database()
+    pg_proxy = FaultProxy(target_port=5432)
+    await pg_proxy.start()
+    try:
+        dsn = f"postgresql://postgres@127.0.0.1:{pg_proxy.port}/{name}"
+        conn = await asyncpg.connect(dsn, timeout=10)
+        await conn.execute("CREATE TABLE t (v int)")
+        assert await conn.fetchval("SELECT count(*) FROM t WHERE v = $1", 1) == 0
+        pg_proxy.lose_commit_answer()
+        transaction = conn.transaction()
+        await transaction.start()
+        await conn.execute("INSERT INTO t VALUES (1)")
+        with pytest.raises((ConnectionError, asyncpg.PostgresConnectionError)):
+            await asyncio.wait_for(transaction.commit(), 10)
+        await asyncio.wait_for(pg_proxy.commit_answer_lost.wait(), 10)
+        assert pg_proxy.commit_answers_lost == 1
+        conn.terminate()
+        direct = await asyncpg.connect(PG_URL_TEMPLATE.format(name=name), timeout=10)
+        try:
+            assert await direct.fetchval("SELECT count(*) FROM t") == 1
+        finally:
+            await direct.close()
+        # Disarmed after one: the next commit through the proxy is answered.
+        again = await asyncpg.connect(dsn, timeout=10)
+        async with again.transaction():
+            await again.execute("INSERT INTO t VALUES (2)")
+        assert await again.fetchval("SELECT count(*) FROM t") == 2
+        await again.close()
+    finally:
+        await pg_proxy.close()
+        await drop_pg_database(name)
+
+
+def test_the_frontend_parser_splits_startup_and_typed_messages() -> None:
+    parser = _FrontendMessages()
+    ssl_request = struct.pack("!ii", 8, 80877103)
+    startup = struct.pack("!ii", 13, 196608) + b"user\x00"
+    query = b"Q" + struct.pack("!i", 12) + b"COMMIT;\x00"
+    stream = ssl_request + startup + query
+    seen = [m for i in range(len(stream)) for m in parser.feed(stream[i : i + 1])]
+    assert [kind for kind, _ in seen] == [None, None, ord("Q")]
+    assert _is_commit(*seen[2]) and not _is_commit(*seen[1])
+    assert b"".join(_frame(kind, body) for kind, body in seen) == stream
+    assert _FrontendMessages().feed(b"ping") == [(-1, b"ping")]  # not the protocol: opaque

@@ -1,4 +1,5 @@
-"""Validate requests and responses against the provider specs in ../shared/specs/.
+"""Validate requests and responses against the provider specs in tests/specs/ (copied into
+the repository with their sources: tests/specs/SOURCES.md).
 
     spec = load_spec("together-compute-clusters.DERIVED-from-sdk.yaml")
     spec.validate_request("PUT", "/compute/clusters/{cluster_id}", query={}, body={...})
@@ -12,7 +13,6 @@ fields the API does not define).
 from __future__ import annotations
 
 import functools
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -20,10 +20,7 @@ from typing import Any
 import yaml
 from openapi_schema_validator import OAS30Validator, OAS31Validator
 
-# shared/ lies beside the checkout (as in CI); GPUOPS_SPECS_DIR points elsewhere if not.
-SPECS_DIR = Path(
-    os.environ.get("GPUOPS_SPECS_DIR") or Path(__file__).resolve().parents[3] / "shared" / "specs"
-)
+SPECS_DIR = Path(__file__).resolve().parents[1] / "specs"
 
 
 class ContractError(AssertionError):
