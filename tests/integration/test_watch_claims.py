@@ -1,22 +1,27 @@
 """A watch alert whose claim was stored but never posted is posted by a later poll (issue
 #32, item 5), on SQLite and PostgreSQL: the claim's commit reaches the database and its
-answer is lost (``StoreOutage.lose_answer_after``, in-process), and once the claim is older
-than the takeover bound a poll takes it over and posts it, once. The compare-and-set
-itself, replica against replica, is in ``test_watch_claim_takeover.py``."""
+answer is lost, in-process (``StoreOutage.lose_answer_after``) and, on PostgreSQL, at the
+wire (the fault proxy forwards the claim's COMMIT and drops the server's answer); once the
+claim is older than the takeover bound a poll takes it over and posts it, once. The
+compare-and-set itself, replica against replica, is in ``test_watch_claim_takeover.py``."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from datetime import timedelta
+from typing import Any
 
-from sqlalchemy import select
+import pytest
+from sqlalchemy import event, select
 
 from bot.core.store import Store
 from bot.core.store.watch import WatchStore, alerts
 from bot.core.watch.keys import remediation_key
 from bot.local.demo.stack import LocalStack
+from bot.local.faults.proxy import FaultProxy
 from bot.local.simulators.together_remediations import NewRemediation
-from tests.conftest import StackFactory
+from tests.conftest import PG_URL_TEMPLATE, StackFactory, create_pg_database, drop_pg_database
 from tests.integration.test_watch_reminders import REMINDER_POLICY, ends_in, reminders
 from tests.support.reliability import StoreOutage
 from tests.support.watch_kit import (
@@ -110,3 +115,70 @@ async def test_a_reminder_whose_claim_answer_was_lost_is_posted_by_a_later_poll(
     await asyncio.sleep(WATCH_EVERY * 4)
     assert len(reminders(stack)) == 1
     assert await unposted_claims(stack.runtime.store) == []
+
+
+# ---- at the wire (PostgreSQL) ---------------------------------------------------------
+
+
+@pytest.fixture
+async def proxy() -> AsyncIterator[FaultProxy]:
+    fault_proxy = FaultProxy(target_port=5432)
+    await fault_proxy.start()
+    yield fault_proxy
+    await fault_proxy.close()
+
+
+@pytest.fixture
+async def proxied_url(proxy: FaultProxy) -> AsyncIterator[str]:
+    """A fresh PostgreSQL database, reached through the fault proxy (set up before the
+    test's stacks, so dropped after them)."""
+    name = await create_pg_database()
+    yield PG_URL_TEMPLATE.format(name=name).replace(":5432/", f":{proxy.port}/")
+    await drop_pg_database(name)
+
+
+def lose_the_claims_commit_answer(store: Store, proxy: FaultProxy) -> None:
+    """Arm the proxy as the transaction that claimed an alert key commits: that COMMIT
+    reaches the server, its answer is dropped and the link reset."""
+    armed: list[bool] = []
+
+    def after(conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if not armed and statement.lstrip().upper().startswith(CLAIM.upper()):
+            conn.info["claiming"] = True
+
+    def commit(conn: Any) -> None:
+        if conn.info.pop("claiming", False) and not armed:
+            armed.append(True)
+            proxy.lose_commit_answer()
+
+    def rollback(conn: Any) -> None:
+        conn.info.pop("claiming", None)
+
+    engine = store.engine.sync_engine
+    event.listen(engine, "after_cursor_execute", after)
+    event.listen(engine, "commit", commit)
+    event.listen(engine, "rollback", rollback)
+
+
+@pytest.mark.postgres
+async def test_a_remediation_whose_claim_commit_answer_was_lost_at_the_wire_is_posted(
+    proxied_url: str, proxy: FaultProxy, make_stack: StackFactory
+) -> None:
+    stack = await watched_stack(
+        make_stack,
+        database_url=proxied_url,
+        extra_settings={"gpuops_claim_takeover_seconds": TAKEOVER},
+    )
+    lose_the_claims_commit_answer(stack.runtime.store, proxy)
+    created = stack.together.create_remediation(CLUSTER, NewRemediation())
+    remediation_id = str(created["id"])
+    await asyncio.wait_for(proxy.commit_answer_lost.wait(), timeout=20)
+    message = await stack.slack.wait_for(
+        lambda: next(iter(remediation_roots(stack, remediation_id)), None), within=20
+    )
+    await asyncio.sleep(WATCH_EVERY * 4)
+    assert len(remediation_roots(stack, remediation_id)) == 1
+    watch = WatchStore(stack.runtime.store)
+    assert await watch.alert_ts(remediation_key(PROJECT, remediation_id)) == message.ts
+    await press(stack, message, BOB, "approve_remediation")
+    await stack.slack.wait_for(lambda: any("Approved" in t for t in thread(stack, message)))
