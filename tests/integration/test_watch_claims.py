@@ -182,3 +182,27 @@ async def test_a_remediation_whose_claim_commit_answer_was_lost_at_the_wire_is_p
     assert await watch.alert_ts(remediation_key(PROJECT, remediation_id)) == message.ts
     await press(stack, message, BOB, "approve_remediation")
     await stack.slack.wait_for(lambda: any("Approved" in t for t in thread(stack, message)))
+
+
+async def test_a_reminder_whose_ts_write_missed_an_outage_longer_than_the_bound_is_posted_once(
+    database_url: str, make_stack: StackFactory
+) -> None:
+    """Posted, then the store goes before its ts is written, for longer than the takeover
+    bound: the ts write waits for the store and lands before the next poll looks, so the
+    claim is not taken over and the reminder not posted again."""
+    stack = await watched_stack(
+        make_stack,
+        database_url=database_url,
+        policy_yaml=REMINDER_POLICY,
+        extra_settings={"gpuops_claim_takeover_seconds": TAKEOVER},
+    )
+    outage = StoreOutage(stack.runtime.store)
+    outage.start_after(CLAIM)
+    ends_in(stack, timedelta(hours=23, minutes=30))
+    await stack.slack.wait_for(lambda: reminders(stack), within=20)
+    assert outage.down
+    await asyncio.sleep(TAKEOVER * 2)  # the outage's length: past the bound, on purpose
+    outage.end()
+    await asyncio.sleep(WATCH_EVERY * 6)  # polls after it: still one
+    assert len(reminders(stack)) == 1
+    assert await unposted_claims(stack.runtime.store) == []
