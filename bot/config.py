@@ -86,6 +86,10 @@ class Settings(BaseSettings):
     gpuops_db_connect_timeout: float = 5
     gpuops_db_operation_timeout: float = 10
     gpuops_exec_lease_seconds: float = 30
+    # A watch alert claimed but never posted (its claimer died, or the claim's commit
+    # answer was lost) is taken over by a later poll after this long. Keep it well above
+    # a post's own time (10 s a Slack call, three tries, plus Retry-After waits).
+    gpuops_claim_takeover_seconds: float = 300
     # How often the policy file is looked at for a change (SPEC §8: at least every 30 s).
     gpuops_policy_check_seconds: float = Field(default=10, gt=0, le=30)
     # A changed policy file is read once it has had no write for this long (an editor's or
@@ -162,6 +166,7 @@ class Settings(BaseSettings):
         "gpuops_db_connect_timeout",
         "gpuops_db_operation_timeout",
         "gpuops_exec_lease_seconds",
+        "gpuops_claim_takeover_seconds",
         "gpuops_schedule_grace_seconds",
         "gpuops_schedule_tick_seconds",
     )

@@ -9,6 +9,7 @@ import logging
 import socket
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -127,7 +128,9 @@ class Runtime:
         )
         ops = CommandService(access=access, workflow=workflow)
         steps = WorkflowSteps(ops, step_store, completer)
-        watch_store = WatchStore(store)
+        watch_store = WatchStore(
+            store, claim_takeover=timedelta(seconds=settings.gpuops_claim_takeover_seconds)
+        )
         watch_notifier = SlackWatchNotifier(messenger)
         desk = RemediationDesk(
             access=access,

@@ -219,6 +219,8 @@ class StoreOutage:
         self.down = False
         self._losing: bool | None = None  # lose_commit_answer armed: committed or not
         self._lose_in: Any = None  # the connection whose transaction it hit
+        self.answers_lost = 0  # commits that went through and were then told as failed
+        self._lose_answer = False
         self._real = store._begin
         store._begin = self._begin  # type: ignore[method-assign]
 
@@ -235,6 +237,19 @@ class StoreOutage:
             if armed[0] and statement.lstrip().upper().startswith(statement_prefix.upper()):
                 armed[0] = False
                 self.down = True
+
+        event.listen(self.store.engine.sync_engine, "after_cursor_execute", after)
+
+    def lose_answer_after(self, statement_prefix: str) -> None:
+        """The transaction of the first statement starting with ``statement_prefix``
+        commits, and its caller is told StoreUnavailable as if the connection broke before
+        the commit's answer came back; the store is down from then on."""
+        armed = [True]
+
+        def after(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+            if armed[0] and statement.lstrip().upper().startswith(statement_prefix.upper()):
+                armed[0] = False
+                self._lose_answer = True
 
         event.listen(self.store.engine.sync_engine, "after_cursor_execute", after)
 
@@ -276,3 +291,8 @@ class StoreOutage:
                 raise StoreUnavailable(self.store.database, "ConnectionResetError (before COMMIT)")
         if lost:
             raise StoreUnavailable(self.store.database, "ConnectionResetError (after COMMIT)")
+        if self._lose_answer:  # committed: only the answer is lost
+            self._lose_answer = False
+            self.answers_lost += 1
+            self.down = True
+            raise StoreUnavailable(self.store.database, "ConnectionResetError (test: answer lost)")

@@ -235,6 +235,17 @@ def test_a_late_start_posts_only_the_tightest_due_horizon() -> None:
     assert due(end, end - timedelta(hours=2), parse_horizons(["1h"])).post is None
 
 
+def test_a_horizon_wider_than_one_done_is_never_due() -> None:
+    """A skipped horizon's claim has no ts, like a claim never posted: once a tighter one
+    is done, the wider one is past for good even when the store no longer counts it."""
+    end = datetime(2026, 12, 1, 18, 0, tzinfo=UTC)
+    horizons = parse_horizons(["24h", "1h", "30m"])
+    later = due(end, end - timedelta(minutes=20), horizons, done=["30m"])
+    assert later.post is None and later.skip == ()
+    tighter = due(end, end - timedelta(minutes=20), horizons, done=["1h"])
+    assert tighter.post is not None and tighter.post.text == "30m" and tighter.skip == ()
+
+
 @pytest.mark.parametrize(
     ("left", "text"),
     [

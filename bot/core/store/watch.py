@@ -4,13 +4,23 @@ gpuops posted, with the compare-and-set that lets exactly one click decide each.
 Like the change requests in ``db``, every deciding write is one statement whose WHERE or
 ON CONFLICT clause is the decision, so the database picks the one winner among replicas
 and double clicks.
+
+An alert key is claimed before its message is posted and its ``ts`` written after, so a
+claim without a ts is a post under way, or one that never happened: its claimer died, or
+its claim's commit reached the database but the answer never came back. Such a claim is
+taken over once it is older than ``claim_takeover`` (one statement: ``ON CONFLICT DO UPDATE
+… WHERE ts IS NULL AND posted_at < cutoff``, so one poller wins even across replicas), and
+every write after the post names the claim it holds (its ``posted_at``), so a poster whose
+claim was taken over writes nothing.
 """
 
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Collection
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -30,6 +40,12 @@ from bot.core.store.db import Store
 from bot.core.store.migrations import UTCDateTime, json_type
 from bot.core.store.records import REQUEST_ID_PREFIX, new_request_id
 from bot.core.store.tables import change_requests
+
+# A claim never posted is taken over after this long: well above a post's own time (Slack
+# calls time out after 10 s, three tries at most, plus any Retry-After waits between).
+CLAIM_TAKEOVER = timedelta(minutes=5)
+
+log = logging.getLogger(__name__)
 
 REMEDIATION_ID_PREFIX = "RM-"  # gpuops's own id of a posted remediation, e.g. RM-7K2M9Q
 
@@ -54,6 +70,7 @@ alerts = Table(
     Column("key", Text(), primary_key=True),
     Column("channel", Text(), nullable=False),
     Column("ts", Text()),
+    # When it was claimed (or taken over): the claim's token for the writes after the post.
     Column("posted_at", UTCDateTime(), nullable=False),
 )
 
@@ -85,6 +102,21 @@ memory = Table(
     Column("data", json_type(), nullable=False),
     Column("updated_at", UTCDateTime(), nullable=False),
 )
+
+
+@dataclass(frozen=True)
+class AlertClaim:
+    """The right to post one alert key, as this caller holds it."""
+
+    key: str
+    at: datetime  # its posted_at: a later takeover changes it, and this claim's writes fail
+
+
+class Held(enum.Enum):
+    """Why a key could not be claimed."""
+
+    POSTED = "posted"  # its message is out (or it was deliberately skipped)
+    PENDING = "pending"  # claimed recently and not posted yet: a post may be under way
 
 
 class RemediationRecord(BaseModel):
@@ -125,40 +157,85 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+def _log_taken_over(claim: AlertClaim, ts: str) -> None:
+    log.error(
+        "alert %s was taken over by another poll while this one posted it (message %s): "
+        "it may be in the channel twice",
+        claim.key,
+        ts,
+    )
+
+
 class WatchStore:
     """The watcher's tables in the gpuops database (shares the Store's engine and lock)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, claim_takeover: timedelta = CLAIM_TAKEOVER) -> None:
         self.store = store
+        self.claim_takeover = claim_takeover
 
     # ---- alert keys -------------------------------------------------------------------
 
-    async def claim_alert(self, key: str, channel: str) -> bool:
-        """True for the one caller (across replicas, restarts) that may post ``key``."""
-        statement = (
-            self.store._insert(alerts)
-            .values(key=key, channel=channel, posted_at=_now())
-            .on_conflict_do_nothing(index_elements=[alerts.c.key])
+    def _claim(self, key: str, channel: str, now: datetime) -> Any:
+        """Insert a new claim, or take over one never posted and older than the bound."""
+        insert = self.store._insert(alerts).values(key=key, channel=channel, posted_at=now)
+        return insert.on_conflict_do_update(
+            index_elements=[alerts.c.key],
+            set_={"posted_at": insert.excluded.posted_at},
+            where=alerts.c.ts.is_(None) & (alerts.c.posted_at < now - self.claim_takeover),
+        ).returning(alerts.c.key)
+
+    async def claim_alert(self, key: str, channel: str) -> AlertClaim | Held:
+        """The claim for the one caller (across replicas, restarts) that may post ``key``
+        now; else why not."""
+        now = _now()
+        async with self.store._begin() as conn:
+            if (await conn.execute(self._claim(key, channel, now))).first() is not None:
+                return AlertClaim(key, now)
+            held = select(alerts.c.ts).where(alerts.c.key == key)
+            row = (await conn.execute(held)).first()
+        return Held.PENDING if row is not None and row[0] is None else Held.POSTED
+
+    async def alert_posted(self, claim: AlertClaim, ts: str) -> None:
+        """Remember where the message of a claimed key is (to edit it or reply under it).
+        A claim taken over meanwhile is left to its new claimer, and logged: a post that
+        outlived the takeover bound, so the alert may be in the channel twice."""
+        async with self.store._begin() as conn:
+            written = (await conn.execute(self._posted(claim, ts))).first() is not None
+        if not written:
+            _log_taken_over(claim, ts)
+
+    def _posted(self, claim: AlertClaim, ts: str) -> Any:
+        return (
+            update(alerts)
+            .where(alerts.c.key == claim.key, alerts.c.posted_at == claim.at)
+            .where(alerts.c.ts.is_(None))
+            .values(ts=ts)
             .returning(alerts.c.key)
         )
-        async with self.store._begin() as conn:
-            return (await conn.execute(statement)).first() is not None
 
-    async def alert_posted(self, key: str, ts: str) -> None:
-        """Remember where the message of a claimed key is (to edit it or reply under it)."""
+    async def forget_alert(self, claim: AlertClaim) -> None:
+        """Give a claim up because its post failed (the next poll tries again); a claim
+        taken over meanwhile is the new claimer's, and stays."""
         async with self.store._begin() as conn:
-            await conn.execute(update(alerts).where(alerts.c.key == key).values(ts=ts))
+            await conn.execute(self._forget(claim))
 
-    async def forget_alert(self, key: str) -> None:
-        """Give a claim up because its post failed (the next poll tries again)."""
-        async with self.store._begin() as conn:
-            await conn.execute(delete(alerts).where(alerts.c.key == key))
+    @staticmethod
+    def _forget(claim: AlertClaim) -> Any:
+        return delete(alerts).where(
+            alerts.c.key == claim.key, alerts.c.posted_at == claim.at, alerts.c.ts.is_(None)
+        )
 
     async def claimed(self, keys: Collection[str]) -> frozenset[str]:
-        """Which of ``keys`` were posted (or deliberately skipped) already: one query."""
+        """Which of ``keys`` were posted (or deliberately skipped) already, or are claimed
+        and may be being posted: one query. A claim past the takeover bound and never
+        posted is not among them (the next claim takes it over)."""
         if not keys:
             return frozenset()
-        statement = select(alerts.c.key).where(alerts.c.key.in_(list(keys)))
+        cutoff = _now() - self.claim_takeover
+        statement = select(alerts.c.key).where(
+            alerts.c.key.in_(list(keys)),
+            alerts.c.ts.is_not(None) | (alerts.c.posted_at >= cutoff),
+        )
         async with self.store._begin() as conn:
             rows = (await conn.execute(statement)).scalars().all()
         return frozenset(rows)
@@ -228,22 +305,19 @@ class WatchStore:
 
     async def claim_remediation(
         self, key: str, new: NewRemediationRecord
-    ) -> RemediationRecord | None:
-        """Claim a remediation's alert key and store its record in one transaction (both or
-        neither): the record to post, or None when it is claimed already. A record left by
-        an older gpuops whose claim was given back is returned while it was never posted."""
-        claim = (
-            self.store._insert(alerts)
-            .values(key=key, channel=new.channel, posted_at=_now())
-            .on_conflict_do_nothing(index_elements=[alerts.c.key])
-            .returning(alerts.c.key)
-        )
+    ) -> tuple[AlertClaim, RemediationRecord] | None:
+        """Claim a remediation's alert key (new, or taken over: see ``claim_alert``) and
+        store its record in one transaction (both or neither): the claim and the record to
+        post, or None when it is held. A record left by an older gpuops whose claim was
+        given back, or by a claimer that never posted, is returned while it was never
+        posted."""
+        now = _now()
         existing = select(remediations).where(
             remediations.c.project == new.project,
             remediations.c.remediation_id == new.remediation_id,
         )
         async with self.store._begin() as conn:
-            if (await conn.execute(claim)).first() is None:
+            if (await conn.execute(self._claim(key, new.channel, now))).first() is None:
                 return None
             row = (await conn.execute(self._new_remediation(new))).mappings().first()
             if row is None:
@@ -251,19 +325,26 @@ class WatchStore:
         if row is None:
             return None
         record = RemediationRecord.model_validate(dict(row))
-        return record if record.ts is None else None
+        return (AlertClaim(key, now), record) if record.ts is None else None
 
-    async def give_up_remediation(self, key: str, record_id: str) -> None:
+    async def give_up_remediation(self, claim: AlertClaim, record_id: str) -> None:
         """Its post failed: the alert key and the record go back together (the next poll
-        posts it afresh)."""
+        posts it afresh), unless the claim was taken over meanwhile."""
         async with self.store._begin() as conn:
-            await conn.execute(delete(alerts).where(alerts.c.key == key))
-            await conn.execute(delete(remediations).where(remediations.c.id == record_id))
+            if (await conn.execute(self._forget(claim))).rowcount:
+                await conn.execute(
+                    delete(remediations).where(
+                        remediations.c.id == record_id, remediations.c.ts.is_(None)
+                    )
+                )
 
-    async def remediation_posted(self, key: str, record_id: str, ts: str) -> None:
-        """Where a remediation's message is, on its alert key and its record at once."""
+    async def remediation_posted(self, claim: AlertClaim, record_id: str, ts: str) -> None:
+        """Where a remediation's message is, on its alert key and its record at once; a
+        claim taken over meanwhile writes nothing (as ``alert_posted``)."""
         async with self.store._begin() as conn:
-            await conn.execute(update(alerts).where(alerts.c.key == key).values(ts=ts))
+            if (await conn.execute(self._posted(claim, ts))).first() is None:
+                _log_taken_over(claim, ts)
+                return
             await conn.execute(
                 update(remediations)
                 .where(remediations.c.id == record_id)

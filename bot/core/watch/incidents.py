@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from bot.core.access import Access
 from bot.core.notifier import NotDelivered
 from bot.core.store import RequestState
-from bot.core.store.watch import WatchStore
+from bot.core.store.watch import AlertClaim, Held, WatchStore
 from bot.core.watch.backlog import StoreBacklog
 from bot.core.watch.health import ClusterHealth, EventKind, HealthEvent, observe
 from bot.core.watch.keys import incident_key, recovery_key
@@ -90,41 +90,47 @@ class IncidentDesk:
             await self.notifier.incident_changed(project, channel, root_ts, event)
             return True
         reply_key = recovery_key(project, event.cluster_id, event.incident)
-        if not await self.store.claim_alert(reply_key, channel):
-            return True
+        claim = await self.store.claim_alert(reply_key, channel)
+        if isinstance(claim, Held):
+            return claim is Held.POSTED
         try:
             ts = await self.notifier.incident_recovered(project, channel, root_ts, event)
         except NotDelivered as exc:
             log.warning("could not post a recovery of %s: %s", event.cluster_id, exc.reason)
-            await self._give_back(reply_key)
+            await self._give_back(claim)
             return False
-        await self._posted(reply_key, ts)
+        await self._posted(claim, ts)
         WATCH_ALERTS.labels("recovery").inc()
         await self._audit(project, event, "recovered")
         return True
 
     async def _open(self, project: str, channel: str, key: str, event: HealthEvent) -> bool:
-        if not await self.store.claim_alert(key, channel):
-            return True
+        """Post an incident's root once. A claim held but never posted is tried again at
+        the next poll (False: the cluster's memory stays), until it is posted or taken
+        over."""
+        claim = await self.store.claim_alert(key, channel)
+        if isinstance(claim, Held):
+            return claim is Held.POSTED
         try:
             ts = await self.notifier.incident_opened(project, channel, event)
         except NotDelivered as exc:
             log.warning("could not post an incident of %s: %s", event.cluster_id, exc.reason)
-            await self._give_back(key)
+            await self._give_back(claim)
             return False
-        await self._posted(key, ts)
+        await self._posted(claim, ts)
         WATCH_ALERTS.labels("health").inc()
         await self._audit(project, event, "opened")
         return True
 
-    async def _give_back(self, key: str) -> None:
+    async def _give_back(self, claim: AlertClaim) -> None:
         await self.backlog.attempt(
-            f"giving back alert {key}", functools.partial(self.store.forget_alert, key)
+            f"giving back alert {claim.key}", functools.partial(self.store.forget_alert, claim)
         )
 
-    async def _posted(self, key: str, ts: str) -> None:
+    async def _posted(self, claim: AlertClaim, ts: str) -> None:
         await self.backlog.attempt(
-            f"recording where alert {key} is", functools.partial(self.store.alert_posted, key, ts)
+            f"recording where alert {claim.key} is",
+            functools.partial(self.store.alert_posted, claim, ts),
         )
 
     async def _audit(self, project: str, event: HealthEvent, outcome: str) -> None:

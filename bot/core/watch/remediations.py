@@ -109,7 +109,7 @@ class RemediationDesk:
         self, project: str, channel: str, cluster_name: str, remediation: Remediation
     ) -> None:
         key = remediation_key(project, remediation.id)
-        record = await self.store.claim_remediation(
+        claimed = await self.store.claim_remediation(
             key,
             NewRemediationRecord(
                 project=project,
@@ -122,16 +122,17 @@ class RemediationDesk:
                 provider_state=remediation.state,
             ),
         )
-        if record is None:
+        if claimed is None:
             return
+        claim, record = claimed
         try:
             ts = await self.notifier.remediation_pending(record, remediation)
         except NotDelivered as exc:
             log.warning("could not post remediation %s: %s", remediation.id, exc.reason)
-            give_up = functools.partial(self.store.give_up_remediation, key, record.id)
+            give_up = functools.partial(self.store.give_up_remediation, claim, record.id)
             await self.backlog.attempt(f"giving back remediation {remediation.id}", give_up)
             return
-        posted = functools.partial(self.store.remediation_posted, key, record.id, ts)
+        posted = functools.partial(self.store.remediation_posted, claim, record.id, ts)
         await self.backlog.attempt(f"recording where remediation {remediation.id} is", posted)
         WATCH_ALERTS.labels("remediation").inc()
         audit = functools.partial(

@@ -60,7 +60,16 @@ def due(
     if now >= end_time:
         return DueReminders(None, ())
     finished = set(done)
-    reached = [h for h in horizons if now >= end_time - h.before and h.text not in finished]
+    # A horizon wider than one done is past for good (skipped when that one was posted),
+    # whatever the store kept of it: only a tighter one can still be due.
+    tightest_done = min((h.before for h in horizons if h.text in finished), default=None)
+    reached = [
+        h
+        for h in horizons
+        if now >= end_time - h.before
+        and h.text not in finished
+        and (tightest_done is None or h.before < tightest_done)
+    ]
     if not reached:
         return DueReminders(None, ())
     tightest = min(reached)

@@ -9,13 +9,15 @@ new reservation end with reminders of its own."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from bot.core.access import Access
 from bot.core.notifier import NotDelivered
-from bot.core.store.watch import WatchStore
+from bot.core.store.watch import Held, WatchStore
+from bot.core.watch.backlog import StoreBacklog
 from bot.core.watch.keys import reminder_key
 from bot.core.watch.notifier import ReservationReminder, WatchNotifier
 from bot.core.watch.reminders import Horizon, due, remaining_text
@@ -42,6 +44,9 @@ class ReminderDesk:
         self.access = access
         self.store = store
         self.notifier = notifier
+        # Where a reminder went, written before the next poll if the store missed it: a
+        # claim left without its ts would be taken over and the reminder posted again.
+        self.backlog = StoreBacklog()
 
     async def poll(
         self,
@@ -53,6 +58,7 @@ class ReminderDesk:
         now: datetime | None = None,
     ) -> None:
         """Post the reminders due now; ``field`` is the provider's reservation field."""
+        await self.backlog.flush()
         moment = now or datetime.now(UTC)
         ending = [
             (summary, end)
@@ -86,11 +92,11 @@ class ReminderDesk:
         reminders = due(end, now, horizons, done)
         for skipped in reminders.skip:
             await self.store.claim_alert(keys[skipped.text], channel)
-        if reminders.post is None or not await self.store.claim_alert(
-            keys[reminders.post.text], channel
-        ):
+        if reminders.post is None:
             return
-        key = keys[reminders.post.text]
+        claim = await self.store.claim_alert(keys[reminders.post.text], channel)
+        if isinstance(claim, Held):
+            return
         reminder = ReservationReminder(
             project=project,
             summary=summary,
@@ -102,9 +108,11 @@ class ReminderDesk:
             ts = await self.notifier.reservation_reminder(channel, reminder)
         except NotDelivered as exc:
             log.warning("could not post a reminder for %s: %s", summary.cluster_id, exc.reason)
-            await self.store.forget_alert(key)
+            give_back = functools.partial(self.store.forget_alert, claim)
+            await self.backlog.attempt(f"giving back reminder {claim.key}", give_back)
             return
-        await self.store.alert_posted(key, ts)
+        posted = functools.partial(self.store.alert_posted, claim, ts)
+        await self.backlog.attempt(f"recording where reminder {claim.key} is", posted)
         WATCH_ALERTS.labels("reminder").inc()
         await self.access.audit(
             "gpuops",
