@@ -151,8 +151,11 @@ class HomeRefresher:
     ) -> None:
         return None
 
-    async def mirror(self, record: ChangeRequestRecord, headline: str, channel: str) -> bool:
-        return True
+    async def mirror(self, record: ChangeRequestRecord, headline: str, channel: str) -> str | None:
+        return None
+
+    async def mirror_edit(self, record: ChangeRequestRecord, channel: str, ts: str) -> None:
+        return None
 
     async def policy_kept(self, channel: str, text: str) -> None:
         return None
@@ -204,10 +207,14 @@ class FanOutNotifier:
         await self.primary.status(record, summary, as_of)
         await self._tell_readers("status", lambda r: r.status(record, summary, as_of))
 
-    async def mirror(self, record: ChangeRequestRecord, headline: str, channel: str) -> bool:
+    async def mirror(self, record: ChangeRequestRecord, headline: str, channel: str) -> str | None:
         shown = await self.primary.mirror(record, headline, channel)
         await self._tell_readers("mirror", lambda r: r.mirror(record, headline, channel))
         return shown
+
+    async def mirror_edit(self, record: ChangeRequestRecord, channel: str, ts: str) -> None:
+        await self.primary.mirror_edit(record, channel, ts)
+        await self._tell_readers("mirror_edit", lambda r: r.mirror_edit(record, channel, ts))
 
     async def policy_kept(self, channel: str, text: str) -> None:
         await self.primary.policy_kept(channel, text)

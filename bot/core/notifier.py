@@ -84,8 +84,14 @@ class Notifier(Protocol):
         """The cluster's status changed while it is followed: update the shown summary."""
         ...
 
-    async def mirror(self, record: ChangeRequestRecord, headline: str, channel: str) -> bool:
-        """Repeat the request in the project's notify channel; False if it failed."""
+    async def mirror(self, record: ChangeRequestRecord, headline: str, channel: str) -> str | None:
+        """Repeat the request in the project's notify channel: where the copy was posted,
+        None if it failed."""
+        ...
+
+    async def mirror_edit(self, record: ChangeRequestRecord, channel: str, ts: str) -> None:
+        """Show the request's current state in its first copy in ``channel`` (``ts``), as
+        its thread's root shows it; a failure is logged, not raised."""
         ...
 
     async def policy_kept(self, channel: str, text: str) -> None:

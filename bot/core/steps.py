@@ -352,8 +352,11 @@ class StepCompleter:
     ) -> None:
         return None
 
-    async def mirror(self, record: ChangeRequestRecord, headline: str, channel: str) -> bool:
-        return True
+    async def mirror(self, record: ChangeRequestRecord, headline: str, channel: str) -> str | None:
+        return None
+
+    async def mirror_edit(self, record: ChangeRequestRecord, channel: str, ts: str) -> None:
+        return None
 
     async def policy_kept(self, channel: str, text: str) -> None:
         return None

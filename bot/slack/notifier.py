@@ -207,13 +207,14 @@ class SlackNotifier:
                 pass  # the summary is gone or not editable: post the status as a new reply
         await self._post_or_log(record.channel, message, thread_ts=record.root_ts)
 
-    async def mirror(self, record: ChangeRequestRecord, headline: str, channel: str) -> bool:
-        root = blocks.request_root(view_of(record))
-        said = blocks.composed_text(headline, (record.requester, record.decided_by or ""))
-        message = SlackMessage(
-            text=f"{said} — {root.text}", blocks=[blocks.context(said), *root.blocks]
-        )
-        return await self._post_or_log(channel, message) is not None
+    async def mirror(self, record: ChangeRequestRecord, headline: str, channel: str) -> str | None:
+        return await self._post_or_log(channel, _mirrored(record, headline))
+
+    async def mirror_edit(self, record: ChangeRequestRecord, channel: str, ts: str) -> None:
+        try:
+            await self.messenger.update(channel, ts, _mirrored(record, FIRST_MIRROR_HEADLINE))
+        except SlackDeliveryError as exc:
+            log.warning("could not edit the copy of %s in %s: %s", record.id, channel, exc.code)
 
     async def policy_kept(self, channel: str, text: str) -> None:
         await self._post_or_log(channel, blocks.thread_note(text, icon=":warning:"))
@@ -258,3 +259,14 @@ class SlackNotifier:
     async def _edit(self, channel: str, ts: str, message: SlackMessage) -> None:
         with contextlib.suppress(SlackDeliveryError):
             await self.messenger.update(channel, ts, message)
+
+
+FIRST_MIRROR_HEADLINE = "Change requested"
+
+
+def _mirrored(record: ChangeRequestRecord, headline: str) -> SlackMessage:
+    """A request's copy in its notify channel: ``headline``, then the request as its
+    thread's root shows it now."""
+    root = blocks.request_root(view_of(record))
+    said = blocks.composed_text(headline, (record.requester, record.decided_by or ""))
+    return SlackMessage(text=f"{said} — {root.text}", blocks=[blocks.context(said), *root.blocks])

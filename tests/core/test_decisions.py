@@ -68,6 +68,7 @@ async def test_an_approved_change_runs_once_and_is_told_in_order(any_core: Core)
         "request_changed",
         "request_changed",
         "result",
+        "mirror_edit",  # the first copy shows it done, then the last copy says so
         "mirror",
     ]
     assert told.events(opened.id) == ["approved", "executing", "finished"]
@@ -482,3 +483,31 @@ async def test_an_approval_recorded_before_the_store_failed_its_telling_is_told_
     assert told == f"Your approval of {opened.id} is recorded: 1 of 2.", told
     record = await core.record(opened.id)
     assert record.approvers == [BOB]
+
+
+async def test_the_first_copy_in_the_notify_channel_is_edited_to_each_later_state(
+    any_core: Core,
+) -> None:
+    """The notify channel's first copy ("Change requested … pending approval") is edited as
+    the thread's root is: after a stale refusal it shows the request failed, not pending."""
+    core = any_core
+    opened = await core.open(DAVE, "e2e-delhi", "104", "scale_cluster", {"additional_nodes": "1"})
+    [first] = core.notifier.of(opened.id, "mirror")
+    stored = await core.record(opened.id)
+    assert stored.mirror_ts is not None  # where the first copy went is kept
+    core.e2e.clusters["104"]["nodes"] = 3  # scaled in the provider's console
+    await core.approve(BOB, opened.id)
+    [edited] = core.notifier.of(opened.id, "mirror_edit")
+    assert edited.channel == first.channel and edited.state is S.FAILED
+    assert core.notifier.mirrors(opened.id)[-1].startswith("Change failed — stale at approval")
+
+
+async def test_a_change_run_at_once_keeps_no_copy_to_edit(any_core: Core) -> None:
+    """Mirrored once, when it has ended: nothing to edit later, so nothing is stored."""
+    core = any_core
+    opened = await core.open(
+        DAVE, "together-prod", "tc-h200-ondemand", "update", {"num_gpus": "16"}
+    )
+    assert core.notifier.mirrors(opened.id) == ["Change done (no approval needed)"]
+    assert core.notifier.of(opened.id, "mirror_edit") == []
+    assert (await core.record(opened.id)).mirror_ts is None

@@ -333,6 +333,10 @@ async def test_a_cluster_changed_since_the_preview_is_refused_as_stale(
     # the notify channel's copy does not stay "pending approval"
     mirrored = await wait_mirror(stack, e2e_request, "Change failed — stale at approval")
     assert "*failed* · stale at approval" in readable_text(mirrored)
+    # … and neither does its first copy, edited to the final state as the root is
+    first = await wait_mirror(stack, e2e_request, "Change requested")
+    assert "*failed* · stale at approval" in readable_text(first)
+    assert "pending approval" not in readable_text(first)
     seen = len(stack.slack.ephemerals_for(CAROL))
     await click(stack, e2e_request, CAROL)
     late = await next_ephemeral(stack, CAROL, seen)

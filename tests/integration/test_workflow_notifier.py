@@ -57,9 +57,13 @@ class RecordingNotifier:
         self.seen.append(("status", summary.status))
         await self.inner.status(record, summary, as_of)
 
-    async def mirror(self, record: ChangeRequestRecord, headline: str, channel: str) -> bool:
+    async def mirror(self, record: ChangeRequestRecord, headline: str, channel: str) -> str | None:
         self.seen.append(("mirror", headline, channel))
         return await self.inner.mirror(record, headline, channel)
+
+    async def mirror_edit(self, record: ChangeRequestRecord, channel: str, ts: str) -> None:
+        self.seen.append(("mirror_edit", str(record.state), channel))
+        await self.inner.mirror_edit(record, channel, ts)
 
     async def policy_kept(self, channel: str, text: str) -> None:
         self.seen.append(("policy_kept", channel))

@@ -151,12 +151,15 @@ class RecordingNotifier:
     ) -> None:
         await self._tell(Told("status", record, summary=summary, text=as_of.isoformat()))
 
-    async def mirror(self, record: ChangeRequestRecord, headline: str, channel: str) -> bool:
+    async def mirror(self, record: ChangeRequestRecord, headline: str, channel: str) -> str | None:
         delivered = self.mirrors_delivered
         await self._tell(
             Told("mirror", record, text=headline, channel=channel, failed=not delivered)
         )
-        return delivered
+        return f"mirror-{record.id}-{len(self.told)}" if delivered else None
+
+    async def mirror_edit(self, record: ChangeRequestRecord, channel: str, ts: str) -> None:
+        await self._tell(Told("mirror_edit", record, text=str(record.state), channel=channel))
 
     async def policy_kept(self, channel: str, text: str) -> None:
         self.policy_notes.append((channel, text))

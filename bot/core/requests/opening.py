@@ -95,7 +95,6 @@ class Opening:
             access.require_cluster_allowed(project, cluster_id)
             state = await access.fetch(project, cluster_id)
             plan = access.make_plan(project, state, action, inputs)
-            await self._refuse_duplicate(plan)
             size = self.guard.size(state, plan, now)
             overridden = await self.guard.override(
                 user, channel, project, plan.kinds, now, override
@@ -123,22 +122,29 @@ class Opening:
         )
         return {**requirement.as_json(), "ask": ask}
 
-    async def _refuse_duplicate(self, plan: ChangePlan) -> None:
-        """Refuse a change another open request on the cluster already asks for (the same
-        action with the same fields): the re-check at approval cannot tell them apart when
-        the change leaves the cluster as it was (a restart), so both would run."""
+    async def _duplicate_of(
+        self, record: ChangeRequestRecord, others: list[OpenBeside]
+    ) -> ChangeRequestRecord | None:
+        """An older open request on the cluster asking for the same change (the same action
+        with the same fields): the re-check at approval cannot tell them apart when the
+        change leaves the cluster as it was (a restart), so both would run. Read only when
+        others are open (the opening's own transaction told which); of two opened at once
+        that see each other, the younger yields."""
+        if not others:
+            return None
         open_here = await self.deps.store.list_requests(
-            states=_OPEN, project=plan.project, cluster_id=plan.cluster_id
+            states=_OPEN, project=record.project, cluster_id=record.cluster_id
         )
-        for other in open_here:
-            if other.action == plan.action and other.plan.get("inputs") == plan.body:
-                raise Refusal(
-                    f"{other.id} already asks for this on {plan.cluster_name} "
-                    f"({plan.cluster_id}): {plan.preview_text()} "
-                    f"({state_words(str(other.state))}). Approve or cancel it rather than "
-                    "asking twice.",
-                    kind="duplicate",
-                )
+        inputs = record.plan.get("inputs")
+        older = [
+            other
+            for other in open_here
+            if other.id != record.id
+            and other.action == record.action
+            and other.plan.get("inputs") == inputs
+            and (other.created_at, other.id) < (record.created_at, record.id)
+        ]
+        return min(older, key=lambda o: (o.created_at, o.id), default=None)
 
     async def _open(
         self,
@@ -195,6 +201,20 @@ class Opening:
             revert_of=revert_of,
             run_at=run_at,
         )
+        duplicate = await self._duplicate_of(record, others)
+        if duplicate is not None:
+            await self._withdraw(record, f"it asks for what {duplicate.id} already asks for")
+            CHANGE_REQUESTS.labels(plan.provider, "refused").inc()
+            refusal = Refusal(
+                f"{duplicate.id} already asks for this on {plan.cluster_name} "
+                f"({plan.cluster_id}): {plan.preview_text()} "
+                f"({state_words(str(duplicate.state))}). Approve or cancel it rather than "
+                "asking twice.",
+                kind="duplicate",
+            )
+            return await self.deps.access.refuse(
+                user, channel, refusal, project=plan.project, cluster_id=plan.cluster_id
+            )
         if overridden is not None:
             await self._overridden(record, overridden)
         beside = _beside_note(record, others)

@@ -35,6 +35,7 @@ from bot.core.store import (
     RequestState,
     Started,
     StartedHow,
+    StoreUnavailable,
 )
 from bot.logs import log_context
 from bot.metrics import APPROVAL_DECISIONS, APPROVALS_PENDING, CHANGE_REQUESTS
@@ -499,7 +500,23 @@ async def mirror(deps: RequestDeps, record: ChangeRequestRecord, headline: str) 
     channel = getattr(project, "notify_channel", None)
     if not channel or channel == record.channel:
         return
-    if not await deps.notifier.mirror(record, headline, channel):
+    if record.mirror_ts:
+        # The first copy tells the story so far as the thread's root does, never a stale
+        # "pending approval" above a later "failed".
+        await deps.notifier.mirror_edit(record, channel, record.mirror_ts)
+    posted = await deps.notifier.mirror(record, headline, channel)
+    if posted is None:
         await deps.access.audit(
             "gpuops", "mirror_failed", project=record.project, request_id=record.id, channel=channel
         )
+    elif not record.mirror_ts and record.state not in TERMINAL_STATES:
+        await _note_mirror(deps, record, posted)  # a request that ended has no later states
+
+
+async def _note_mirror(deps: RequestDeps, record: ChangeRequestRecord, ts: str) -> None:
+    """Keep where the first copy went (its later edits need it); a store that cannot take it
+    now only costs those edits."""
+    try:
+        await deps.store.update_fields(record.id, mirror_ts=ts)
+    except StoreUnavailable as exc:
+        log.warning("request %s: where its copy went was not stored: %s", record.id, exc)

@@ -507,9 +507,9 @@ REVERT_HELD_STATES = ("pending", "approved", "executing", "succeeded", "unknown"
 REVERT_HELD = text("state IN (" + ", ".join(f"'{s}'" for s in REVERT_HELD_STATES) + ")")
 
 
-_V13_HELD = "state IN ('pending', 'approved', 'executing', 'succeeded', 'unknown')"
+_V12_HELD = "state IN ('pending', 'approved', 'executing', 'succeeded', 'unknown')"
 # Reverts under way or done with an older one of the same request under way or done.
-_V13_DOUBLED = text(
+_V12_DOUBLED = text(
     "SELECT r.id, r.revert_of FROM gpuops_change_requests r"
     " WHERE r.revert_of IS NOT NULL AND r.state IN (:s0, :s1, :s2, :s3, :s4) AND EXISTS ("
     " SELECT 1 FROM gpuops_change_requests o WHERE o.revert_of = r.revert_of"
@@ -518,13 +518,19 @@ _V13_DOUBLED = text(
 )
 
 
+def _v13_mirror_ts(conn: Connection) -> None:
+    # The first copy of a request in its notify channel is edited to each later state, as
+    # the thread's root is (it told a stale story: "pending approval" after it had failed).
+    conn.execute(text("ALTER TABLE gpuops_change_requests ADD COLUMN mirror_ts TEXT"))
+
+
 def _v12_one_revert(conn: Connection) -> None:
     # Two replicas pressed Revert at once and each opened one: a request's revert slot,
     # unique among its reverts under way or done, is taken in the transaction that opens
     # one. Of reverts doubled before, the oldest holds it; the others are logged.
     conn.execute(text("ALTER TABLE gpuops_change_requests ADD COLUMN revert_slot VARCHAR(16)"))
     held = dict(zip(("s0", "s1", "s2", "s3", "s4"), REVERT_HELD_STATES, strict=True))
-    doubled = conn.execute(_V13_DOUBLED, held).all()
+    doubled = conn.execute(_V12_DOUBLED, held).all()
     conn.execute(
         text(
             "UPDATE gpuops_change_requests SET revert_slot = revert_of WHERE revert_of IS NOT NULL"
@@ -539,7 +545,7 @@ def _v12_one_revert(conn: Connection) -> None:
     conn.execute(
         text(
             "CREATE UNIQUE INDEX ux_gpuops_change_requests_revert_slot"
-            f" ON gpuops_change_requests (revert_slot) WHERE {_V13_HELD}"
+            f" ON gpuops_change_requests (revert_slot) WHERE {_V12_HELD}"
         )
     )
 
@@ -562,6 +568,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         11, "change requests: one statement per transition", _v11_single_statement_transitions
     ),
     Migration(12, "change requests: one revert per request", _v12_one_revert),
+    Migration(13, "change requests: the notify channel's copy ts", _v13_mirror_ts),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

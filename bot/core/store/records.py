@@ -62,6 +62,7 @@ class ChangeRequestRecord(BaseModel):
     root_ts: str | None
     summary_ts: str | None
     prompt_ts: str | None = None  # the approval prompt (its buttons go once decided)
+    mirror_ts: str | None = None  # its first copy in the notify channel (edited as it moves)
     decided_by: str | None
     decision_note: str | None
     break_glass: bool
@@ -191,6 +192,7 @@ class MutableFields(BaseModel):
     summary_ts: str | None = None
     root_ts: str | None = None
     prompt_ts: str | None = None
+    mirror_ts: str | None = None
     follow_until: datetime | None = None
     prior_values: dict[str, Any] | None = None
 

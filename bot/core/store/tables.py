@@ -58,6 +58,7 @@ change_requests = Table(
     Column("last_transition", Text()),
     # revert_of of a revert made since migration 12: one open or done per request.
     Column("revert_slot", String(16)),
+    Column("mirror_ts", Text()),  # the first copy in the notify channel
     Index("ix_gpuops_change_requests_state", "state"),
     Index("ix_gpuops_change_requests_project", "project"),
     Index("ix_gpuops_change_requests_expires_at", "expires_at"),
