@@ -11,7 +11,8 @@
 Each provider has its change verb (its descriptor's: ``update`` for Together, ``action``
 for E2E); a provider with several actions takes the action's name after the cluster id.
 ``reason="…"`` (at most 500 characters) may be added to a change: it is recorded
-and shown; so may an admin's ``override="…"`` of a change freeze (SPEC §8);
+and shown; so may an admin's ``override="…"`` of a change freeze (SPEC §8), in 10 to 500
+characters as a break glass's reason;
 ``at=<RFC 3339>`` or ``in=<N>m|<N>h|<N>d`` schedules the change (SPEC §9).
 ``page=N`` asks for a further page of a long answer.
 """
@@ -24,6 +25,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from bot.core.justification import justification_problem
 from bot.core.schedule import Schedule, ScheduleError, parse_at, parse_in
 from bot.errors import GpuopsError
 from bot.providers import catalog
@@ -146,8 +148,11 @@ def _assignments(
         name, sep, value = word.partition("=")
         if not sep or not _FIELD.match(name):
             raise UsageError(f"`{word[:40]}` is not a `field=value` pair. Usage: `{usage}`")
+        if name == "override":
+            texts[name] = _override(value)
+            continue
         if name in _TEXTS:
-            texts[name] = _reason(value, name)
+            texts[name] = _reason(value)
             continue
         if name in ("at", "in"):
             if schedule is not None:
@@ -167,15 +172,22 @@ def _schedule(name: str, value: str) -> Schedule:
         raise UsageError(str(exc)) from None
 
 
-def _reason(value: str, name: str = "reason") -> str | None:
+def _reason(value: str) -> str | None:
     reason = value.strip()
     if len(reason) > MAX_REASON:
         raise UsageError(
-            f"{'a reason' if name == 'reason' else 'an override'} may be at most "
-            f"{MAX_REASON} characters; yours has {len(reason)}. "
+            f"a reason may be at most {MAX_REASON} characters; yours has {len(reason)}. "
             "Shorten it and send the command again (the full story belongs in the thread)."
         )
     return reason or None
+
+
+def _override(value: str) -> str:
+    """An admin's reason to go ahead during a freeze: break glass's rule (SPEC §8)."""
+    problem = justification_problem(value, "an override")
+    if problem is not None:
+        raise UsageError(f'{problem} Send the command again with `override="why"`.')
+    return value.strip()
 
 
 def _page(words: list[str], usage: str) -> tuple[list[str], int]:

@@ -21,6 +21,7 @@ from bot.core.answers import (
     Reply,
 )
 from bot.core.forms import FormKind, FormMessage, FormView
+from bot.core.justification import MAX_JUSTIFICATION, MIN_JUSTIFICATION
 from bot.core.paging import Page
 from bot.core.policy import Role
 from bot.core.requests.view import STATE_WORDS, RequestView
@@ -530,7 +531,12 @@ def _override_block(freeze: str) -> Block:
         "block_id": "override",
         "optional": True,
         "label": {"type": "plain_text", "text": "Override the freeze (admins): why"},
-        "element": {"type": "plain_text_input", "action_id": "override", "max_length": 500},
+        "element": {
+            "type": "plain_text_input",
+            "action_id": "override",
+            "min_length": MIN_JUSTIFICATION,
+            "max_length": MAX_JUSTIFICATION,
+        },
         "hint": {"type": "plain_text", "text": _clip(plain(freeze), 150)},
     }
 
@@ -729,7 +735,7 @@ def break_glass_modal(request_id: str, channel: str | None) -> Block:
         f":rotating_light: You are approving your own request `{escape(request_id)}`."
         " This is announced in the thread and the audit channel.",
         "Why can't this wait for a second person?",
-        min_length=10,
+        min_length=MIN_JUSTIFICATION,
     )
 
 

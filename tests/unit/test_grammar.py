@@ -143,8 +143,18 @@ def test_override_is_a_text_like_reason_not_a_field() -> None:
     )
     assert isinstance(command, ChangeCommand)
     assert (command.override, command.reason, command.fields) == ("incident 7", "hang", {})
-    with pytest.raises(UsageError, match="an override may be at most 500 characters"):
+    with pytest.raises(UsageError, match="in 10 to 500 characters; yours has 501"):
         parse_command(f'update p c num_gpus=8 override="{"x" * 501}"')
+
+
+@pytest.mark.parametrize("given", ["x", "  short  ", ""])
+def test_an_override_keeps_break_glass_rule_of_10_to_500_characters(given: str) -> None:
+    with pytest.raises(UsageError) as exc:
+        parse_command(f'update p c num_gpus=8 override="{given}"')
+    assert str(exc.value) == (
+        f"an override must say why it cannot wait in 10 to 500 characters; yours has "
+        f'{len(given.strip())}. Send the command again with `override="why"`.'
+    )
 
 
 def test_policy_takes_at_most_a_project() -> None:
