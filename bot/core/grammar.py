@@ -19,6 +19,7 @@ characters as a break glass's reason;
 
 from __future__ import annotations
 
+import difflib
 import re
 import shlex
 from typing import Literal
@@ -243,7 +244,19 @@ def parse_command(text: str) -> Command:
             raise UsageError(f"`policy` takes at most a project. Usage: `{USAGE['policy']}`")
         project = _token(args[0], "project", USAGE["policy"]) if args else None
         return PolicyCommand(project=project)
-    raise UsageError(
+    raise _unknown_verb(verb)
+
+
+def _unknown_verb(verb: str) -> UsageError:
+    """The refusal of a verb no command has, with the verb it was probably meant as (as a
+    mistyped field gets one, with the same closeness) or, when none is near, every usage."""
+    close = difflib.get_close_matches(verb, list(USAGE), n=1, cutoff=0.75)
+    if close:
+        meant = close[0]
+        return UsageError(
+            f"unknown command `{verb[:40]}` — did you mean `{meant}`? Usage: `{USAGE[meant]}`"
+        )
+    return UsageError(
         f"unknown command `{verb[:40]}`. Try one of: " + ", ".join(f"`{u}`" for u in USAGE.values())
     )
 

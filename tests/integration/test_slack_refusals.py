@@ -203,6 +203,15 @@ async def test_usage_errors_are_ephemeral_and_show_the_usage(sqlite_stack: Local
     assert bot_messages(stack, "C0INCIDENT") == [] and provider_writes(stack) == []
 
 
+async def test_a_mistyped_command_gets_the_one_it_was_meant_as(sqlite_stack: LocalStack) -> None:
+    answer = await whisper(sqlite_stack, "U04DAVE", "C0INCIDENT", "lsit together-prod")
+    assert (
+        "unknown command `lsit` — did you mean `list`? Usage: `/gpu list [project] [page=N]`"
+        in answer.text
+    )
+    assert bot_messages(sqlite_stack, "C0INCIDENT") == []
+
+
 async def test_a_cluster_of_another_together_project_is_not_this_projects(
     sqlite_stack: LocalStack,
 ) -> None:
