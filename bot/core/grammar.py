@@ -222,8 +222,10 @@ def parse_command(text: str) -> Command:
         project = _token(args[0], "project", USAGE["list"]) if args else None
         return ListCommand(project=project, page=page)
     if verb == "show":
-        if len(args) != 2:
+        if len(args) < 2:
             raise UsageError(f"`show` needs a project and a cluster id. Usage: `{USAGE['show']}`")
+        if len(args) > 2:
+            raise UsageError(f"{_extra_words(args[2:])}. Usage: `{USAGE['show']}`")
         return ShowCommand(
             project=_token(args[0], "project", USAGE["show"]),
             cluster_id=_token(args[1], "cluster id", USAGE["show"]),
@@ -245,6 +247,13 @@ def parse_command(text: str) -> Command:
         project = _token(args[0], "project", USAGE["policy"]) if args else None
         return PolicyCommand(project=project)
     raise _unknown_verb(verb)
+
+
+def _extra_words(extra: list[str]) -> str:
+    """``unexpected extra word `x` after the cluster id`` (each word cut at 40 characters)."""
+    words = ", ".join(f"`{w[:40]}`" for w in extra[:3]) + (", …" if len(extra) > 3 else "")
+    plural = "s" if len(extra) > 1 else ""
+    return f"unexpected extra word{plural} {words} after the cluster id"
 
 
 def _unknown_verb(verb: str) -> UsageError:

@@ -100,6 +100,12 @@ def test_parses(text: str, expected: object) -> None:
     ("text", "says"),
     [
         ("show p", "needs a project and a cluster id"),
+        (
+            "show p c extra",
+            "unexpected extra word `extra` after the cluster id. "
+            "Usage: `/gpu show <project> <cluster_id>`",
+        ),
+        ("show p c a b c d", "unexpected extra words `a`, `b`, `c`, … after the cluster id"),
         ("show", "Usage: `/gpu show <project> <cluster_id>`"),
         ("list a b", "at most a project and a page"),
         ("list page=0", "`page=0` is not a page: give a whole number from 1, such as `page=2`"),
