@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from bot.core.answers import (
     AuditListing,
@@ -321,7 +321,30 @@ def usergroup_ref(usergroup_id: str) -> str:
     return escape(usergroup_id)
 
 
-def approval_why(r: RequestView) -> str:
+class Approvals(Protocol):
+    """Where a request's approvals stand: a RequestView's, or a Home entry's."""
+
+    @property
+    def project(self) -> str: ...
+    @property
+    def approvers(self) -> tuple[str, ...]: ...
+    @property
+    def uncounted(self) -> tuple[str, ...]: ...
+    @property
+    def counted(self) -> tuple[str, ...]: ...
+    @property
+    def approvals_needed(self) -> int: ...
+    @property
+    def approval_groups(self) -> tuple[str, ...]: ...
+    @property
+    def approval_kinds(self) -> tuple[str, ...]: ...
+    @property
+    def approval_by_rule(self) -> bool: ...
+    @property
+    def glass_by(self) -> str | None: ...
+
+
+def approval_why(r: Approvals) -> str:
     """``decommission needs 2 approvers from @oncall (approval rule) · 1 of 2: @bob``."""
     kinds = ", ".join(escape(k) for k in r.approval_kinds) or "this change"
     who = "approver" if r.approvals_needed == 1 else "approvers"
@@ -334,7 +357,7 @@ def approval_why(r: RequestView) -> str:
     return line
 
 
-def approval_progress(r: RequestView) -> str:
+def approval_progress(r: Approvals) -> str:
     """``1 of 2: @bob``; after a break glass ``break glass by @alice · 1 of 2: needs 1
     more from @oncall`` (the requester's own approval counts as one, never as all); after
     a reload took approvers' grant away ``0 of 1: none yet (no longer counted: @bob)``."""
