@@ -554,10 +554,12 @@ def _override_block(freeze: str) -> Block:
         "block_id": "override",
         "optional": True,
         "label": {"type": "plain_text", "text": "Override the freeze (admins): why"},
+        # No min_length: the input is optional (most changes in a freeze are not overridden),
+        # and Slack's docs do not say an empty optional input escapes it; the server checks
+        # the minimum after trimming (forms.py) and shows it on this input.
         "element": {
             "type": "plain_text_input",
             "action_id": "override",
-            "min_length": MIN_JUSTIFICATION,
             "max_length": MAX_JUSTIFICATION,
         },
         "hint": {"type": "plain_text", "text": _clip(plain(freeze), 150)},
