@@ -14,6 +14,7 @@ from typing import Any, Literal
 from bot.core.access import Access, Refusal
 from bot.core.grammar import ChangeCommand, UsageError, parse_command
 from bot.core.guardrails.freezes import freezes_soon, frozen_text
+from bot.core.justification import justification_problem
 from bot.core.policy import Role
 from bot.core.registry import MissingCredential
 from bot.core.schedule import Schedule, ScheduleError, parse_at
@@ -382,6 +383,10 @@ class Forms:
             return SubmissionErrors({"run_at": str(exc)})
         reason = (values.get("reason") or "").strip() or None
         override = (values.get("override") or "").strip() or None
+        if override is not None:
+            problem = justification_problem(override, "An override")
+            if problem is not None:
+                return SubmissionErrors({"override": problem})
         return ReadySubmission(
             project, cluster_id, channel, action, inputs, reason, override, schedule
         )

@@ -11,19 +11,22 @@
 Each provider has its change verb (its descriptor's: ``update`` for Together, ``action``
 for E2E); a provider with several actions takes the action's name after the cluster id.
 ``reason="…"`` (at most 500 characters) may be added to a change: it is recorded
-and shown; so may an admin's ``override="…"`` of a change freeze (SPEC §8);
+and shown; so may an admin's ``override="…"`` of a change freeze (SPEC §8), in 10 to 500
+characters as a break glass's reason;
 ``at=<RFC 3339>`` or ``in=<N>m|<N>h|<N>d`` schedules the change (SPEC §9).
 ``page=N`` asks for a further page of a long answer.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 import shlex
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from bot.core.justification import justification_problem
 from bot.core.schedule import Schedule, ScheduleError, parse_at, parse_in
 from bot.errors import GpuopsError
 from bot.providers import catalog
@@ -146,8 +149,11 @@ def _assignments(
         name, sep, value = word.partition("=")
         if not sep or not _FIELD.match(name):
             raise UsageError(f"`{word[:40]}` is not a `field=value` pair. Usage: `{usage}`")
+        if name == "override":
+            texts[name] = _override(value)
+            continue
         if name in _TEXTS:
-            texts[name] = _reason(value, name)
+            texts[name] = _reason(value)
             continue
         if name in ("at", "in"):
             if schedule is not None:
@@ -167,15 +173,22 @@ def _schedule(name: str, value: str) -> Schedule:
         raise UsageError(str(exc)) from None
 
 
-def _reason(value: str, name: str = "reason") -> str | None:
+def _reason(value: str) -> str | None:
     reason = value.strip()
     if len(reason) > MAX_REASON:
         raise UsageError(
-            f"{'a reason' if name == 'reason' else 'an override'} may be at most "
-            f"{MAX_REASON} characters; yours has {len(reason)}. "
+            f"a reason may be at most {MAX_REASON} characters; yours has {len(reason)}. "
             "Shorten it and send the command again (the full story belongs in the thread)."
         )
     return reason or None
+
+
+def _override(value: str) -> str:
+    """An admin's reason to go ahead during a freeze: break glass's rule (SPEC §8)."""
+    problem = justification_problem(value, "an override")
+    if problem is not None:
+        raise UsageError(f'{problem} Send the command again with `override="why"`.')
+    return value.strip()
 
 
 def _page(words: list[str], usage: str) -> tuple[list[str], int]:
@@ -209,8 +222,10 @@ def parse_command(text: str) -> Command:
         project = _token(args[0], "project", USAGE["list"]) if args else None
         return ListCommand(project=project, page=page)
     if verb == "show":
-        if len(args) != 2:
+        if len(args) < 2:
             raise UsageError(f"`show` needs a project and a cluster id. Usage: `{USAGE['show']}`")
+        if len(args) > 2:
+            raise UsageError(f"{_extra_words(args[2:])}. Usage: `{USAGE['show']}`")
         return ShowCommand(
             project=_token(args[0], "project", USAGE["show"]),
             cluster_id=_token(args[1], "cluster id", USAGE["show"]),
@@ -231,7 +246,26 @@ def parse_command(text: str) -> Command:
             raise UsageError(f"`policy` takes at most a project. Usage: `{USAGE['policy']}`")
         project = _token(args[0], "project", USAGE["policy"]) if args else None
         return PolicyCommand(project=project)
-    raise UsageError(
+    raise _unknown_verb(verb)
+
+
+def _extra_words(extra: list[str]) -> str:
+    """``unexpected extra word `x` after the cluster id`` (each word cut at 40 characters)."""
+    words = ", ".join(f"`{w[:40]}`" for w in extra[:3]) + (", …" if len(extra) > 3 else "")
+    plural = "s" if len(extra) > 1 else ""
+    return f"unexpected extra word{plural} {words} after the cluster id"
+
+
+def _unknown_verb(verb: str) -> UsageError:
+    """The refusal of a verb no command has, with the verb it was probably meant as (as a
+    mistyped field gets one, with the same closeness) or, when none is near, every usage."""
+    close = difflib.get_close_matches(verb, list(USAGE), n=1, cutoff=0.75)
+    if close:
+        meant = close[0]
+        return UsageError(
+            f"unknown command `{verb[:40]}` — did you mean `{meant}`? Usage: `{USAGE[meant]}`"
+        )
+    return UsageError(
         f"unknown command `{verb[:40]}`. Try one of: " + ", ".join(f"`{u}`" for u in USAGE.values())
     )
 

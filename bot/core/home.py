@@ -17,7 +17,7 @@ from bot.core.guardrails.approvals import requirement_for
 from bot.core.policy import Role
 from bot.core.registry import MissingCredential
 from bot.core.requests.decisions import Decision, NeedsBreakGlass
-from bot.core.requests.view import request_price_line
+from bot.core.requests.view import approval_state, request_price_line
 from bot.core.store import ChangeRequestRecord, Store, StoreUnavailable
 from bot.core.store.home_queries import (
     FINISHED_STATES,
@@ -68,6 +68,20 @@ class HomeRequest(BaseModel):
     updated_at: datetime
     price_line: str | None = None
     run_at: datetime | None = None  # a scheduled change runs then
+    # Where its approvals stand, as the approval prompt shows them (see approval_state).
+    approvers: tuple[str, ...] = ()
+    uncounted: tuple[str, ...] = ()
+    approvals_needed: int = 1
+    approval_groups: tuple[str, ...] = ()
+    approval_kinds: tuple[str, ...] = ()
+    approval_by_rule: bool = False
+    glass_by: str | None = None
+    glass_reason: str | None = None
+
+    @property
+    def counted(self) -> tuple[str, ...]:
+        """The approvers whose approval counts."""
+        return tuple(u for u in self.approvers if u not in self.uncounted)
 
 
 class HomeCluster(BaseModel):
@@ -147,6 +161,7 @@ def home_request(record: ChangeRequestRecord) -> HomeRequest:
         updated_at=record.updated_at,
         price_line=price,
         run_at=record.run_at,
+        **approval_state(record),
     )
 
 

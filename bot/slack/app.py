@@ -10,6 +10,7 @@ from typing import Any
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.logger.messages import warning_client_prioritized_and_token_skipped
 from slack_bolt.response import BoltResponse
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
@@ -27,6 +28,26 @@ from bot.slack.outages import AnswerStoreOutages, answer_store_error
 from bot.slack.respond import RespondOverSession
 
 log = logging.getLogger(__name__)
+# The logger AsyncApp.__init__ warns on (slack_bolt.logger.get_bolt_logger(AsyncApp)).
+BOLT_APP_LOGGER = "slack_bolt.AsyncApp"
+
+
+class DropTokenUnusedWarning(logging.Filter):
+    """Drops Bolt's "As you gave `client` as well, `token` will be unused." and nothing
+    else: AsyncApp reads SLACK_BOT_TOKEN from the environment when no token is passed (so
+    no argument silences it while the variable is set, as it is in production), and warns
+    that it is unused beside our client, which was built with that very token."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != warning_client_prioritized_and_token_skipped()
+
+
+def quiet_token_unused_warning() -> None:
+    """Install DropTokenUnusedWarning on Bolt's app logger, once however often it is called."""
+    bolt = logging.getLogger(BOLT_APP_LOGGER)
+    if not any(isinstance(f, DropTokenUnusedWarning) for f in bolt.filters):
+        bolt.addFilter(DropTokenUnusedWarning())
+
 
 Listeners = Callable[[AsyncApp], None]
 
@@ -41,6 +62,7 @@ def build_bolt_app(
 ) -> AsyncApp:
     """A Bolt app that verifies signatures, drops unreadable payloads, acts once per
     delivery and gives the listeners ``services`` in their context."""
+    quiet_token_unused_warning()
     app = AsyncApp(
         client=client,
         signing_secret=signing_secret or "socket-mode-has-no-signing-secret",

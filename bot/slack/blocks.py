@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from bot.core.answers import (
     AuditListing,
@@ -21,6 +21,7 @@ from bot.core.answers import (
     Reply,
 )
 from bot.core.forms import FormKind, FormMessage, FormView
+from bot.core.justification import MAX_JUSTIFICATION, MIN_JUSTIFICATION
 from bot.core.paging import Page
 from bot.core.policy import Role
 from bot.core.requests.view import STATE_WORDS, RequestView
@@ -320,7 +321,30 @@ def usergroup_ref(usergroup_id: str) -> str:
     return escape(usergroup_id)
 
 
-def approval_why(r: RequestView) -> str:
+class Approvals(Protocol):
+    """Where a request's approvals stand: a RequestView's, or a Home entry's."""
+
+    @property
+    def project(self) -> str: ...
+    @property
+    def approvers(self) -> tuple[str, ...]: ...
+    @property
+    def uncounted(self) -> tuple[str, ...]: ...
+    @property
+    def counted(self) -> tuple[str, ...]: ...
+    @property
+    def approvals_needed(self) -> int: ...
+    @property
+    def approval_groups(self) -> tuple[str, ...]: ...
+    @property
+    def approval_kinds(self) -> tuple[str, ...]: ...
+    @property
+    def approval_by_rule(self) -> bool: ...
+    @property
+    def glass_by(self) -> str | None: ...
+
+
+def approval_why(r: Approvals) -> str:
     """``decommission needs 2 approvers from @oncall (approval rule) · 1 of 2: @bob``."""
     kinds = ", ".join(escape(k) for k in r.approval_kinds) or "this change"
     who = "approver" if r.approvals_needed == 1 else "approvers"
@@ -333,7 +357,7 @@ def approval_why(r: RequestView) -> str:
     return line
 
 
-def approval_progress(r: RequestView) -> str:
+def approval_progress(r: Approvals) -> str:
     """``1 of 2: @bob``; after a break glass ``break glass by @alice · 1 of 2: needs 1
     more from @oncall`` (the requester's own approval counts as one, never as all); after
     a reload took approvers' grant away ``0 of 1: none yet (no longer counted: @bob)``."""
@@ -554,7 +578,14 @@ def _override_block(freeze: str) -> Block:
         "block_id": "override",
         "optional": True,
         "label": {"type": "plain_text", "text": "Override the freeze (admins): why"},
-        "element": {"type": "plain_text_input", "action_id": "override", "max_length": 500},
+        # No min_length: the input is optional (most changes in a freeze are not overridden),
+        # and Slack's docs do not say an empty optional input escapes it; the server checks
+        # the minimum after trimming (forms.py) and shows it on this input.
+        "element": {
+            "type": "plain_text_input",
+            "action_id": "override",
+            "max_length": MAX_JUSTIFICATION,
+        },
         "hint": {"type": "plain_text", "text": _clip(plain(freeze), 150)},
     }
 
@@ -753,7 +784,7 @@ def break_glass_modal(request_id: str, channel: str | None) -> Block:
         f":rotating_light: You are approving your own request `{escape(request_id)}`."
         " This is announced in the thread and the audit channel.",
         "Why can't this wait for a second person?",
-        min_length=10,
+        min_length=MIN_JUSTIFICATION,
     )
 
 

@@ -14,6 +14,7 @@ from bot.core.schedule import when_text
 from bot.slack.blocks import (
     STATE_ICONS,
     Block,
+    approval_why,
     channel_ref,
     context,
     escape,
@@ -74,6 +75,8 @@ def _request_text(request: HomeRequest, *, by: bool) -> str:
     if request.run_at is not None and request.state in ("pending", "approved"):
         when = when_text(request.run_at, datetime.now(UTC))
         lines.append(f":alarm_clock: scheduled for {escape(when)}")
+    if request.state == "pending" and (request.approvers or request.approvals_needed > 1):
+        lines.append(approval_why(request))  # "… needs 2 approvers … · 1 of 2: @bob"
     return "\n".join(lines)
 
 

@@ -291,6 +291,12 @@ def _next_steps(project: str, event: HealthEvent) -> list[Block]:
     return [{"type": "actions", "block_id": f"incident:{value}", "elements": [button]}]
 
 
+def _incident_number(event: HealthEvent) -> str:
+    """``Incident 2 of this cluster``: the number counts one cluster's incidents (it keys
+    the cluster's alerts), so it says so rather than read as a count of the channel's."""
+    return f"Incident {event.incident} of this cluster"
+
+
 def incident_open(project: str, event: HealthEvent) -> SlackMessage:
     """An incident's root while the cluster is unhealthy (posted, then edited on change)."""
     was = f" (was {escape(event.previous_status)})" if event.previous_status else ""
@@ -301,7 +307,7 @@ def incident_open(project: str, event: HealthEvent) -> SlackMessage:
     blocks = [
         section(line),
         *_summary_blocks(event.summary),
-        context(f"Incident {event.incident} · watched by gpuops"),
+        context(f"{_incident_number(event)} · watched by gpuops"),
         *_next_steps(project, event),
     ]
     fallback = f"{event.cluster_id} in {project} is {event.status}"
@@ -314,7 +320,7 @@ def incident_closed(project: str, event: HealthEvent) -> SlackMessage:
         f":white_check_mark: {_cluster_name(event)} in {escape(project)} recovered: "
         f"{_status(event.status)} (was {escape(event.previous_status)})"
     )
-    blocks = [section(line), context(f"Incident {event.incident} · closed")]
+    blocks = [section(line), context(f"{_incident_number(event)} · closed")]
     fallback = f"{event.cluster_id} in {project} recovered: {event.status}"
     return SlackMessage(text=escape(fallback), blocks=blocks)
 

@@ -181,7 +181,7 @@ async def test_a_change_during_a_freeze_is_refused_with_the_freeze_and_its_end(
     assert f"e2e-delhi is frozen (year-end) until {until}" in text
     assert 'An admin may add override="why"' in text
     assert "overriding a freeze needs admin" in await core.answer(
-        DAVE, f'{SCALE} override="please"'
+        DAVE, f'{SCALE} override="please, it is urgent"'
     )
     assert await core.store.list_requests() == []
     assert [e.outcome for e in await core.store.list_audit(limit=5)] == ["not_authorized", "frozen"]

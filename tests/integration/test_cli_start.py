@@ -211,6 +211,20 @@ async def test_socket_mode_checks_the_token_then_connects(
     assert await server.stop() == 0
 
 
+@pytest.mark.parametrize("command", ["serve", "socket"])
+async def test_a_start_logs_no_bolt_warning_that_the_token_is_unused(
+    tmp_path: Path, stand: Stand, start_server: StartServer, command: str
+) -> None:
+    """SLACK_BOT_TOKEN is set, as in production: Bolt reads it beside our client."""
+    env = stand_env(tmp_path, stand)
+    assert env["SLACK_BOT_TOKEN"]
+    server = await start_server(command, env, tmp_path)
+    await server.wait_health(200)
+    assert await server.stop() == 0
+    assert "listening on http://" in server.log()
+    assert "will be unused" not in server.log(), server.log()
+
+
 # -- SIGHUP ----------------------------------------------------------------------------------
 
 

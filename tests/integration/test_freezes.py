@@ -46,8 +46,34 @@ async def test_a_change_during_a_freeze_is_refused_with_the_freeze_and_its_end(
     until = end.strftime("%Y-%m-%d %H:%M UTC")
     assert f"e2e-delhi is frozen (year-end) until {until}" in text
     assert 'An admin may add override="why"' in text
-    not_admin = await answer_to(stack, DAVE, f'{SCALE} override="please"')
+    not_admin = await answer_to(stack, DAVE, f'{SCALE} override="please, it is urgent"')
     assert "overriding a freeze needs admin" in not_admin
+    assert await stack.runtime.store.list_requests() == []
+
+
+async def test_an_admins_override_of_a_word_is_refused_with_the_rule(
+    make_stack: StackFactory,
+) -> None:
+    now = datetime.now(UTC)
+    stack = await frozen_stack(make_stack, None, now - timedelta(hours=1), now + timedelta(days=1))
+    text = await answer_to(stack, ALICE, f'{SCALE} override="x"')
+    assert "an override must say why it cannot wait in 10 to 500 characters; yours has 1" in text
+    assert await stack.runtime.store.list_requests() == []
+
+
+async def test_the_forms_override_keeps_the_rule_on_its_input(
+    make_stack: StackFactory,
+) -> None:
+    now = datetime.now(UTC)
+    stack = await frozen_stack(make_stack, None, now - timedelta(hours=1), now + timedelta(days=1))
+    await stack.sender.command(ALICE, CHANNEL, "action e2e-delhi 101 scale_cluster")
+    view = await opened_modal(stack, ALICE, "gpu_action")
+    assert input_block(view, "override")["element"]["max_length"] == 500
+    values: dict[str, str | int | list[str] | None] = {"additional_nodes": "1", "override": "x"}
+    submitted = await stack.sender.view_submission(ALICE, view.id, values)
+    assert submitted.status == 200 and submitted.json is not None
+    assert submitted.json["response_action"] == "errors"
+    assert "in 10 to 500 characters; yours has 1" in submitted.json["errors"]["override"]
     assert await stack.runtime.store.list_requests() == []
 
 

@@ -20,6 +20,7 @@ from tests.support.slack_support import provider_writes, refusals
 from tests.support.workflow_kit import (
     ALICE,
     BOB,
+    CAROL,
     DAVE,
     ERIN,
     MALLORY,
@@ -97,6 +98,32 @@ async def test_approving_from_home_runs_it_once_and_both_homes_are_republished(
         lambda: stack.slack.messages.get(stack.slack.dm_channel(BOB)), within=15
     )
     assert len(provider_writes(stack)) == 1
+
+
+TWO_FOR_SCALE_DOWN = DEMO_POLICY.replace(
+    "  break_glass: true\n",
+    "  break_glass: true\n  rules:\n    - projects: [together-prod]\n"
+    "      kinds: [scale_down]\n      approvers: 2\n",
+)
+
+
+async def test_home_shows_how_far_a_two_approver_request_is_as_the_prompt_does(
+    make_stack: StackFactory, database_url: str
+) -> None:
+    assert TWO_FOR_SCALE_DOWN != DEMO_POLICY
+    stack = await home_stack(make_stack, database_url, policy_yaml=TWO_FOR_SCALE_DOWN)
+    opened = await request(stack, DAVE, "update together-prod tc-h100-reserved num_gpus=8")
+    needs = "scale_down needs 2 approvers (approval rule of together-prod)"
+    assert f"{needs} · 0 of 2: none yet" in text_of(await open_home(stack, BOB))
+    await stack.sender.home_action(BOB, action_id="approve_request", value=opened.id)
+    await wait_reply(stack, opened, "(1 of 2)")
+    prompt = stack.slack.message(opened.channel, opened.prompt_ts or "")
+    assert prompt is not None and f"{needs} · 1 of 2: <@U02BOB>" in prompt.text
+    carol = await open_home(stack, CAROL)  # still waiting for Carol, and how far it is
+    assert f"{needs} · 1 of 2: <@U02BOB>" in text_of(carol) and opened.id in text_of(carol)
+    dave = await open_home(stack, DAVE)  # the requester's open request says so too
+    assert f"{needs} · 1 of 2: <@U02BOB>" in text_of(dave)
+    assert await wait_state(stack.runtime.store, opened.id, RequestState.PENDING)
 
 
 async def test_a_user_with_no_grant_sees_no_project_and_a_scoped_grant_shows_none(

@@ -203,6 +203,24 @@ async def test_usage_errors_are_ephemeral_and_show_the_usage(sqlite_stack: Local
     assert bot_messages(stack, "C0INCIDENT") == [] and provider_writes(stack) == []
 
 
+async def test_a_mistyped_command_gets_the_one_it_was_meant_as(sqlite_stack: LocalStack) -> None:
+    answer = await whisper(sqlite_stack, "U04DAVE", "C0INCIDENT", "lsit together-prod")
+    assert (
+        "unknown command `lsit` — did you mean `list`? Usage: `/gpu list [project] [page=N]`"
+        in answer.text
+    )
+    assert bot_messages(sqlite_stack, "C0INCIDENT") == []
+
+
+async def test_show_with_a_word_too_many_names_it(sqlite_stack: LocalStack) -> None:
+    text = "show together-prod tc-h100-reserved extra"
+    answer = await whisper(sqlite_stack, "U04DAVE", "C0INCIDENT", text)
+    assert "unexpected extra word `extra` after the cluster id" in answer.text
+    assert "Usage: `/gpu show &lt;project&gt; &lt;cluster_id&gt;`" in answer.text  # as sent
+    assert "needs a project" not in answer.text
+    assert bot_messages(sqlite_stack, "C0INCIDENT") == []
+
+
 async def test_a_cluster_of_another_together_project_is_not_this_projects(
     sqlite_stack: LocalStack,
 ) -> None:

@@ -40,6 +40,7 @@ async def test_degraded_then_restored_one_root_one_reply_even_across_a_restart(
     text = readable_text(root)
     assert "train-h100-reserved" in text and "*Degraded*" in text and "(was Ready)" in text
     assert buttons(root) == {"open_update_form": f"together-prod:{CLUSTER}"}
+    assert "Incident 1 of this cluster · watched by gpuops" in text
 
     await stack.restart_bot()
     await asyncio.sleep(WATCH_EVERY * 4)  # polls after the restart: still one root
@@ -54,6 +55,7 @@ async def test_degraded_then_restored_one_root_one_reply_even_across_a_restart(
         lambda: (m := stack.slack.message(NOTIFY, root.ts)) and "recovered" in m.text and m
     )
     assert not buttons(edited)
+    assert "Incident 1 of this cluster · closed" in readable_text(edited)
     await asyncio.sleep(WATCH_EVERY * 4)
     assert len(incident_roots(stack, CLUSTER)) == 1
     assert len(stack.slack.replies(NOTIFY, root.ts)) == 1
@@ -77,7 +79,7 @@ async def test_a_status_change_edits_the_root_and_a_new_incident_gets_a_new_root
     second = await stack.slack.wait_for(
         lambda: len(roots := incident_roots(stack, CLUSTER)) == 2 and roots[1], within=10
     )
-    assert "Incident 2" in readable_text(second)
+    assert "Incident 2 of this cluster · watched by gpuops" in readable_text(second)
 
 
 async def test_the_next_step_button_opens_the_prefilled_form_under_the_policy(

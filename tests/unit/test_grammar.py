@@ -100,6 +100,12 @@ def test_parses(text: str, expected: object) -> None:
     ("text", "says"),
     [
         ("show p", "needs a project and a cluster id"),
+        (
+            "show p c extra",
+            "unexpected extra word `extra` after the cluster id. "
+            "Usage: `/gpu show <project> <cluster_id>`",
+        ),
+        ("show p c a b c d", "unexpected extra words `a`, `b`, `c`, … after the cluster id"),
         ("show", "Usage: `/gpu show <project> <cluster_id>`"),
         ("list a b", "at most a project and a page"),
         ("list page=0", "`page=0` is not a page: give a whole number from 1, such as `page=2`"),
@@ -126,7 +132,10 @@ def test_parses(text: str, expected: object) -> None:
         ("audit 0", "between 1 and 100"),
         ("audit 101", "between 1 and 100"),
         ("audit a b", "takes one project"),
-        ("reboot everything", "unknown command `reboot`"),
+        ("reboot everything", "unknown command `reboot`. Try one of: `/gpu help`"),
+        ("lsit", "unknown command `lsit` — did you mean `list`? Usage: `/gpu list"),
+        ("SHWO p c", "unknown command `shwo` — did you mean `show`?"),
+        ("acton e 101", "did you mean `action`? Usage: `/gpu action <project>"),
         ("show <!channel> c", "is not a valid project"),
         ('update p c reason="unterminated', "check your quotes"),
     ],
@@ -143,8 +152,18 @@ def test_override_is_a_text_like_reason_not_a_field() -> None:
     )
     assert isinstance(command, ChangeCommand)
     assert (command.override, command.reason, command.fields) == ("incident 7", "hang", {})
-    with pytest.raises(UsageError, match="an override may be at most 500 characters"):
+    with pytest.raises(UsageError, match="in 10 to 500 characters; yours has 501"):
         parse_command(f'update p c num_gpus=8 override="{"x" * 501}"')
+
+
+@pytest.mark.parametrize("given", ["x", "  short  ", ""])
+def test_an_override_keeps_break_glass_rule_of_10_to_500_characters(given: str) -> None:
+    with pytest.raises(UsageError) as exc:
+        parse_command(f'update p c num_gpus=8 override="{given}"')
+    assert str(exc.value) == (
+        f"an override must say why it cannot wait in 10 to 500 characters; yours has "
+        f'{len(given.strip())}. Send the command again with `override="why"`.'
+    )
 
 
 def test_policy_takes_at_most_a_project() -> None:

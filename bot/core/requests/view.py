@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from bot.core.pricing import change_price_line
 from bot.core.store import ChangeRequestRecord, RequestState
@@ -122,10 +123,28 @@ def _override(record: ChangeRequestRecord) -> tuple[str, str, str] | None:
     return str(raw.get("freeze")), str(raw.get("by")), str(raw.get("reason"))
 
 
-def view_of(record: ChangeRequestRecord) -> RequestView:
-    plan = ChangePlan.model_validate(record.plan["plan"])
+def approval_state(record: ChangeRequestRecord) -> dict[str, Any]:
+    """Where a request's approvals stand (RequestView's approval fields, by name): who
+    approved, whose approval no longer counts, how many are needed from which groups and
+    why, and the requester's break glass, as stored with the request."""
     approvals = record.approvals or {}
     glass = {k: str(v) for k, v in (approvals.get("break_glass") or {}).items()}
+    return {
+        "approvers": tuple(record.approvers),
+        "uncounted": tuple(record.uncounted),
+        "approvals_needed": int(approvals.get("needed", 1)),
+        "approval_groups": tuple(str(g) for g in approvals.get("usergroups", [])),
+        "approval_kinds": tuple(str(k) for k in approvals.get("kinds", record.kinds)),
+        "approval_by_rule": bool(approvals.get("by_rule", False)),
+        "ask_users": tuple(str(u) for u in (approvals.get("ask") or {}).get("users", [])),
+        "ask_groups": tuple(str(g) for g in (approvals.get("ask") or {}).get("usergroups", [])),
+        "glass_by": glass.get("by"),
+        "glass_reason": glass.get("reason"),
+    }
+
+
+def view_of(record: ChangeRequestRecord) -> RequestView:
+    plan = ChangePlan.model_validate(record.plan["plan"])
     return RequestView(
         id=record.id,
         state=str(record.state),
@@ -145,20 +164,11 @@ def view_of(record: ChangeRequestRecord) -> RequestView:
         break_glass=record.break_glass,
         expires_at=record.expires_at,
         price_line=request_price_line(record, plan),
-        approvers=tuple(record.approvers),
-        uncounted=tuple(record.uncounted),
-        approvals_needed=int(approvals.get("needed", 1)),
-        approval_groups=tuple(str(g) for g in approvals.get("usergroups", [])),
-        approval_kinds=tuple(str(k) for k in approvals.get("kinds", record.kinds)),
-        approval_by_rule=bool(approvals.get("by_rule", False)),
-        ask_users=tuple(str(u) for u in (approvals.get("ask") or {}).get("users", [])),
-        ask_groups=tuple(str(g) for g in (approvals.get("ask") or {}).get("usergroups", [])),
-        glass_by=glass.get("by"),
-        glass_reason=glass.get("reason"),
         override=_override(record),
         revert_of=record.revert_of,
         revertible=revertible(record),
         run_at=record.run_at,
+        **approval_state(record),
     )
 
 

@@ -4,7 +4,8 @@ Each poll gives the clusters a project lists now; ``observe`` compares them with
 watcher remembered (``ClusterHealth`` per cluster, stored between polls) and says which
 messages are due: an incident opens when a cluster leaves the healthy set or disappears,
 its root is edited when the unhealthy status changes, and it closes when the cluster is
-healthy again. Incidents are numbered per cluster so that each gets its own alert key.
+healthy again. Incidents are numbered per cluster so that each gets its own alert key
+(the alert says "Incident 2 of this cluster": the number counts nothing wider).
 
 Not unhealthy: a cluster provisioning (not steady) while gpuops has a change in flight on
 it, and a cluster never yet seen healthy that is still provisioning (being created).
