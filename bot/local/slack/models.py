@@ -711,12 +711,14 @@ def _initial_option_problems(element: JsonDict, options: list[JsonDict]) -> list
 
 
 def sdk_block_problems(block: Mapping[str, Any]) -> list[str]:
-    """What slack_sdk's Block Kit models refuse in one block."""
+    """What slack_sdk's Block Kit models refuse in one block, nested elements included:
+    ``validate_json()`` checks only the block's own attributes, ``to_dict()`` also checks
+    every element, text object and confirm dialog inside it."""
     try:
         parsed = Block.parse(dict(block))
         if parsed is None:
             return ["slack_sdk does not know this block"]
-        parsed.validate_json()
+        parsed.to_dict()
     except (SlackObjectFormationError, TypeError, ValueError, KeyError, AttributeError) as exc:
         return [f"slack_sdk: {exc}"]
     return []
@@ -725,7 +727,7 @@ def sdk_block_problems(block: Mapping[str, Any]) -> list[str]:
 def sdk_view_problems(view: Mapping[str, Any]) -> list[str]:
     """What slack_sdk's ``View`` model refuses in a view definition."""
     try:
-        SdkView(**dict(view)).validate_json()
+        SdkView(**dict(view)).to_dict()
     except (SlackObjectFormationError, TypeError, ValueError, KeyError, AttributeError) as exc:
         return [f"slack_sdk: {exc}"]
     return []
