@@ -265,6 +265,24 @@ async def test_an_invalid_modal_is_invalid_arguments(
     assert "title" in caught.value.response["response_metadata"]["messages"][0]
 
 
+async def test_an_external_id_over_255_characters_is_invalid_arguments(
+    fake: FakeSlack, client: AsyncWebClient
+) -> None:
+    longest, too_long = modal(external_id="e" * 255), modal(external_id="e" * 256)
+    opened = await client.views_open(trigger_id=fake.issue_trigger_id("UALICE"), view=longest)
+    attempts = [
+        client.views_open(trigger_id=fake.issue_trigger_id("UALICE"), view=too_long),
+        client.views_push(trigger_id=fake.issue_trigger_id("UALICE"), view=too_long),
+        client.views_update(view_id=opened["view"]["id"], view=too_long),
+    ]
+    for attempt in attempts:
+        with pytest.raises(SlackApiError) as caught:
+            await attempt
+        assert caught.value.response["error"] == "invalid_arguments"
+        assert "external_id" in caught.value.response["response_metadata"]["messages"][0]
+    assert [v.external_id for v in fake.views.values()] == ["e" * 255]
+
+
 async def test_views_update_by_id_and_external_id_with_hash_check(
     fake: FakeSlack, client: AsyncWebClient
 ) -> None:

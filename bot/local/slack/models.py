@@ -775,6 +775,9 @@ def view_problems(view: Any, *, kind: Literal["modal", "home"] = "modal") -> lis
         problems.append("private_metadata must be at most 3000 characters")
     if len(str(view.get("callback_id", ""))) > 255:
         problems.append("callback_id must be at most 255 characters")
+    # views.open / views.push / views.update: "Max length of 255 characters".
+    if len(str(view.get("external_id", ""))) > 255:
+        problems.append("external_id must be at most 255 characters")
     return problems or sdk_view_problems(view)
 
 
@@ -784,4 +787,7 @@ def _home_problems(view: JsonDict) -> list[str]:
         problems.append("private_metadata must be at most 3000 characters")
     if len(str(view.get("callback_id", ""))) > 255:
         problems.append("callback_id must be at most 255 characters")
+    # views.open / views.push / views.update: "Max length of 255 characters".
+    if len(str(view.get("external_id", ""))) > 255:
+        problems.append("external_id must be at most 255 characters")
     return problems or sdk_view_problems(view)
