@@ -199,6 +199,23 @@ async def test_update_edits_and_keeps_history(fake: FakeSlack, client: AsyncWebC
     ]
 
 
+async def test_text_over_40000_characters_is_truncated_with_a_warning(
+    fake: FakeSlack, client: AsyncWebClient
+) -> None:
+    longest, too_long = "a" * 40_000, "b" * 40_001
+    posted = await client.chat_postMessage(channel=CHANNEL, text=longest)
+    assert "response_metadata" not in posted.data
+    updated = await client.chat_update(channel=CHANNEL, ts=posted["ts"], text=too_long)
+    second = await client.chat_postMessage(channel=CHANNEL, text=too_long)
+    ephemeral = await client.chat_postEphemeral(channel=CHANNEL, user="UALICE", text=too_long)
+    for answer in (updated, second, ephemeral):
+        assert answer["response_metadata"]["warnings"] == ["message_truncated"]
+        assert "[WARN] Your message was truncated" in answer["response_metadata"]["messages"][0]
+    kept = [fake.message(CHANNEL, ts) for ts in (posted["ts"], second["ts"])]
+    assert [m.text if m else None for m in kept] == ["b" * 40_000, "b" * 40_000]
+    assert [e.text for e in fake.ephemerals_for("UALICE")] == ["b" * 40_000]
+
+
 async def test_updating_an_unknown_message_is_message_not_found(client: AsyncWebClient) -> None:
     with pytest.raises(SlackApiError, match="message_not_found"):
         await client.chat_update(channel=CHANNEL, ts="123.456", text="x")

@@ -743,6 +743,25 @@ def bare_user_ids(text: str, users: Iterable[str]) -> list[str]:
     return sorted({m for m in _BARE_USER_ID.findall(text) if m in known})
 
 
+TEXT_LIMIT = 40_000
+"""Slack truncates a message ``text`` longer than this and still posts it, with a warning
+(api.slack.com/changelog/2018-04-truncating-really-long-messages: chat.postMessage,
+chat.postEphemeral, response URLs and every other way to post)."""
+
+
+def truncated_text(text: str | None) -> tuple[str | None, JsonDict]:
+    """The text Slack keeps, and what its answer adds when it cut the text (else nothing)."""
+    if text is None or len(text) <= TEXT_LIMIT:
+        return text, {}
+    warning = (
+        "[WARN] Your message was truncated but still posted."
+        " The `text` field accepts up to 40,000 characters."
+    )
+    return text[:TEXT_LIMIT], {
+        "response_metadata": {"messages": [warning], "warnings": ["message_truncated"]}
+    }
+
+
 def fallback_problems(text: Any, blocks: Any) -> list[str]:
     """A message with blocks needs a non-empty ``text`` fallback (notifications, screen
     readers and old clients show it)."""

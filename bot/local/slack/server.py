@@ -58,6 +58,7 @@ from bot.local.slack.models import (
     fill_block_ids,
     random_id,
     stateful_elements,
+    truncated_text,
     view_problems,
 )
 from bot.local.slack.socket_mode import SocketModeHub
@@ -786,6 +787,7 @@ class FakeSlack:
         if channel in self.dms and not self.messages_tab_enabled:
             raise ApiError("messages_tab_disabled")
         text, blocks = self._content(args)
+        text, truncation = truncated_text(text)
         thread_ts = _optional_str(args.get("thread_ts"))
         message = await self._post_bot_message(channel, text, blocks, thread_ts, "chat.postMessage")
         return {
@@ -793,6 +795,7 @@ class FakeSlack:
             "channel": channel,
             "ts": message.ts,
             "message": message.as_slack(self.team_id),
+            **truncation,
         }
 
     async def _chat_update(self, args: JsonDict) -> JsonDict:
@@ -803,6 +806,7 @@ class FakeSlack:
         if message.user != self.bot_user_id:
             raise ApiError("cant_update_message")
         text, blocks = self._content(args)
+        text, truncation = truncated_text(text)
         await self._edit_message(message, text, blocks, "chat.update")
         return {
             "ok": True,
@@ -810,6 +814,7 @@ class FakeSlack:
             "ts": message.ts,
             "text": message.text,
             "message": message.as_slack(self.team_id),
+            **truncation,
         }
 
     async def _chat_post_ephemeral(self, args: JsonDict) -> JsonDict:
@@ -820,11 +825,12 @@ class FakeSlack:
         if self.users and user not in self.users:
             raise ApiError("user_not_in_channel")
         text, blocks = self._content(args)
+        text, truncation = truncated_text(text)
         thread_ts = _optional_str(args.get("thread_ts"))
         ephemeral = await self._post_ephemeral(
             channel, user, text, blocks, thread_ts, "chat.postEphemeral"
         )
-        return {"ok": True, "message_ts": ephemeral.ts}
+        return {"ok": True, "message_ts": ephemeral.ts, **truncation}
 
     async def _chat_get_permalink(self, args: JsonDict) -> JsonDict:
         channel = self._channel_id(args.get("channel"))
