@@ -680,6 +680,16 @@ class FakeSlack:
         for user in bare_user_ids(text, self.users):
             self.spec_problems.append(f"the text {text[:80]!r} names {user} bare, not <@{user}>")
 
+    def _note_thread_root(self, channel: str, thread_ts: str) -> None:
+        """Slack documents ``thread_ts`` as "another message's ts" and says to use a
+        parent's, never a reply's; it documents no error for other values, so the stand-in
+        posts and notes the misuse rather than refuse."""
+        root = self.message(channel, thread_ts)
+        if root is None:
+            self.spec_problems.append(f"thread_ts {thread_ts} names no message in {channel}")
+        elif root.is_reply:
+            self.spec_problems.append(f"thread_ts {thread_ts} names a reply, not its parent")
+
     def _next_ts(self) -> str:
         micros = max(int(time.time() * 1_000_000), self._last_ts_micros + 1)
         self._last_ts_micros = micros
@@ -702,6 +712,8 @@ class FakeSlack:
         source: MessageSource,
         files: list[JsonDict] | None = None,
     ) -> Message:
+        if thread_ts is not None:
+            self._note_thread_root(channel, thread_ts)
         message = Message(
             channel=channel,
             ts=self._next_ts(),
