@@ -1010,19 +1010,64 @@ class FakeSlack:
         except UploadRefused as exc:
             raise _api_error(exc) from None
 
-    async def _files_complete_upload(self, args: JsonDict) -> JsonDict:
+    def _share_targets(self, args: JsonDict) -> list[str]:
+        """Where ``files.completeUploadExternal`` shares: ``channel_id`` (an unknown one is
+        ``channel_not_found``) and ``channels``, a comma-separated list of channel or user
+        ids (at most 100, else ``channels_limit_exceeded``; an unknown one is
+        ``invalid_channel``). Neither: the file stays private."""
+        targets: list[str] = []
         raw_channel = _optional_str(args.get("channel_id"))
-        channel = None if raw_channel is None else self._postable_channel(raw_channel)
+        if raw_channel is not None:
+            targets.append(self._postable_channel(raw_channel))
+        listed = [c.strip() for c in str(args.get("channels") or "").split(",") if c.strip()]
+        if len(listed) > 100:
+            raise ApiError("channels_limit_exceeded")
+        for raw in listed:
+            try:
+                channel = self._postable_channel(raw)
+            except ApiError as exc:
+                if exc.error != "channel_not_found":
+                    raise
+                raise ApiError("invalid_channel") from None
+            if channel not in targets:
+                targets.append(channel)
+        return targets
+
+    def _note_share_thread(self, targets: list[str], thread_ts: str | None) -> None:
+        """Slack documents ``thread_ts`` here with "provide only one channel"; it documents
+        no error, so a misuse is noted, not refused."""
+        if thread_ts is None:
+            return
+        if not targets:
+            self.spec_problems.append(f"thread_ts {thread_ts} without a channel to share in")
+        elif len(targets) > 1:
+            self.spec_problems.append(f"thread_ts {thread_ts} with {len(targets)} channels")
+
+    def _note_short_uploads(self, files: list[UploadedFile]) -> None:
+        """``length`` is "the size in bytes of the file being uploaded"; Slack documents no
+        error for fewer bytes, so a short upload is noted, not refused."""
+        for file in files:
+            got = len(file.content or b"")
+            if got < file.length:
+                self.spec_problems.append(
+                    f"file {file.id} got {got} of the {file.length} bytes announced"
+                )
+
+    async def _files_complete_upload(self, args: JsonDict) -> JsonDict:
+        targets = self._share_targets(args)
+        thread_ts = _optional_str(args.get("thread_ts"))
         try:
             shared = self.uploads.complete(args)
         except UploadRefused as exc:
             raise _api_error(exc) from None
-        if channel is not None:
-            thread_ts = _optional_str(args.get("thread_ts"))
-            for file in shared:
-                file.channel, file.thread_ts = channel, thread_ts
-            text = str(args.get("initial_comment") or "")
+        self._note_share_thread(targets, thread_ts)
+        self._note_short_uploads(shared)
+        text = str(args.get("initial_comment") or "")
+        if targets:
             self._note_bare_user_ids(text)
+            for file in shared:
+                file.channel, file.thread_ts = targets[0], thread_ts
+        for channel in targets:
             await self._post_bot_message(
                 channel,
                 text,
