@@ -159,12 +159,28 @@ def marks(fz: FuzzStack) -> Marks:
     return Marks(len(fz.trap.records), len(slack.calls), len(slack.response_posts))
 
 
+def rendered(args: dict[str, Any]) -> dict[str, Any]:
+    """A call's arguments as far as Slack shows them: a view's ``private_metadata`` is
+    echoed back to the app, never displayed, so markup in it is no injection."""
+    view = args.get("view")
+    if isinstance(view, str):
+        try:
+            view = json.loads(view)
+        except ValueError:
+            return args
+    if not isinstance(view, dict):
+        return args
+    shown = {k: v for k, v in view.items() if k != "private_metadata"}
+    return {**args, "view": shown}
+
+
 def check_properties(fz: FuzzStack, before: Marks, result: SenderResult) -> None:
     stack = fz.stack
     assert result.status == 200, (result.status, result.body[:300])
     assert result.elapsed < 3.0, result.elapsed
     assert not fz.trap.problems(before.logs), fz.trap.problems(before.logs)
-    bodies = [json.dumps(c.args, ensure_ascii=False) for c in stack.slack.calls[before.calls :]]
+    calls = stack.slack.calls[before.calls :]
+    bodies = [json.dumps(rendered(c.args), ensure_ascii=False) for c in calls]
     bodies += [
         json.dumps([p.text, p.blocks], ensure_ascii=False)
         for p in stack.slack.response_posts[before.posts :]
@@ -416,6 +432,42 @@ def test_any_click_is_acked_and_changes_nothing(
     payload = data.draw(block_actions(fuzz, user, channel))
     before = marks(fuzz)
     result = fuzz.run(post_payload(fuzz, payload))
+    check_properties(fuzz, before, result)
+
+
+def test_markup_echoed_only_in_private_metadata_is_not_rendered_markup(fuzz: FuzzStack) -> None:
+    """The example hypothesis saved: a click in a form whose ``private_metadata`` holds
+    ``<!channel>``. gpuops echoes the metadata back in ``views.update``; Slack never shows
+    it, so the markup property must not flag it (it looks only at what is rendered)."""
+    slack = fuzz.stack.slack
+    payload: dict[str, Any] = {
+        "type": "block_actions",
+        "user": {"id": "U04DAVE", "username": "dave", "name": "dave", "team_id": "T0GPUOPS"},
+        "api_app_id": "A0GPUOPS",
+        "token": "localslack-not-a-secret",
+        "trigger_id": slack.issue_trigger_id("U04DAVE"),
+        "team": {"id": "T0GPUOPS", "domain": "gpuops"},
+        "container": {"type": "view", "view_id": "V0FUZZ"},
+        "actions": [
+            {
+                "type": "static_select",
+                "action_id": "action",
+                "block_id": "action",
+                "selected_option": {"value": "scale_cluster"},
+                "action_ts": "1700000000.000001",
+            }
+        ],
+        "view": {
+            "id": "V0FUZZ",
+            "callback_id": "gpu_action",
+            "private_metadata": json.dumps({"project": "e2e-delhi", "channel": "<!channel>"}),
+            "state": {"values": {}},
+        },
+    }
+    before = marks(fuzz)
+    result = fuzz.run(post_payload(fuzz, payload))
+    echoed = [c for c in slack.calls[before.calls :] if "<!channel>" in json.dumps(c.args)]
+    assert echoed, [c.method for c in slack.calls[before.calls :]]  # the echo does happen
     check_properties(fuzz, before, result)
 
 

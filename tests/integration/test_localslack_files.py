@@ -155,3 +155,53 @@ async def test_slack_sdks_files_upload_v2_works_against_the_stand_in(fake: FakeS
     with pytest.raises(SlackApiError) as refused:
         await client.files_upload_v2(channel="C0OUTSIDE", content="x", filename="x.md")
     assert refused.value.response["error"] == "not_in_channel"
+
+
+async def uploaded(fake: FakeSlack, content: bytes = b"abc") -> str:
+    got = await ticket(fake, content)
+    assert (await upload(got["upload_url"], content)).status_code == 200
+    file_id: str = got["file_id"]
+    return file_id
+
+
+async def test_channels_shares_in_every_channel_and_dm_listed(fake: FakeSlack) -> None:
+    file_id = await uploaded(fake)
+    done = await complete(fake, file_id, channels="C0INCIDENT, U02BOB", initial_comment="hi")
+    assert done["ok"], done
+    dm = fake.open_dm("U02BOB")
+    for channel in ("C0INCIDENT", dm):
+        [message] = fake.messages[channel]
+        assert message.text == "hi" and message.files[0]["id"] == file_id
+    assert fake.files[file_id].channel == "C0INCIDENT"
+    assert fake.spec_problems == []
+
+
+async def test_channels_is_refused_as_slack_documents(fake: FakeSlack) -> None:
+    file_id = await uploaded(fake)
+    unknown = await complete(fake, file_id, channels="C0INCIDENT,C0NOSUCH")
+    assert unknown["error"] == "invalid_channel"
+    too_many = ",".join(f"C0{n:03d}" for n in range(101))
+    assert (await complete(fake, file_id, channels=too_many))["error"] == "channels_limit_exceeded"
+    assert fake.messages == {} and not fake.files[file_id].completed
+
+
+async def test_thread_ts_needs_exactly_one_channel_and_uploads_their_length(
+    fake: FakeSlack,
+) -> None:
+    root = await fake.post_user_message("C0INCIDENT", "U02BOB", "postmortem?")
+    alone = await complete(fake, await uploaded(fake), thread_ts=root.ts)
+    assert alone["ok"] and fake.replies("C0INCIDENT", root.ts) == []  # private, as documented
+    two = await complete(
+        fake, await uploaded(fake), channels="C0INCIDENT,U02BOB", thread_ts=root.ts
+    )
+    assert two["ok"]
+    short = await ticket(fake, b"12345")
+    await upload(short["upload_url"], b"123")
+    assert (await complete(fake, short["file_id"], channel_id="C0INCIDENT"))["ok"]
+    dm = fake.open_dm("U02BOB")
+    assert fake.spec_problems == [
+        f"thread_ts {root.ts} without a channel to share in",
+        f"thread_ts {root.ts} with 2 channels",
+        f"thread_ts {root.ts} names no message in {dm}",
+        f"file {short['file_id']} got 3 of the 5 bytes announced",
+    ]

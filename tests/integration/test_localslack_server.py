@@ -200,6 +200,23 @@ async def test_update_edits_and_keeps_history(fake: FakeSlack, client: AsyncWebC
     ]
 
 
+async def test_text_over_40000_characters_is_truncated_with_a_warning(
+    fake: FakeSlack, client: AsyncWebClient
+) -> None:
+    longest, too_long = "a" * 40_000, "b" * 40_001
+    posted = await client.chat_postMessage(channel=CHANNEL, text=longest)
+    assert "response_metadata" not in posted.data
+    updated = await client.chat_update(channel=CHANNEL, ts=posted["ts"], text=too_long)
+    second = await client.chat_postMessage(channel=CHANNEL, text=too_long)
+    ephemeral = await client.chat_postEphemeral(channel=CHANNEL, user="UALICE", text=too_long)
+    for answer in (updated, second, ephemeral):
+        assert answer["response_metadata"]["warnings"] == ["message_truncated"]
+        assert "[WARN] Your message was truncated" in answer["response_metadata"]["messages"][0]
+    kept = [fake.message(CHANNEL, ts) for ts in (posted["ts"], second["ts"])]
+    assert [m.text if m else None for m in kept] == ["b" * 40_000, "b" * 40_000]
+    assert [e.text for e in fake.ephemerals_for("UALICE")] == ["b" * 40_000]
+
+
 async def test_updating_an_unknown_message_is_message_not_found(client: AsyncWebClient) -> None:
     with pytest.raises(SlackApiError, match="message_not_found"):
         await client.chat_update(channel=CHANNEL, ts="123.456", text="x")
@@ -264,6 +281,24 @@ async def test_an_invalid_modal_is_invalid_arguments(
         )
     assert caught.value.response["error"] == "invalid_arguments"
     assert "title" in caught.value.response["response_metadata"]["messages"][0]
+
+
+async def test_an_external_id_over_255_characters_is_invalid_arguments(
+    fake: FakeSlack, client: AsyncWebClient
+) -> None:
+    longest, too_long = modal(external_id="e" * 255), modal(external_id="e" * 256)
+    opened = await client.views_open(trigger_id=fake.issue_trigger_id("UALICE"), view=longest)
+    attempts = [
+        client.views_open(trigger_id=fake.issue_trigger_id("UALICE"), view=too_long),
+        client.views_push(trigger_id=fake.issue_trigger_id("UALICE"), view=too_long),
+        client.views_update(view_id=opened["view"]["id"], view=too_long),
+    ]
+    for attempt in attempts:
+        with pytest.raises(SlackApiError) as caught:
+            await attempt
+        assert caught.value.response["error"] == "invalid_arguments"
+        assert "external_id" in caught.value.response["response_metadata"]["messages"][0]
+    assert [v.external_id for v in fake.views.values()] == ["e" * 255]
 
 
 async def test_views_update_by_id_and_external_id_with_hash_check(

@@ -454,6 +454,19 @@ async def test_a_bare_user_id_in_a_fallback_is_noted_as_a_spec_problem(h: Harnes
     ]
 
 
+async def test_a_thread_ts_naming_no_parent_is_posted_and_noted(h: Harness) -> None:
+    root = await h.client.chat_postMessage(channel=CHANNEL, text="request r1")
+    reply = await h.client.chat_postMessage(channel=CHANNEL, text="ok", thread_ts=root["ts"])
+    assert h.fake.spec_problems == []
+    await h.client.chat_postMessage(channel=CHANNEL, text="to a reply", thread_ts=reply["ts"])
+    nowhere = await h.client.chat_postMessage(channel=CHANNEL, text="lost", thread_ts="1.000001")
+    assert nowhere["ok"]  # Slack documents no error for it
+    assert h.fake.spec_problems == [
+        f"thread_ts {reply['ts']} names a reply, not its parent",
+        f"thread_ts 1.000001 names no message in {CHANNEL}",
+    ]
+
+
 # -- the stand-in's older checks, each through its HTTP API -------------------------------------
 
 

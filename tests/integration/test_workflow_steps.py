@@ -208,7 +208,7 @@ async def survives_a_restart(stack: LocalStack) -> None:
     assert [row["execution_id"] for row in waiting] == [run.execution_id]
     assert "token" not in waiting[0] and run.token not in str(waiting)
 
-    run.started_at -= 16 * 60  # approved after the step's own token expired, as on Slack
+    run.started_at -= 16 * 60  # approved long after the step began, by a bot that restarted
     await click(stack, opened, BOB)
     await ended(stack, run)
     assert run.outputs is not None and run.outputs["state"] == "succeeded"

@@ -290,3 +290,47 @@ def test_bare_user_ids_are_those_not_written_as_mentions() -> None:
     assert bare_user_ids(text, ["U01ALICE", "U02BOB"]) == ["U01ALICE", "U02BOB"]
     assert bare_user_ids("<@U01ALICE> asked", ["U01ALICE"]) == []
     assert bare_user_ids("W0ENTERPRISE approved", ["W0ENTERPRISE"]) == ["W0ENTERPRISE"]
+
+
+def _button(**extra: Any) -> dict[str, Any]:
+    text = {"type": "plain_text", "text": "Open"}
+    return {"type": "button", "text": text, "action_id": "open", **extra}
+
+
+def _confirm(title: str) -> dict[str, Any]:
+    def plain(text: str) -> dict[str, str]:
+        return {"type": "plain_text", "text": text}
+
+    return {
+        "title": plain(title),
+        "text": plain("Sure?"),
+        "confirm": plain("Yes"),
+        "deny": plain("No"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("element", "problem"),
+    [
+        (_button(url="https://example.com/" + "a" * 2982), "url attribute cannot exceed 3000"),
+        (_button(style="green"), "style attribute must be one of the following values"),
+        (_button(confirm=_confirm("t" * 101)), "title attribute cannot exceed 100 characters"),
+    ],
+)
+def test_nested_elements_are_checked_as_slack_does(element: dict[str, Any], problem: str) -> None:
+    actions = {"type": "actions", "elements": [element]}
+    (found,) = block_problems([actions])
+    assert problem in found
+    modal = {
+        "type": "modal",
+        "title": {"type": "plain_text", "text": "Deploy"},
+        "blocks": [actions],
+    }
+    assert any(problem in p for p in view_problems(modal))
+
+
+def test_nested_elements_within_slacks_limits_pass() -> None:
+    button = _button(
+        url="https://example.com/" + "a" * 2980, style="danger", confirm=_confirm("t" * 100)
+    )
+    assert block_problems([{"type": "actions", "elements": [button]}]) == []

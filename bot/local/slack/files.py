@@ -10,10 +10,14 @@
    good for one upload, and takes at most the ``length`` that was announced; the answer is
    HTTP 200 ``OK - <bytes>``.
 3. ``files.completeUploadExternal`` (``files``: a JSON array of ``{"id", "title"}``;
-   ``channel_id``, ``thread_ts``, ``initial_comment``) shares the files: a file never
-   uploaded, unknown, or already completed is ``file_not_found``; the channel errors are
-   those of posting there (``channel_not_found``, ``not_in_channel``). Without
-   ``channel_id`` the file stays private.
+   ``channel_id``, ``channels``, ``thread_ts``, ``initial_comment``) shares the files: a file
+   never uploaded, unknown, or already completed is ``file_not_found``; the ``channel_id``
+   errors are those of posting there (``channel_not_found``, ``not_in_channel``); an unknown
+   id in ``channels`` (channel or user ids, comma-separated, at most 100, else
+   ``channels_limit_exceeded``) is ``invalid_channel``. Without either the file stays
+   private. What Slack documents without an error (``thread_ts`` with no channel or more
+   than one, an upload shorter than its ``length``) is posted and noted in
+   ``FakeSlack.spec_problems``.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ class UploadedFile(BaseModel):
     content: bytes | None = None
     completed: bool = False
     channel: str | None = None
+    """Where it was first shared (``channel_id``, else the first of ``channels``)."""
     thread_ts: str | None = None
     created: float
 

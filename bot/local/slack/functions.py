@@ -3,8 +3,8 @@
 
 Each run gets a ``function_execution_id`` (``Fx…``) and its own short-lived token, sent as
 ``bot_access_token`` in the ``function_executed`` event: the token is good while the run
-is in progress, for at most 15 minutes after it was issued, and revoked once the run
-completes (``token_revoked`` after either). The completion methods take the bot token of
+is in progress and revoked once the run completes, Slack's docs giving it no other
+lifetime (``token_revoked`` after). The completion methods take the bot token of
 the app that owns the function, or a run's own token for that run only (``access_denied``
 for another run); a run completes once (``execution_not_in_running_state`` after), and
 the outputs must fit the function's output parameters (``parameter_validation_failed``)."""
@@ -22,7 +22,6 @@ from pydantic import BaseModel
 from bot.local.slack.models import JsonDict, random_id
 
 RunState = Literal["running", "completed", "failed"]
-FUNCTION_TOKEN_SECONDS = 15 * 60  # a run's own token expires then, even while it runs
 
 
 class FunctionParameter(BaseModel):
@@ -157,8 +156,7 @@ class FunctionRuns:
         run = self._run_of(token)
         if run is None:
             return None
-        fresh = time.time() - run.started_at < FUNCTION_TOKEN_SECONDS
-        return "valid" if run.state == "running" and fresh else "revoked"
+        return "valid" if run.state == "running" else "revoked"
 
     def _run_of(self, token: str) -> FunctionRun | None:
         for run in self.runs.values():

@@ -711,12 +711,14 @@ def _initial_option_problems(element: JsonDict, options: list[JsonDict]) -> list
 
 
 def sdk_block_problems(block: Mapping[str, Any]) -> list[str]:
-    """What slack_sdk's Block Kit models refuse in one block."""
+    """What slack_sdk's Block Kit models refuse in one block, nested elements included:
+    ``validate_json()`` checks only the block's own attributes, ``to_dict()`` also checks
+    every element, text object and confirm dialog inside it."""
     try:
         parsed = Block.parse(dict(block))
         if parsed is None:
             return ["slack_sdk does not know this block"]
-        parsed.validate_json()
+        parsed.to_dict()
     except (SlackObjectFormationError, TypeError, ValueError, KeyError, AttributeError) as exc:
         return [f"slack_sdk: {exc}"]
     return []
@@ -725,7 +727,7 @@ def sdk_block_problems(block: Mapping[str, Any]) -> list[str]:
 def sdk_view_problems(view: Mapping[str, Any]) -> list[str]:
     """What slack_sdk's ``View`` model refuses in a view definition."""
     try:
-        SdkView(**dict(view)).validate_json()
+        SdkView(**dict(view)).to_dict()
     except (SlackObjectFormationError, TypeError, ValueError, KeyError, AttributeError) as exc:
         return [f"slack_sdk: {exc}"]
     return []
@@ -739,6 +741,25 @@ def bare_user_ids(text: str, users: Iterable[str]) -> list[str]:
     ``<@U01ALICE>``): Slack shows them as they are, not as the person's name (SPEC §4.6)."""
     known = set(users)
     return sorted({m for m in _BARE_USER_ID.findall(text) if m in known})
+
+
+TEXT_LIMIT = 40_000
+"""Slack truncates a message ``text`` longer than this and still posts it, with a warning
+(api.slack.com/changelog/2018-04-truncating-really-long-messages: chat.postMessage,
+chat.postEphemeral, response URLs and every other way to post)."""
+
+
+def truncated_text(text: str | None) -> tuple[str | None, JsonDict]:
+    """The text Slack keeps, and what its answer adds when it cut the text (else nothing)."""
+    if text is None or len(text) <= TEXT_LIMIT:
+        return text, {}
+    warning = (
+        "[WARN] Your message was truncated but still posted."
+        " The `text` field accepts up to 40,000 characters."
+    )
+    return text[:TEXT_LIMIT], {
+        "response_metadata": {"messages": [warning], "warnings": ["message_truncated"]}
+    }
 
 
 def fallback_problems(text: Any, blocks: Any) -> list[str]:
@@ -773,6 +794,9 @@ def view_problems(view: Any, *, kind: Literal["modal", "home"] = "modal") -> lis
         problems.append("private_metadata must be at most 3000 characters")
     if len(str(view.get("callback_id", ""))) > 255:
         problems.append("callback_id must be at most 255 characters")
+    # views.open / views.push / views.update: "Max length of 255 characters".
+    if len(str(view.get("external_id", ""))) > 255:
+        problems.append("external_id must be at most 255 characters")
     return problems or sdk_view_problems(view)
 
 
@@ -782,4 +806,7 @@ def _home_problems(view: JsonDict) -> list[str]:
         problems.append("private_metadata must be at most 3000 characters")
     if len(str(view.get("callback_id", ""))) > 255:
         problems.append("callback_id must be at most 255 characters")
+    # views.open / views.push / views.update: "Max length of 255 characters".
+    if len(str(view.get("external_id", ""))) > 255:
+        problems.append("external_id must be at most 255 characters")
     return problems or sdk_view_problems(view)

@@ -58,6 +58,7 @@ from bot.local.slack.models import (
     fill_block_ids,
     random_id,
     stateful_elements,
+    truncated_text,
     view_problems,
 )
 from bot.local.slack.socket_mode import SocketModeHub
@@ -722,6 +723,16 @@ class FakeSlack:
         for user in bare_user_ids(text, self.users):
             self.spec_problems.append(f"the text {text[:80]!r} names {user} bare, not <@{user}>")
 
+    def _note_thread_root(self, channel: str, thread_ts: str) -> None:
+        """Slack documents ``thread_ts`` as "another message's ts" and says to use a
+        parent's, never a reply's; it documents no error for other values, so the stand-in
+        posts and notes the misuse rather than refuse."""
+        root = self.message(channel, thread_ts)
+        if root is None:
+            self.spec_problems.append(f"thread_ts {thread_ts} names no message in {channel}")
+        elif root.is_reply:
+            self.spec_problems.append(f"thread_ts {thread_ts} names a reply, not its parent")
+
     def _next_ts(self) -> str:
         micros = max(int(time.time() * 1_000_000), self._last_ts_micros + 1)
         self._last_ts_micros = micros
@@ -744,6 +755,8 @@ class FakeSlack:
         source: MessageSource,
         files: list[JsonDict] | None = None,
     ) -> Message:
+        if thread_ts is not None:
+            self._note_thread_root(channel, thread_ts)
         message = Message(
             channel=channel,
             ts=self._next_ts(),
@@ -829,6 +842,7 @@ class FakeSlack:
         if channel in self.dms and not self.messages_tab_enabled:
             raise ApiError("messages_tab_disabled")
         text, blocks = self._content(args)
+        text, truncation = truncated_text(text)
         thread_ts = _optional_str(args.get("thread_ts"))
         message = await self._post_bot_message(channel, text, blocks, thread_ts, "chat.postMessage")
         return {
@@ -836,6 +850,7 @@ class FakeSlack:
             "channel": channel,
             "ts": message.ts,
             "message": message.as_slack(self.team_id),
+            **truncation,
         }
 
     async def _chat_update(self, args: JsonDict) -> JsonDict:
@@ -846,6 +861,7 @@ class FakeSlack:
         if message.user != self.bot_user_id:
             raise ApiError("cant_update_message")
         text, blocks = self._content(args)
+        text, truncation = truncated_text(text)
         await self._edit_message(message, text, blocks, "chat.update")
         return {
             "ok": True,
@@ -853,6 +869,7 @@ class FakeSlack:
             "ts": message.ts,
             "text": message.text,
             "message": message.as_slack(self.team_id),
+            **truncation,
         }
 
     async def _chat_post_ephemeral(self, args: JsonDict) -> JsonDict:
@@ -863,11 +880,12 @@ class FakeSlack:
         if self.users and user not in self.users:
             raise ApiError("user_not_in_channel")
         text, blocks = self._content(args)
+        text, truncation = truncated_text(text)
         thread_ts = _optional_str(args.get("thread_ts"))
         ephemeral = await self._post_ephemeral(
             channel, user, text, blocks, thread_ts, "chat.postEphemeral"
         )
-        return {"ok": True, "message_ts": ephemeral.ts}
+        return {"ok": True, "message_ts": ephemeral.ts, **truncation}
 
     async def _chat_get_permalink(self, args: JsonDict) -> JsonDict:
         channel = self._channel_id(args.get("channel"))
@@ -1038,19 +1056,64 @@ class FakeSlack:
         except UploadRefused as exc:
             raise _api_error(exc) from None
 
-    async def _files_complete_upload(self, args: JsonDict) -> JsonDict:
+    def _share_targets(self, args: JsonDict) -> list[str]:
+        """Where ``files.completeUploadExternal`` shares: ``channel_id`` (an unknown one is
+        ``channel_not_found``) and ``channels``, a comma-separated list of channel or user
+        ids (at most 100, else ``channels_limit_exceeded``; an unknown one is
+        ``invalid_channel``). Neither: the file stays private."""
+        targets: list[str] = []
         raw_channel = _optional_str(args.get("channel_id"))
-        channel = None if raw_channel is None else self._postable_channel(raw_channel)
+        if raw_channel is not None:
+            targets.append(self._postable_channel(raw_channel))
+        listed = [c.strip() for c in str(args.get("channels") or "").split(",") if c.strip()]
+        if len(listed) > 100:
+            raise ApiError("channels_limit_exceeded")
+        for raw in listed:
+            try:
+                channel = self._postable_channel(raw)
+            except ApiError as exc:
+                if exc.error != "channel_not_found":
+                    raise
+                raise ApiError("invalid_channel") from None
+            if channel not in targets:
+                targets.append(channel)
+        return targets
+
+    def _note_share_thread(self, targets: list[str], thread_ts: str | None) -> None:
+        """Slack documents ``thread_ts`` here with "provide only one channel"; it documents
+        no error, so a misuse is noted, not refused."""
+        if thread_ts is None:
+            return
+        if not targets:
+            self.spec_problems.append(f"thread_ts {thread_ts} without a channel to share in")
+        elif len(targets) > 1:
+            self.spec_problems.append(f"thread_ts {thread_ts} with {len(targets)} channels")
+
+    def _note_short_uploads(self, files: list[UploadedFile]) -> None:
+        """``length`` is "the size in bytes of the file being uploaded"; Slack documents no
+        error for fewer bytes, so a short upload is noted, not refused."""
+        for file in files:
+            got = len(file.content or b"")
+            if got < file.length:
+                self.spec_problems.append(
+                    f"file {file.id} got {got} of the {file.length} bytes announced"
+                )
+
+    async def _files_complete_upload(self, args: JsonDict) -> JsonDict:
+        targets = self._share_targets(args)
+        thread_ts = _optional_str(args.get("thread_ts"))
         try:
             shared = self.uploads.complete(args)
         except UploadRefused as exc:
             raise _api_error(exc) from None
-        if channel is not None:
-            thread_ts = _optional_str(args.get("thread_ts"))
-            for file in shared:
-                file.channel, file.thread_ts = channel, thread_ts
-            text = str(args.get("initial_comment") or "")
+        self._note_share_thread(targets, thread_ts)
+        self._note_short_uploads(shared)
+        text = str(args.get("initial_comment") or "")
+        if targets:
             self._note_bare_user_ids(text)
+            for file in shared:
+                file.channel, file.thread_ts = targets[0], thread_ts
+        for channel in targets:
             await self._post_bot_message(
                 channel,
                 text,
