@@ -130,7 +130,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                 timeout=self._timeout,
                 cookie_jar=aiohttp.DummyCookieJar(),  # the provider APIs set none to keep
                 auto_decompress=False,  # httpx decodes what its Accept-Encoding asked for
-                skip_auto_headers=("User-Agent", "Accept-Encoding"),  # httpx's are sent
+                # httpx's are sent; no body is never "application/octet-stream"
+                skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"),
                 middlewares=(_never_resend,),
                 trust_env=False,  # read once, by EnvironmentProxies: per call it cost 400 µs
             )

@@ -230,6 +230,26 @@ async def test_the_request_goes_out_exactly_as_httpx_quoted_it() -> None:
     assert json.loads(body) == {"num_gpus": 16}
 
 
+async def test_a_post_without_a_body_names_no_content_type() -> None:
+    """A remediation's cancel has no body: it goes out with none and no Content-Type, not
+    aiohttp's own "application/octet-stream" for an empty one."""
+    async with provider(lambda _: answer()) as fake:
+        transport = transport_to(fake.port)
+        await transport.request(
+            "POST",
+            "remediations/r1/cancel",
+            operation=Operation.DECIDE_REMEDIATION,
+            mode=RetryMode.UNSAFE_WRITE,
+        )
+        await transport.aclose()
+    [sent] = fake.requests
+    head, _, body = sent.partition(b"\r\n\r\n")
+    headers = {
+        k.lower() for k, _, _ in (line.partition(": ") for line in head.decode().split("\r\n")[1:])
+    }
+    assert "content-type" not in headers and body == b""
+
+
 async def test_a_compressed_reply_is_decoded_once() -> None:
     packed = gzip.compress(OK_BODY)
     async with provider(lambda _: answer(packed, "Content-Encoding: gzip")) as fake:
