@@ -152,7 +152,7 @@ async def test_a_slow_scale_up_shows_it_running_meanwhile(
     told_the_whole_story(stack, opened)
 
 
-async def test_an_approved_e2e_change_costs_ten_calls(sqlite_stack: LocalStack) -> None:
+async def test_an_approved_e2e_change_costs_eleven_calls(sqlite_stack: LocalStack) -> None:
     stack = sqlite_stack
     calls = await warmed(stack, NEVER)
     opened = await request(stack, DAVE, SCALE_101)
@@ -169,6 +169,7 @@ async def test_an_approved_e2e_change_costs_ten_calls(sqlite_stack: LocalStack) 
         ("chat.postMessage", CHANNEL),  # the thread: approved by Bob
         ("chat.update", CHANNEL),  # the root: done
         ("chat.postMessage", CHANNEL),  # the thread: the answer and the cluster summary
+        ("chat.update", NOTIFY_CHANNEL),  # the mirror "requested", edited to done (#33.10)
         ("chat.postMessage", NOTIFY_CHANNEL),  # the mirror: done
         (RESPONSE_URL, CHANNEL),  # the requester's answer (waiting for approval)
     ]

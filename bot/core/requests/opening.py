@@ -239,13 +239,13 @@ class Opening:
         when = "" if run_at is None else f", scheduled for {when_text(run_at, deps.clock())}"
         if needs_approval:
             APPROVALS_PENDING.inc()
-            await mirror(deps, record, "Change requested")
+            await mirror(deps, record, "Change requested", its_copy=True)
             return notice(
                 f"Request {record.id} is waiting for approval in the thread{when}: "
                 f"{plan.preview_text()}{also}"
             )
         if run_at is not None:
-            await mirror(deps, record, "Change requested (no approval needed)")
+            await mirror(deps, record, "Change requested (no approval needed)", its_copy=True)
             return notice(f"Request {record.id} is approved{when}: {plan.preview_text()}{also}")
         # Run now: the notify channel hears of it once, when it has ended (every way it
         # can end is mirrored).

@@ -494,8 +494,12 @@ async def announce(
         await mirror(deps, done, headline)
 
 
-async def mirror(deps: RequestDeps, record: ChangeRequestRecord, headline: str) -> None:
-    """Repeat the request in its project's notify channel (if it has one elsewhere)."""
+async def mirror(
+    deps: RequestDeps, record: ChangeRequestRecord, headline: str, *, its_copy: bool = False
+) -> None:
+    """Repeat the request in its project's notify channel (if it has one elsewhere);
+    ``its_copy``: this is the request's own copy ("Change requested"), kept and edited to
+    each later state."""
     project = deps.policy.projects.get(record.project)
     channel = getattr(project, "notify_channel", None)
     if not channel or channel == record.channel:
@@ -509,7 +513,7 @@ async def mirror(deps: RequestDeps, record: ChangeRequestRecord, headline: str) 
         await deps.access.audit(
             "gpuops", "mirror_failed", project=record.project, request_id=record.id, channel=channel
         )
-    elif not record.mirror_ts and record.state not in TERMINAL_STATES:
+    elif its_copy and not record.mirror_ts and record.state not in TERMINAL_STATES:
         await _note_mirror(deps, record, posted)  # a request that ended has no later states
 
 
