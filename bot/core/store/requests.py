@@ -521,17 +521,7 @@ class RequestsMixin(StoreBase):
         approvers = seen.approvers if approver in seen.approvers else [*seen.approvers, approver]
         values = _transition_values(to, updates)
         values["approvals"] = {**noted, "by": approvers}
-        async with self._begin() as conn:
-            won = await _update_in(
-                conn,
-                seen.id,
-                values,
-                from_states=(RequestState.PENDING,),
-                expected_version=seen.version,
-            )
-            if won is not None:
-                await self._append(conn, audit)
-        return won
+        return await self._update_pending(seen, values, audit)
 
     async def note_requirement(
         self, seen: ChangeRequestRecord, requirement: Mapping[str, Any], audit: AuditRow
@@ -541,6 +531,13 @@ class RequestsMixin(StoreBase):
         and-set on the version ``seen`` has: None when the request moved meanwhile
         (another replica noted it first, or someone decided it)."""
         values = {"approvals": {**(seen.approvals or {}), **requirement}}
+        return await self._update_pending(seen, values, audit)
+
+    async def _update_pending(
+        self, seen: ChangeRequestRecord, values: dict[str, Any], audit: AuditRow
+    ) -> ChangeRequestRecord | None:
+        """Write ``values`` and ``audit`` (named after the request) in one transaction if the
+        request is still pending at the version ``seen`` has; None when it moved meanwhile."""
         async with self._begin() as conn:
             won = await _update_in(
                 conn,

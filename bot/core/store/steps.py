@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import select, update
+from sqlalchemy.dialects import postgresql, sqlite
 
 from bot.core.store.db import Store
 from bot.core.store.tables import workflow_steps
@@ -62,20 +63,9 @@ class StepStore:
 
     async def claim(self, execution_id: str, requester: str, channel: str) -> bool:
         """True for the one caller (across replicas and redeliveries) that runs the step."""
-        now = _now()
-        statement = (
-            self.store._insert(workflow_steps)
-            .values(
-                execution_id=execution_id,
-                requester=requester,
-                channel=channel,
-                state=StepState.RUNNING.value,
-                created_at=now,
-                updated_at=now,
-            )
-            .on_conflict_do_nothing(index_elements=[workflow_steps.c.execution_id])
-            .returning(workflow_steps.c.execution_id)
-        )
+        statement = self._new_step(
+            execution_id, requester, channel, state=StepState.RUNNING.value
+        ).returning(workflow_steps.c.execution_id)
         async with self.store._begin() as conn:
             return (await conn.execute(statement)).first() is not None
 
@@ -85,25 +75,35 @@ class StepStore:
         """Record a step that was never claimed as refused, ready to be completed with
         ``payload``: its completion for the one caller that wins; None when the execution
         is known already (claimed, refused or completed: whoever holds it ends it)."""
+        statement = self._new_step(
+            execution_id,
+            requester,
+            channel,
+            state=StepState.COMPLETING.value,
+            outcome=StepOutcome.ERROR.value,
+            payload=dict(payload),
+        ).returning(*workflow_steps.c)
+        async with self.store._begin() as conn:
+            row = (await conn.execute(statement)).mappings().first()
+        return None if row is None else StepRecord.model_validate(dict(row))
+
+    def _new_step(
+        self, execution_id: str, requester: str, channel: str, **values: Any
+    ) -> postgresql.Insert | sqlite.Insert:
+        """The insert of an execution not known yet (nothing when it is: the first wins)."""
         now = _now()
-        statement = (
+        return (
             self.store._insert(workflow_steps)
             .values(
                 execution_id=execution_id,
                 requester=requester,
                 channel=channel,
-                state=StepState.COMPLETING.value,
-                outcome=StepOutcome.ERROR.value,
-                payload=dict(payload),
                 created_at=now,
                 updated_at=now,
+                **values,
             )
             .on_conflict_do_nothing(index_elements=[workflow_steps.c.execution_id])
-            .returning(*workflow_steps.c)
         )
-        async with self.store._begin() as conn:
-            row = (await conn.execute(statement)).mappings().first()
-        return None if row is None else StepRecord.model_validate(dict(row))
 
     async def get(self, execution_id: str) -> StepRecord | None:
         return await self._one(workflow_steps.c.execution_id == execution_id)
