@@ -526,6 +526,39 @@ def _dotted(loc: Sequence[int | str]) -> str:
     return path
 
 
+# --- rules no one can satisfy ------------------------------------------------------------
+
+
+def unmeetable_rules(policy: Policy) -> list[str]:
+    """Warnings for the approval rules that need more approvers on a project than its
+    grants name people who may approve (known offline only when the rule names no user
+    group and no approver grant of the project is a group's)."""
+    warnings = []
+    for i, rule in enumerate(policy.approvals.rules):
+        if rule.usergroups:
+            continue
+        names = sorted(policy.projects) if "*" in rule.projects else rule.projects
+        for project in (name for name in names if name in policy.projects):
+            eligible = _named_approvers(policy, project)
+            if eligible is not None and len(eligible) < rule.approvers:
+                who = ", ".join(sorted(eligible)) or "nobody"
+                warnings.append(
+                    f"approvals.rules[{i}] needs {rule.approvers} approvers on {project} "
+                    f"but the grants let only {len(eligible)} approve ({who}): "
+                    "no request it matches can ever be approved"
+                )
+    return warnings
+
+
+def _named_approvers(policy: Policy, project: str) -> frozenset[str] | None:
+    """The users the grants let approve on ``project``; None when a group grants it too
+    (its members are not in the file)."""
+    grants = [g for g in policy.grants if g.covers(project) and g.role >= Role.approver]
+    if any(grant.usergroups for grant in grants):
+        return None
+    return frozenset(user for grant in grants for user in grant.users)
+
+
 # --- describing grants ------------------------------------------------------------------
 
 
