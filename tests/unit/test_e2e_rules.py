@@ -389,7 +389,7 @@ def test_list_item_summary_multiplies_per_node_counts() -> None:
     details = summary.details
     assert (details["nodes"], details["gpus"], details["cpus"]) == (3, 24, 624)
     assert details["memory"] == "6000 GB"
-    assert summary.billing == "committed 30 days · ₹5,000.00"
+    assert summary.billing == "committed 30 days · ₹5,000.00 per node · ₹15,000.00 for 3 nodes"
     assert summary.region == "Chennai"
     assert details["image"] == "NeMo v4 (id 4)"
     assert [(f.label, f.value) for f in summary.facts] == [
@@ -398,7 +398,7 @@ def test_list_item_summary_multiplies_per_node_counts() -> None:
         ("Image", "NeMo v4 (id 4)"),
         ("SKU", "S"),
         ("Region", "Chennai"),
-        ("Billing", "committed 30 days · ₹5,000.00"),
+        ("Billing", "committed 30 days · ₹5,000.00 per node · ₹15,000.00 for 3 nodes"),
     ]
 
 
