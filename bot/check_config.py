@@ -15,7 +15,14 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.config import ConfigError, Settings
 from bot.core.guardrails.config import Freeze
 from bot.core.guardrails.freezes import current_or_next, when
-from bot.core.policy import Policy, PolicyError, ProjectCommon, describe_grants, load_policy
+from bot.core.policy import (
+    Policy,
+    PolicyError,
+    ProjectCommon,
+    describe_grants,
+    load_policy,
+    unmeetable_rules,
+)
 from bot.core.registry import AdapterRegistry
 from bot.core.watch.config import WatchConfig
 from bot.providers.base import SupportsProbe
@@ -263,6 +270,8 @@ def _print_policy(settings: Settings, policy: Policy, out: TextIO, now: datetime
         file=out,
     )
     _print_rules(policy, out)
+    for warning in unmeetable_rules(policy):
+        print(f"  warning: {warning}", file=out)
     _print_freezes(policy, now, out)
 
 

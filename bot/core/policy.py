@@ -8,6 +8,7 @@ such grant learns nothing about the project, not even that it exists.
 
 from __future__ import annotations
 
+import difflib
 import enum
 import functools
 import logging
@@ -114,9 +115,15 @@ def _parse_role(value: object) -> Role:
         return Role[value.strip().lower()]
     raise PydanticCustomError(
         "role",
-        "unknown role '{role}'; use viewer, operator, approver or admin",
-        {"role": str(value)},
+        "unknown role '{role}'{hint}; use viewer, operator, approver or admin",
+        {"role": str(value), "hint": did_you_mean(str(value).strip().lower(), Role.__members__)},
     )
+
+
+def did_you_mean(word: str, options: Iterable[str]) -> str:
+    """`` (did you mean 'approver'?)`` for the option closest to a typo, or ``""``."""
+    close = difflib.get_close_matches(word, list(options), n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 ProjectKey = Annotated[str, AfterValidator(_project_key)]
@@ -272,12 +279,32 @@ class Approvals(_Strict):
     revert_window_hours: float = Field(default=24, gt=0)  # a result offers its revert so long
 
 
-def _unknown_kinds(where: str, kinds: Iterable[str]) -> list[str]:
+def _unknown_kinds(where: str, kinds: Iterable[object]) -> list[str]:
     return [
-        f"{where}.kinds: unknown change kind '{kind}' (kinds: {', '.join(sorted(_ALL_KINDS))})"
+        f"{where}.kinds: unknown change kind '{kind}'{did_you_mean(kind, _ALL_KINDS)} "
+        f"(kinds: {', '.join(sorted(_ALL_KINDS))})"
         for kind in kinds
-        if kind != "*" and kind not in _ALL_KINDS
+        if isinstance(kind, str) and kind != "*" and kind not in _ALL_KINDS
     ]
+
+
+def _raw_kinds(data: dict[Any, Any]) -> list[str]:
+    """The unknown kinds of the raw file's rules and freezes (each checked however
+    broken the rest of its entry is)."""
+    approvals = data.get("approvals")
+    rules = approvals.get("rules") if isinstance(approvals, dict) else None
+    entries = [(f"approvals.rules[{i}]", r) for i, r in enumerate(_as_list(rules))]
+    entries += [(f"freezes[{i}]", f) for i, f in enumerate(_as_list(data.get("freezes")))]
+    return [
+        problem
+        for where, entry in entries
+        if isinstance(entry, dict) and isinstance(entry.get("kinds"), list)
+        for problem in _unknown_kinds(where, entry["kinds"])
+    ]
+
+
+def _as_list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 class Policy(_Strict):
@@ -426,7 +453,7 @@ def _cross_checks(data: object) -> list[str]:
             for name in (named if isinstance(named, list) else [])
             if isinstance(name, str) and name != "*" and name not in projects
         ]
-    return problems
+    return problems + _raw_kinds(data)
 
 
 def _yaml_problem(exc: yaml.MarkedYAMLError) -> str:
@@ -448,14 +475,17 @@ def _describe_error(error: ErrorDetails) -> list[str]:
     message = error["msg"].removeprefix("Value error, ")
     if kind == "extra_forbidden":
         allowed = _allowed_keys(loc[:-1], tag)
-        message = f"unknown key (allowed: {', '.join(allowed)})" if allowed else "unknown key"
+        close = difflib.get_close_matches(str(loc[-1]), allowed, n=1) if loc else []
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        message = f"unknown key (allowed: {', '.join(allowed)}){hint}" if allowed else "unknown key"
     elif kind == "union_tag_not_found":
         loc.append("provider")
         message = f"missing; set {_either([f'provider: {n}' for n in _PROJECT_MODELS])}"
     elif kind == "union_tag_invalid":
         loc.append("provider")
         found = (error.get("ctx") or {}).get("tag", "")
-        message = f"unknown provider '{found}'; use {_either(list(_PROJECT_MODELS))}"
+        hint = did_you_mean(str(found), _PROJECT_MODELS)
+        message = f"unknown provider '{found}'{hint}; use {_either(list(_PROJECT_MODELS))}"
     elif kind == "model_type" and not loc:
         message = "the policy must be a mapping with projects, grants and approvals"
     path = _dotted(loc)
@@ -494,6 +524,39 @@ def _dotted(loc: Sequence[int | str]) -> str:
         else:
             path += f".{part}" if path else str(part)
     return path
+
+
+# --- rules no one can satisfy ------------------------------------------------------------
+
+
+def unmeetable_rules(policy: Policy) -> list[str]:
+    """Warnings for the approval rules that need more approvers on a project than its
+    grants name people who may approve (known offline only when the rule names no user
+    group and no approver grant of the project is a group's)."""
+    warnings = []
+    for i, rule in enumerate(policy.approvals.rules):
+        if rule.usergroups:
+            continue
+        names = sorted(policy.projects) if "*" in rule.projects else rule.projects
+        for project in (name for name in names if name in policy.projects):
+            eligible = _named_approvers(policy, project)
+            if eligible is not None and len(eligible) < rule.approvers:
+                who = ", ".join(sorted(eligible)) or "nobody"
+                warnings.append(
+                    f"approvals.rules[{i}] needs {rule.approvers} approvers on {project} "
+                    f"but the grants let only {len(eligible)} approve ({who}): "
+                    "no request it matches can ever be approved"
+                )
+    return warnings
+
+
+def _named_approvers(policy: Policy, project: str) -> frozenset[str] | None:
+    """The users the grants let approve on ``project``; None when a group grants it too
+    (its members are not in the file)."""
+    grants = [g for g in policy.grants if g.covers(project) and g.role >= Role.approver]
+    if any(grant.usergroups for grant in grants):
+        return None
+    return frozenset(user for grant in grants for user in grant.users)
 
 
 # --- describing grants ------------------------------------------------------------------

@@ -406,6 +406,8 @@ class ProviderDescriptor:
     size_limit: Literal["max_gpus", "max_nodes"]  # the one of ``limits`` that applies
     price_table: bool = False
     article: str = "a"  # "a Together project", "an E2E project"
+    # The statuses (lower case) its actions run in; None when its adapter refuses none.
+    actionable_statuses: frozenset[str] | None = None
 
     @property
     def verb(self) -> str:
@@ -416,6 +418,11 @@ class ProviderDescriptor:
     def base_url_variable(self) -> str:
         """The environment variable that overrides its default base URL."""
         return f"{self.name.upper().replace('-', '_')}_BASE_URL"
+
+    def acts_on(self, status: str) -> bool:
+        """Whether any of its actions can run on a cluster in ``status``."""
+        allowed = self.actionable_statuses
+        return allowed is None or status.strip().lower() in allowed
 
     def single_action(self) -> str | None:
         """Its one action when the verb is it (``update``); None when the verb takes an

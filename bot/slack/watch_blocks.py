@@ -279,12 +279,21 @@ def _summary_blocks(summary: ClusterSummary | None) -> list[Block]:
 
 
 def _next_steps(project: str, event: HealthEvent) -> list[Block]:
-    """The form that fits the provider: its one action's, or the choice of its actions."""
+    """The form that fits the provider: its one action's, or the choice of its actions;
+    none when the provider runs no action on a cluster in this status (say so instead)."""
     summary = event.summary
     if summary is None:
         return []
+    provider = descriptor(summary.provider)
+    if not provider.acts_on(summary.status):
+        return [
+            context(
+                f"{escape(provider.title)} runs no action on a cluster that is "
+                f"{escape(summary.status)}, so none is offered here."
+            )
+        ]
     value = f"{project}:{event.cluster_id}"
-    if descriptor(summary.provider).single_action():
+    if provider.single_action():
         button = _button("Update cluster…", OPEN_UPDATE_FORM, value, "primary")
     else:
         button = _button("Cluster action…", OPEN_ACTION_FORM, value, "primary")

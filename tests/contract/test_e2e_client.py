@@ -87,7 +87,10 @@ async def test_adapter_state_and_summary(sim: E2ESimulator) -> None:
     assert details["memory"] == "4000 GB"
     assert details["image"] == "Ubuntu Slurm v2-slurm25.11-ubuntu24.04 (id 2)"
     assert (details["sku"], summary.gpu_type) == ("GDC.8xH10080-208.2000GB_SXM_v1", "H100")
-    assert (summary.region, summary.billing) == ("Delhi", "hourly · ₹1,995.20/h")
+    assert (summary.region, summary.billing) == (
+        "Delhi",
+        "hourly · ₹1,995.20/h per node · ₹3,990.40/h for 2 nodes",
+    )
     assert summary.steady is True
     assert summary.size == "2 nodes"
     assert [(f.label, f.value) for f in summary.facts] == [
@@ -96,7 +99,7 @@ async def test_adapter_state_and_summary(sim: E2ESimulator) -> None:
         ("Image", "Ubuntu Slurm v2-slurm25.11-ubuntu24.04 (id 2)"),
         ("SKU", "GDC.8xH10080-208.2000GB_SXM_v1"),
         ("Region", "Delhi"),
-        ("Billing", "hourly · ₹1,995.20/h"),
+        ("Billing", "hourly · ₹1,995.20/h per node · ₹3,990.40/h for 2 nodes"),
         ("Public IP", "none attached"),
         ("Security groups", "default (601)"),
     ]

@@ -166,7 +166,7 @@ def test_doc_example_list_and_detail_parse_with_the_models() -> None:
     assert set(from_detail.details) == {"nodes", "gpus", "cpus", "memory", "sku", "image"}
     for name in ("gpu_type", "billing", "region", "size", "facts"):
         assert getattr(from_list, name) == getattr(from_detail, name), name
-    assert from_detail.billing == "hourly · ₹1,995.20/h"
+    assert from_detail.billing == "hourly · ₹1,995.20/h per node"
     assert (from_list.status, from_list.steady) == ("Creating", False)
     assert (from_detail.status, from_detail.steady) == ("Running", True)
 

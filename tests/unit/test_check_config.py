@@ -289,3 +289,27 @@ def test_no_rules_and_no_freezes_say_so(tmp_path: Path) -> None:
     assert code == 0, text
     assert "rules: none (a change that needs approval needs one approver)" in text
     assert "freezes: none" in text
+
+
+TWO_APPROVERS = POLICY + "approvals:\n  rules:\n    - projects: ['*']\n      approvers: 2\n"
+
+
+def test_a_rule_needing_more_approvers_than_the_grants_name_is_warned(tmp_path: Path) -> None:
+    # Only U02BOB (admin) may approve; a 2-approver rule can never be met on either project.
+    code, text = run(tmp_path, TWO_APPROVERS)
+    assert code == 0, text
+    for project in ("e2e-delhi", "together-prod"):
+        assert (
+            f"warning: approvals.rules[0] needs 2 approvers on {project} but the grants let "
+            "only 1 approve (U02BOB): no request it matches can ever be approved"
+        ) in text
+
+
+def test_a_rule_that_approvers_can_meet_or_that_a_group_may_meet_is_not_warned(
+    tmp_path: Path,
+) -> None:
+    named = TWO_APPROVERS.replace("  - users: [U02BOB]", "  - users: [U02BOB, U03CAROL]")
+    assert "warning: approvals" not in run(tmp_path, named)[1]
+    # A group's members are not in the file: offline, nothing is claimed about them.
+    grouped = TWO_APPROVERS.replace("role: operator", "role: approver")
+    assert "warning: approvals" not in run(tmp_path, grouped)[1]

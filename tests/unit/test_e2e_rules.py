@@ -389,7 +389,7 @@ def test_list_item_summary_multiplies_per_node_counts() -> None:
     details = summary.details
     assert (details["nodes"], details["gpus"], details["cpus"]) == (3, 24, 624)
     assert details["memory"] == "6000 GB"
-    assert summary.billing == "committed 30 days · ₹5,000.00"
+    assert summary.billing == "committed 30 days · ₹5,000.00 per node · ₹15,000.00 for 3 nodes"
     assert summary.region == "Chennai"
     assert details["image"] == "NeMo v4 (id 4)"
     assert [(f.label, f.value) for f in summary.facts] == [
@@ -398,7 +398,7 @@ def test_list_item_summary_multiplies_per_node_counts() -> None:
         ("Image", "NeMo v4 (id 4)"),
         ("SKU", "S"),
         ("Region", "Chennai"),
-        ("Billing", "committed 30 days · ₹5,000.00"),
+        ("Billing", "committed 30 days · ₹5,000.00 per node · ₹15,000.00 for 3 nodes"),
     ]
 
 
@@ -475,3 +475,12 @@ def test_the_inverse_of_each_e2e_action_follows_spec_9() -> None:
 def test_a_stored_detach_ip_body_plans_again() -> None:
     stored = {"action": "detach_ip", "reserved_ip_id": 501, "ip_type": "reserved"}
     assert parse_action_fields("detach_ip", stored) == {"reserved_ip_id": 501}
+
+
+def test_e2e_acts_only_on_a_running_cluster_as_its_rules_refuse() -> None:
+    from bot.providers.e2e.descriptor import DESCRIPTOR
+    from bot.providers.together.descriptor import DESCRIPTOR as TOGETHER
+
+    assert DESCRIPTOR.acts_on("Running") and DESCRIPTOR.acts_on(" running ")
+    assert not DESCRIPTOR.acts_on("Failed") and not DESCRIPTOR.acts_on("Creating")
+    assert TOGETHER.acts_on("Failed")  # Together's adapter refuses no status

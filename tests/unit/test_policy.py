@@ -521,3 +521,55 @@ def test_the_readmes_approval_table_is_the_default() -> None:
     assert {kind for kind, _ in rows} == TOGETHER_KINDS
     [e2e] = re.findall(r"^\| E2E \|.*\| yes, except `(\w+)` and `(\w+)` \|$", readme, re.MULTILINE)
     assert E2E_KINDS - DEFAULT_APPROVAL["e2e"] == set(e2e)
+
+
+def test_one_run_reports_a_kind_typo_beside_the_structural_errors(tmp_path: Path) -> None:
+    # A rule's own bad key, a freeze's and a grant's errors used to hide the kind typos
+    # until they were fixed (the check on kinds ran only on an otherwise valid file).
+    text = (
+        TOGETHER
+        + "    colour: red\n"
+        + "grants:\n  - users: [U1]\n    projects: ['*']\n    role: aprover\n"
+        + "approvals:\n  rules:\n    - kinds: [scale_dwn]\n      approverz: 2\n"
+        + "freezes:\n  - kinds: [scale_upp]\n    projects: ['*']\n"
+    )
+    lines = _error(tmp_path, text).splitlines()
+    assert "policy.yml: projects.together-prod.colour: unknown key" in "\n".join(lines)
+    assert any(
+        "grants[0].role: unknown role 'aprover' (did you mean 'approver'?)" in line
+        for line in lines
+    )
+    assert any(
+        "approvals.rules[0].approverz: unknown key (allowed: " in line
+        and line.endswith("; did you mean 'approvers'?")
+        for line in lines
+    )
+    assert any(
+        "approvals.rules[0].kinds: unknown change kind 'scale_dwn' (did you mean 'scale_down'?)"
+        in line
+        for line in lines
+    )
+    assert any(
+        "freezes[0].kinds: unknown change kind 'scale_upp' (did you mean 'scale_up'?)" in line
+        for line in lines
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "projects:\n  p:\n    provider: togther\n",
+            "projects.p.provider: unknown provider 'togther' (did you mean 'together'?)",
+        ),
+        (TOGETHER + "grant:\n  - users: [U1]\n", "freezes); did you mean 'grants'?"),
+        (
+            TOGETHER + "approvals:\n  rules:\n    - kinds: [scale_dwn]\n",
+            "approvals.rules[0].kinds: unknown change kind 'scale_dwn' "
+            "(did you mean 'scale_down'?)",
+        ),
+    ],
+)
+def test_a_policy_typo_gets_a_did_you_mean(tmp_path: Path, text: str, expected: str) -> None:
+    lines = _error(tmp_path, text).splitlines()
+    assert sum(expected in line for line in lines) == 1, lines  # once, not twice

@@ -42,7 +42,11 @@ def test_the_summary_billing_line_writes_money_as_the_price_line_does() -> None:
     )
     billing = to_summary(cluster, "e2e-delhi").billing
     line = scale_price_line(e2e_node_price(plan), 1)
-    assert billing == "hourly · ₹1,995.20/h" and line is not None and "₹1,995.20/h each" in line
+    assert (
+        billing == "hourly · ₹1,995.20/h per node · ₹3,990.40/h for 2 nodes"
+        and line is not None
+        and "₹1,995.20/h each" in line
+    )
     assert "1995.2" not in f"{billing} {line}" and "INR" not in f"{billing} {line}"
 
 

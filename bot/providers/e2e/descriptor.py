@@ -19,7 +19,7 @@ from bot.providers.base import (
 )
 from bot.providers.e2e.adapter import CHANGES, E2EAdapter
 from bot.providers.e2e.client import E2E_DEFAULT_BASE_URL, E2EClient, build_e2e_transport
-from bot.providers.e2e.models import ACTIONS, PROVIDER
+from bot.providers.e2e.models import ACTIONS, PROVIDER, RUNNING
 from bot.providers.http import ProviderTransport
 
 KINDS = ACTIONS  # each action is its own change kind
@@ -84,6 +84,7 @@ DESCRIPTOR = ProviderDescriptor(
     section=E2ESection,
     default_base_url=E2E_DEFAULT_BASE_URL,
     healthy_statuses=frozenset({"running"}),
+    actionable_statuses=frozenset({RUNNING.lower()}),  # rules.require_running
     connect=connect,
     size=size,
     size_limit="max_nodes",

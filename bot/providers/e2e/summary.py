@@ -52,7 +52,9 @@ def _image_text(image: E2EImageVersion | None) -> str | None:
     return f"{words} (id {image.id})" if words else f"id {image.id}"
 
 
-def _billing_text(plan: E2ESkuPlan | None) -> str | None:
+def _billing_text(plan: E2ESkuPlan | None, nodes: int | None) -> str | None:
+    """``hourly · ₹1,995.20/h per node · ₹3,990.40/h for 2 nodes``: E2E prices a node, so
+    the line says so and, for more than one, what the cluster costs."""
     if plan is None:
         return None
     kind = plan.sku_type or "plan"
@@ -64,7 +66,11 @@ def _billing_text(plan: E2ESkuPlan | None) -> str | None:
     price = e2e_node_price(plan.model_dump())
     if price is None or price.unit_price is None:
         return kind
-    return f"{kind} · {money(price.unit_price, plan.currency or '')}{per}"
+    currency = plan.currency or ""
+    text = f"{kind} · {money(price.unit_price, currency)}{per} per node"
+    if nodes is not None and nodes > 1:
+        text += f" · {money(price.unit_price * nodes, currency)}{per} for {nodes} nodes"
+    return text
 
 
 def to_summary(cluster: E2ECluster, project: str, *, location: str | None = None) -> ClusterSummary:
@@ -78,7 +84,7 @@ def to_summary(cluster: E2ECluster, project: str, *, location: str | None = None
         cpus = _times(cluster.no_of_cpu, nodes)
         memory = _memory_times(cluster.node_memory, nodes)
     region = location or (plan.location if plan else None)
-    billing = _billing_text(plan)
+    billing = _billing_text(plan, nodes)
     gpu_type = specs.gpu_card_type if specs else None
     image = _image_text(cluster.image_version)
     sku = specs.name if specs else None
