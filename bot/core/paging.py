@@ -14,6 +14,7 @@ T = TypeVar("T")
 LIST_PAGE_SIZE = 40  # rows of /gpu list on one page (a cluster, or a project's note)
 _RANGE = "\u2013"  # an en dash between the first and last item numbers
 AUDIT_PAGE_SIZE = 20  # audit entries on one page (each may carry a 500-character reason)
+AUDIT_COUNT_BOUND = 500  # /gpu audit counts a trail up to this, then says "500+"
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,8 @@ class Page:
     # command that asks for more of them.
     available: int | None = None
     more_command: str | None = None
+    # ``available`` is a bound: there are more than it (said "500+", not counted to the end).
+    available_bounded: bool = False
 
     @property
     def next_command(self) -> str | None:
@@ -47,7 +50,8 @@ class Page:
         """``clusters 1\u201340 of 62 · page 1 of 2 · next: /gpu list together-prod page=2``."""
         of = f"{self.total}"
         if self.available is not None and self.available > self.total:
-            of = f"the newest {self.total} ({self.available} in all)"
+            bound = "+" if self.available_bounded else ""
+            of = f"the newest {self.total} ({self.available}{bound} in all)"
         shown = (
             f"{self.noun} {self.first}{_RANGE}{self.last} of {of}"
             if self.last

@@ -20,7 +20,14 @@ from bot.core.answers import (
 )
 from bot.core.grammar import DEFAULT_AUDIT_LIMIT, MAX_AUDIT_LIMIT
 from bot.core.guardrails.describe import describe_project
-from bot.core.paging import AUDIT_PAGE_SIZE, LIST_PAGE_SIZE, Page, counted_range, page_of
+from bot.core.paging import (
+    AUDIT_COUNT_BOUND,
+    AUDIT_PAGE_SIZE,
+    LIST_PAGE_SIZE,
+    Page,
+    counted_range,
+    page_of,
+)
 from bot.core.policy import Role
 from bot.core.registry import MissingCredential
 from bot.pacing import waiting_elsewhere
@@ -151,7 +158,10 @@ class Queries:
             batches = [await store.list_audit(project=p, limit=limit) for p in projects]
             merged = (e for b in batches for e in b)
             entries = sorted(merged, key=lambda e: (e.at, e.id), reverse=True)[:limit]
-        available = sum([await store.count_audit(project=p) for p in projects])
+        # Counted up to a bound: a year's trail is not read to say how long it is.
+        counts = [await store.count_audit(project=p, up_to=AUDIT_COUNT_BOUND + 1) for p in projects]
+        bounded = sum(counts) > AUDIT_COUNT_BOUND
+        available = min(sum(counts), AUDIT_COUNT_BOUND)
         shown, count, on_page = page_of(entries, page, AUDIT_PAGE_SIZE)
         first = (shown - 1) * AUDIT_PAGE_SIZE + 1 if on_page else 0
         command = "/gpu audit" + (f" {project}" if project else "")
@@ -166,6 +176,7 @@ class Queries:
             command=command + (f" {limit}" if limit != DEFAULT_AUDIT_LIMIT else ""),
             asked=page if page > count else None,
             available=available,
+            available_bounded=bounded,
             more_command=f"{command} {wider}" if wider > len(entries) else None,
         )
         return Reply(AuditListing(on_page, where))

@@ -47,3 +47,18 @@ def test_the_page_line_gives_range_total_and_next_command() -> None:
     )
     empty = Page(1, 1, 0, 0, 0, "entries", "/gpu audit")
     assert empty.summary == "0 entries"
+
+
+def test_a_bounded_total_is_said_as_at_least() -> None:
+    page = Page(
+        number=1,
+        count=1,
+        first=1,
+        last=20,
+        total=20,
+        noun="entries",
+        command="/gpu audit",
+        available=500,
+        available_bounded=True,
+    )
+    assert page.summary.startswith("entries 1\u201320 of the newest 20 (500+ in all)")

@@ -110,8 +110,7 @@ class Sweeper:
         return done is not None
 
     async def refresh_pending_gauge(self) -> None:
-        pending = await self.deps.store.list_requests(states={RequestState.PENDING}, limit=10_000)
-        APPROVALS_PENDING.set(len(pending))
+        APPROVALS_PENDING.set(await self.deps.store.count_requests({RequestState.PENDING}))
 
     async def sweep_once(self) -> None:
         await self.expire_due()

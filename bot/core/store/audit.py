@@ -180,11 +180,15 @@ class AuditMixin(StoreBase):
             rows = (await conn.execute(statement)).mappings().all()
         return [AuditEntry.model_validate(dict(row)) for row in rows]
 
-    async def count_audit(self, *, project: str | None = None) -> int:
-        """How many audit entries there are (of one project, if given)."""
-        statement = select(func.count()).select_from(audit)
+    async def count_audit(self, *, project: str | None = None, up_to: int | None = None) -> int:
+        """How many audit entries there are (of one project, if given), counted only up to
+        ``up_to`` if given (the index is read no further)."""
+        matching = select(audit.c.id)
         if project is not None:
-            statement = statement.where(audit.c.project == project)
+            matching = matching.where(audit.c.project == project)
+        if up_to is not None:
+            matching = matching.limit(up_to)
+        statement = select(func.count()).select_from(matching.subquery())
         async with self._begin() as conn:
             return int((await conn.execute(statement)).scalar_one())
 

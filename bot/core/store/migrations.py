@@ -524,6 +524,24 @@ def _v13_mirror_ts(conn: Connection) -> None:
     conn.execute(text("ALTER TABLE gpuops_change_requests ADD COLUMN mirror_ts TEXT"))
 
 
+# Each serves a read's filter and its ORDER BY together, so a page walks the index in order
+# and stops at its limit instead of sorting everything that matches (issue 34).
+_V14_INDEXES = (
+    "CREATE INDEX ix_gpuops_audit_project_at ON gpuops_audit (project, at, id)",
+    "CREATE INDEX ix_gpuops_change_requests_requester"
+    " ON gpuops_change_requests (requester, updated_at, id)",
+    "CREATE INDEX ix_gpuops_change_requests_requester_run_at"
+    " ON gpuops_change_requests (requester, run_at)",
+    "CREATE INDEX ix_gpuops_change_requests_state_created"
+    " ON gpuops_change_requests (state, created_at, id)",
+)
+
+
+def _v14_ordered_indexes(conn: Connection) -> None:
+    for statement in _V14_INDEXES:
+        conn.execute(text(statement))
+
+
 def _v12_one_revert(conn: Connection) -> None:
     # Two replicas pressed Revert at once and each opened one: a request's revert slot,
     # unique among its reverts under way or done, is taken in the transaction that opens
@@ -569,6 +587,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(12, "change requests: one revert per request", _v12_one_revert),
     Migration(13, "change requests: the notify channel's copy ts", _v13_mirror_ts),
+    Migration(14, "indexes in read order: timeline, Home, schedule", _v14_ordered_indexes),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

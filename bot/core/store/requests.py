@@ -20,7 +20,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypedDict, Unpack
 
-from sqlalchemy import ColumnElement, Integer, Select, Update, bindparam, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Integer,
+    Select,
+    Update,
+    bindparam,
+    func,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -869,6 +878,18 @@ class RequestsMixin(StoreBase):
                 return OutcomeRecorded.CORRECTED_UNKNOWN, corrected
         return OutcomeRecorded.FENCED, current
 
+    async def count_requests(self, states: Collection[RequestState]) -> int:
+        """How many requests are in these states (counted on the state index)."""
+        statement = (
+            select(func.count())
+            .select_from(change_requests)
+            .where(
+                change_requests.c.state.in_(sorted(RequestState(state).value for state in states))
+            )
+        )
+        async with self._begin() as conn:
+            return int((await conn.execute(statement)).scalar_one())
+
     async def list_requests(
         self,
         *,
@@ -945,7 +966,9 @@ _DUE = (
     .where(
         change_requests.c.run_at.is_not(None),
         change_requests.c.run_at <= _NOW,
-        change_requests.c.state.in_(_WAITING),
+        # An expression, not the column: the planner walks the run_at index in order (and
+        # stops at the limit) instead of reading every waiting request by state and sorting.
+        change_requests.c.state.concat("").in_(_WAITING),
     )
     .order_by(change_requests.c.run_at)
     .limit(_LIMIT)

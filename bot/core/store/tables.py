@@ -65,6 +65,9 @@ change_requests = Table(
     Index("ix_gpuops_change_requests_follow_until", "follow_until"),
     Index("ix_gpuops_change_requests_run_at", "run_at"),
     Index("ix_gpuops_change_requests_cluster", "project", "cluster_id", "state"),
+    Index("ix_gpuops_change_requests_requester", "requester", "updated_at", "id"),
+    Index("ix_gpuops_change_requests_requester_run_at", "requester", "run_at"),
+    Index("ix_gpuops_change_requests_state_created", "state", "created_at", "id"),
     Index(
         "ux_gpuops_change_requests_revert_slot",
         "revert_slot",
@@ -91,6 +94,7 @@ audit = Table(
     Index("ix_gpuops_audit_project", "project"),
     Index("ix_gpuops_audit_request_id", "request_id"),
     Index("ix_gpuops_audit_at", "at", "id"),
+    Index("ix_gpuops_audit_project_at", "project", "at", "id"),
 )
 
 # The head of the audit trail's hash chain: one row, updated by every append in the same
