@@ -26,6 +26,7 @@ PAGE_SIZE = 500
 _TEXT_MAX = 600
 _MARKDOWN_ACTIVE = re.compile(r"([\\`*_\[\]<>|#~])")
 _SPACE = re.compile(r"\s+")
+_SLACK_USER = re.compile(r"[UW][A-Z0-9]{2,}")
 
 
 @dataclass(frozen=True)
@@ -128,12 +129,19 @@ def md(value: object, limit: int = _TEXT_MAX) -> str:
     return _MARKDOWN_ACTIVE.sub(r"\\\1", text)
 
 
+def person(actor: str) -> str:
+    """Who did it, as the file can say it: ``@U04DAVE`` for a Slack user (a file is not
+    mrkdwn, so a mention would stay literal, and names need a scope the app does not ask
+    for), anyone else (``gpuops``, a workflow) as recorded."""
+    return f"@{actor}" if _SLACK_USER.fullmatch(actor) else md(actor)
+
+
 def _header(request: TimelineRequest) -> str:
     projects = ", ".join(md(p) for p in request.projects)
     return (
         f"# gpuops timeline of {md(request.channel)}\n\n"
         f"{_when(request.since)} to {_when(request.until)} UTC · projects you may see here: "
-        f"{projects} · asked by {md(request.user)}\n\n"
+        f"{projects} · asked by {person(request.user)}\n\n"
     )
 
 
@@ -164,32 +172,41 @@ def _cluster(event: ChannelEvent) -> str:
 
 def _request_text(event: ChannelEvent) -> str | None:
     entry, detail = event.entry, event.entry.detail
-    rid, who = f"**{md(entry.request_id)}**", md(entry.actor)
+    rid, who = f"**{md(entry.request_id)}**", person(entry.actor)
     event_name = entry.event
     if event_name == "requested":
         line = f"{rid} requested by {who}: {md(event.action or '?')} on {_cluster(event)}"
         if detail.get("preview"):
             line += f" — {md(detail['preview'])}"
+        if detail.get("run_at"):
+            line += f" · scheduled for {md(detail['run_at'])}"
         if detail.get("reason"):
             line += f" · reason: {md(detail['reason'])}"
         return line
+    if event_name == "freeze_override":
+        until = f" (until {md(detail['until'])})" if detail.get("until") else ""
+        return (
+            f"{rid} freeze override by {who}: {md(entry.outcome or '?')}{until}"
+            f" · justification: {md(detail.get('reason', ''))}"
+        )
     if event_name == "refused":
         if "command" in detail:  # a refused click or command: shown to that person only
             return None
         return f"{rid} failed before it was sent ({md(entry.outcome)}): {md(detail.get('reason'))}"
     if event_name == "approved":
         glass = " (break glass: their own request)" if detail.get("break_glass") else ""
-        reason = f" · {md(detail['reason'])}" if detail.get("reason") else ""
+        reason = f" · reason: {md(detail['reason'])}" if detail.get("reason") else ""
         return f"{rid} approved by {who}{glass}{reason}"
     if event_name == "break_glass":
-        reason = f" · {md(detail['reason'])}" if detail.get("reason") else ""
+        reason = f" · reason: {md(detail['reason'])}" if detail.get("reason") else ""
         return (
             f"{rid} break glass by {who}: their own request, one approval "
             f"({md(entry.outcome or '?')}){reason}"
         )
+    why = f" · reason: {md(detail['reason'])}" if detail.get("reason") else ""
     simple = {
-        "denied": f"{rid} denied by {who}",
-        "cancelled": f"{rid} cancelled by {who}",
+        "denied": f"{rid} denied by {who}{why}",
+        "cancelled": f"{rid} cancelled by {who}{why}",
         "withdrawn": f"{rid} withdrawn: {md(detail.get('reason', ''))}",
         "expired": f"{rid} expired: nobody decided in time",
         "executing": f"{rid} sending the change to {_cluster(event)}",
@@ -220,10 +237,8 @@ def _watch_text(entry: AuditEntry) -> str | None:
     if entry.event in ("remediation_approve", "remediation_reject"):
         verb = "approval" if entry.event.endswith("approve") else "rejection"
         said = f" ({md(detail['detail'])})" if detail.get("detail") else ""
-        outcome = md(entry.outcome)
-        return (
-            f"remediation of node {node} of {where}: {verb} by {md(entry.actor)} — {outcome}{said}"
-        )
+        outcome, by = md(entry.outcome), person(entry.actor)
+        return f"remediation of node {node} of {where}: {verb} by {by} — {outcome}{said}"
     if entry.event == "remediation_decided_elsewhere":
         return f"remediation on {where} decided at Together: {md(entry.outcome)}"
     if entry.event == "remediation_reopened":

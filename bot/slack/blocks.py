@@ -500,10 +500,24 @@ def audit_list(entries: Sequence[Any], page: Page | None = None) -> SlackMessage
     return _paged([_audit_row(e, budget) for e in entries], page)
 
 
+def _audit_mark(e: Any) -> str:
+    """A mark for what bypassed the usual safeguards: break glass (a requester's own
+    approval) and an admin's freeze override, so they stand out in a page of entries."""
+    detail = e.detail if isinstance(e.detail, dict) else {}
+    if e.event == "break_glass" or (e.event == "approved" and detail.get("break_glass")):
+        return ":rotating_light: *BREAK GLASS*"
+    if e.event == "freeze_override":
+        return ":snowflake: *FREEZE OVERRIDE*"
+    return ""
+
+
 def _audit_row(e: Any, budget: int) -> str:
     """One entry in ``budget`` characters: the reason gives way to who, what and where."""
     when = e.at.strftime("%Y-%m-%d %H:%M:%SZ")
     parts = [f"`{when}`", user_ref(e.actor) if e.actor else "—", f"*{shorten(e.event, 60)}*"]
+    mark = _audit_mark(e)
+    if mark:
+        parts.append(mark)
     short_hash = getattr(e, "short_hash", "")
     if short_hash:  # the entry's place in the hash chain (gpuops audit verify)
         parts.insert(1, f"`#{short_hash}`")

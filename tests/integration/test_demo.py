@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -82,6 +83,10 @@ def test_the_example_script_passes_and_shows_every_path() -> None:
     assert "⏰ scheduled for" in out and "(the demo's clock is now 2:00:00 ahead)" in out
     assert "asked to revert this change" in out and "• `num_gpus 32 → 24`" in out
     assert out.rstrip().endswith("script: 42 steps, all passed")
+    # Slack markup reads as a person sees it: groups as handles, no raw mention or shortcode
+    assert "Asking @alice, @bob, @platform." in out
+    assert "<!subteam^" not in out and "<@U" not in out
+    assert not re.search(r"(?<![\w:]):[a-z][a-z0-9_+-]*:(?![\w:])", out), out
 
 
 def test_the_example_script_passes_over_socket_mode() -> None:

@@ -34,16 +34,43 @@ def event(event_name: str, *, request: bool = True, **fields: Any) -> ChannelEve
 @pytest.mark.parametrize(
     ("made", "expected"),
     [
-        (event("denied"), "**CR-PFXSA6** denied by U02BOB"),
+        (event("denied"), "**CR-PFXSA6** denied by @U02BOB"),
+        (
+            event("denied", detail={"reason": "not during the eval run"}),
+            "**CR-PFXSA6** denied by @U02BOB · reason: not during the eval run",
+        ),
+        (
+            event("cancelled", actor="U04DAVE", detail={"reason": "wrong cluster"}),
+            "**CR-PFXSA6** cancelled by @U04DAVE · reason: wrong cluster",
+        ),
+        (
+            event(
+                "freeze_override",
+                actor="U01ALICE",
+                outcome="quarter-end",
+                detail={"reason": "sev1: the eval cluster is down", "until": "2026-12-02"},
+            ),
+            "**CR-PFXSA6** freeze override by @U01ALICE: quarter-end (until 2026-12-02)"
+            " · justification: sev1: the eval cluster is down",
+        ),
+        (
+            event(
+                "requested",
+                actor="U04DAVE",
+                detail={"run_at": "2026-12-01T22:00:00+00:00", "reason": "off-peak"},
+            ),
+            "**CR-PFXSA6** requested by @U04DAVE: scale on train-h100-a (101, e2e-delhi)"
+            " · scheduled for 2026-12-01T22:00:00+00:00 · reason: off-peak",
+        ),
         (
             event("approval_added", outcome="1 of 2"),
-            "**CR-PFXSA6** approved by U02BOB (1 of 2): not yet enough",
+            "**CR-PFXSA6** approved by @U02BOB (1 of 2): not yet enough",
         ),
         (
             event("approval_rule_changed", actor="gpuops", outcome="1 of 2"),
             "**CR-PFXSA6** approval rule changed by a policy reload: 1 of 2 approvals",
         ),
-        (event("cancelled", actor="U04DAVE"), "**CR-PFXSA6** cancelled by U04DAVE"),
+        (event("cancelled", actor="U04DAVE"), "**CR-PFXSA6** cancelled by @U04DAVE"),
         (event("expired", actor="gpuops"), "**CR-PFXSA6** expired: nobody decided in time"),
         (
             event("withdrawn", detail={"reason": "the root post failed"}),
@@ -51,11 +78,12 @@ def event(event_name: str, *, request: bool = True, **fields: Any) -> ChannelEve
         ),
         (
             event("approved", detail={"break_glass": True, "reason": "sev1"}),
-            "**CR-PFXSA6** approved by U02BOB (break glass: their own request) · sev1",
+            "**CR-PFXSA6** approved by @U02BOB (break glass: their own request) · reason: sev1",
         ),
         (
             event("break_glass", outcome="1 of 2", detail={"break_glass": True, "reason": "sev1"}),
-            "**CR-PFXSA6** break glass by U02BOB: their own request, one approval (1 of 2) · sev1",
+            "**CR-PFXSA6** break glass by @U02BOB: their own request, one approval (1 of 2)"
+            " · reason: sev1",
         ),
         (
             event("refused", outcome="stale", detail={"reason": "the cluster changed"}),
@@ -97,7 +125,8 @@ def event(event_name: str, *, request: bool = True, **fields: Any) -> ChannelEve
                 outcome="rejected",
                 detail={"node": "node-3", "detail": "flaky"},
             ),
-            "remediation of node node-3 of 101 (e2e-delhi): rejection by U02BOB — rejected (flaky)",
+            "remediation of node node-3 of 101 (e2e-delhi): rejection by @U02BOB"
+            " — rejected (flaky)",
         ),
     ],
 )

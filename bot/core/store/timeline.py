@@ -31,6 +31,7 @@ REQUEST_EVENTS = frozenset(
         "result",
         "refused",
         "status",
+        "freeze_override",  # an admin's override of a freeze, with its justification
     }
 )
 # What the watcher posts in a project's notify channel, and the decisions taken there.

@@ -37,6 +37,7 @@ from bot.local.demo.stack import (
     CHANNELS,
     DEMO_WATCH_EVERY_SECONDS,
     ROLES,
+    USERGROUP_HANDLES,
     USERS,
     WATCHED_DEMO_POLICY,
     LocalStack,
@@ -141,7 +142,7 @@ class DemoConsole:
         self.user = "U04DAVE"
         self.channel = "C0INCIDENT"
         self.board = ButtonBoard()
-        self.text = TextRenderer(USERS, CHANNELS)
+        self.text = TextRenderer(USERS, CHANNELS, USERGROUP_HANDLES)
         self.roots: dict[tuple[str, str], int] = {}
         self.transcript: list[str] = []
         self.mark = 0

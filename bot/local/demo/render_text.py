@@ -36,11 +36,19 @@ _EMOJI = {
     ":grey_question:": "❔",
     ":sparkles:": "✨",
     ":snowflake:": "❄",
+    ":scroll:": "📜",
+    ":memory:": "📝",
+    ":leftwards_arrow_with_hook:": "↩",
+    ":wastebasket:": "🗑",
 }
+# A shortcode the table lacks reads as its words, as a client without the emoji shows it
+# (not inside ``09:21:04`` or ``a:b:c``: a letter first, no word or colon around it).
+_SHORTCODE = re.compile(r"(?<![\w:]):([a-z][a-z0-9_+-]*):(?![\w:])")
 _USER = re.compile(r"<@([A-Z0-9]+)(?:\|[^>]*)?>")
 _CHANNEL = re.compile(r"<#([A-Z0-9]+)(?:\|[^>]*)?>")
 _LINK = re.compile(r"<(https?://[^|>]+)(?:\|([^>]*))?>")
 _SPECIAL = re.compile(r"<!([a-z]+)>")
+_SUBTEAM = re.compile(r"<!subteam\^([A-Z0-9]+)(?:\|([^>]*))?>")
 
 
 @dataclass(frozen=True)
@@ -73,20 +81,36 @@ class ButtonBoard:
 
 
 class TextRenderer:
-    def __init__(self, users: Mapping[str, str], channels: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        users: Mapping[str, str],
+        channels: Mapping[str, str],
+        groups: Mapping[str, str] | None = None,
+    ) -> None:
         self.users = users
         self.channels = channels
+        self.groups = groups or {}  # user group id → handle
 
     def mrkdwn(self, text: str) -> str:
         text = _USER.sub(lambda m: "@" + self.users.get(m.group(1), m.group(1)), text)
         text = _CHANNEL.sub(lambda m: "#" + self.channels.get(m.group(1), m.group(1)), text)
+        text = _SUBTEAM.sub(self._group, text)
         text = _LINK.sub(lambda m: m.group(2) or m.group(1), text)
         text = _SPECIAL.sub(lambda m: "@" + m.group(1), text)
         for code, symbol in _EMOJI.items():
             text = text.replace(code, symbol)
+        text = _SHORTCODE.sub(lambda m: f"[{m.group(1).replace('_', ' ')}]", text)
         text = re.sub(r"(?<![\w*])\*([^*\n]+)\*(?![\w*])", r"\1", text)  # *bold*
         text = re.sub(r"(?<![\w_])_([^_\n]+)_(?![\w_])", r"\1", text)  # _italic_
         return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+    def _group(self, match: re.Match[str]) -> str:
+        """``<!subteam^S0PLATFORM>`` as Slack shows it: ``@platform``."""
+        handle = self.groups.get(match.group(1))
+        if handle is not None:
+            return f"@{handle}"
+        label = match.group(2)
+        return label if label else f"@{match.group(1)}"
 
     def _text(self, obj: Any) -> str:
         if not isinstance(obj, dict):

@@ -48,6 +48,7 @@ ROLES = {
 }
 CHANNELS = {"C0INCIDENT": "incident", "C0GPUAUDIT": "gpu-audit", "C0RANDOM": "random"}
 USERGROUPS = {"S0PLATFORM": ["U03CAROL"]}
+USERGROUP_HANDLES = {"S0PLATFORM": "platform"}  # as a mention of the group reads
 
 DEMO_POLICY = """\
 projects:
