@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from bot.core.fleet import age_text
 from bot.core.home import HomeBuilder, HomeCluster, HomeData, HomeProject, HomeRequest
 from bot.core.requests.view import STATE_WORDS
 from bot.core.schedule import when_text
@@ -180,6 +181,9 @@ def _cluster_block(project: str, cluster: HomeCluster) -> Block:
 def _project_blocks(project: HomeProject, budget: int) -> list[Block]:
     """A project's header, as many clusters as the budget allows, and what was left off."""
     title = f"*{escape(project.name)}* ({escape(project.provider)})"
+    as_of = age_text(project.as_of_seconds)
+    if as_of is not None:  # from a fleet snapshot that is not live
+        title += f" · _{escape(as_of)}_"
     if project.error is not None:
         return [section(title), context(f":x: {escape(project.error)}")]
     if not project.clusters:
