@@ -30,7 +30,7 @@ from bot.core.requests.workflow import ChangeWorkflow
 from bot.core.service import CommandService
 from bot.core.steps import StepCompleter, WorkflowSteps
 from bot.core.store import Store
-from bot.core.store.steps import StepStore
+from bot.core.store.builder_steps import StepStore
 from bot.core.store.watch import WatchStore
 from bot.core.watch.incidents import IncidentDesk
 from bot.core.watch.remediations import RemediationDesk
