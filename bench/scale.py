@@ -420,21 +420,19 @@ async def watcher_at(clusters: int, every: float, rounds: int, workdir: Path) ->
         probe = Probe(child.base_url)
         probe.start()
         proc = psutil.Process(child.proc.pid)
-        cpu_before = sum(proc.cpu_times()[:2])
         seen = await watch_rounds(
-            lambda: (len(sim.calls(route="list")), len(sim.requests), 0),
-            every,
-            rounds + 1,  # the first may have begun before the sampling
+            lambda: (len(sim.calls(route="list")), len(sim.requests)),
+            rounds,
+            lambda: float(sum(proc.cpu_times()[:2])),
             within=every * (rounds + 3) + 120,
         )
-        cpu = sum(proc.cpu_times()[:2]) - cpu_before
         probe.stop()
     finally:
         await child.stop()
         await bench.stop_fakes()
-    durations = [end - start for start, end in zip(seen.starts, seen.ends, strict=False)][1:]
-    calls = seen.calls[1:]
-    per_round_cpu = cpu / max(1, len(seen.ends))
+    durations = [end - start for start, end in zip(seen.starts, seen.ends, strict=False)]
+    calls = seen.calls
+    per_round_cpu = seen.cpu / max(1, len(seen.ends))  # whole intervals, idle time included
     return {
         "clusters": clusters,
         "every_s": every,

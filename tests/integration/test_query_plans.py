@@ -177,3 +177,25 @@ async def test_every_statement_of_a_home_build_is_indexed(core: Core) -> None:
     builder = HomeBuilder(core.access.authorizer, core.store, core.access.adapter_for)
     await _assert_indexed(core.store, lambda: builder.build(DAVE))
     await _assert_indexed(core.store, lambda: builder.build(ALICE))
+
+
+async def test_quiet_channel_timeline_starts_from_the_channels_requests(store: Store) -> None:
+    """A channel that is no project's notify channel reads the requests made there (the
+    channel index), then their entries: only the channel's own events are sorted, never
+    the projects' trail."""
+    call = lambda: store.channel_events(  # noqa: E731
+        channel="C1",
+        projects=["together-prod", "e2e-delhi"],
+        notify_projects=[],
+        since=NOW - timedelta(days=7),
+        until=NOW,
+    )
+    for statement, params in await _statements(store, call):
+        if store._engine.dialect.name == "postgresql":
+            problems = await _postgres_problems(store, statement, params)
+            problems = [p for p in problems if p not in {"Sort", "Incremental Sort"}]
+        else:
+            problems = await _sqlite_problems(store, statement, params)
+            problems = [p for p in problems if p != "USE TEMP B-TREE FOR ORDER BY"]
+        assert not problems, f"{statement}\n{problems}"
+        assert "gpuops_change_requests.channel" in statement

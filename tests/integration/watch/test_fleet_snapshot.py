@@ -12,6 +12,9 @@ from collections.abc import Callable
 from bot.core.fleet import FleetSnapshots
 from bot.core.watch.remediations import LISTINGS_PER_POLL
 from bot.local.demo.stack import WATCHED_DEMO_POLICY, LocalStack
+from bot.providers.http import RetryMode
+from bot.providers.together.client import LARGE_LIST_BYTES, LIST
+from bot.providers.together.models import ClusterList
 from tests.conftest import StackFactory
 from tests.support.slack_support import whisper
 
@@ -132,3 +135,20 @@ async def test_the_watcher_lists_remediations_of_a_bounded_share_per_poll(
         assert len(calls) <= LISTINGS_PER_POLL
         listed |= {call.path.split("/")[4] for call in calls}
     assert len(listed) == total  # every cluster in three polls
+
+
+async def test_a_long_cluster_list_is_validated_in_turns_to_the_same_clusters(
+    make_stack: StackFactory,
+) -> None:
+    stack = await make_stack()
+    for n in range(300):  # about 1.6 MB with their nodes
+        _add(stack, f"tc-long-{n:04d}", f"long-{n:04d}")
+    client = stack.runtime.registry(PROJECT).client  # type: ignore[attr-defined]
+    params = {"projectId": client.project_id}
+    response = await client._reply("GET", "compute/clusters", LIST, RetryMode.READ, params=params)
+    assert len(response.content) > LARGE_LIST_BYTES
+    at_once = client._parsed(response, ClusterList, LIST, RetryMode.READ).clusters
+    assert await client.list_clusters() == at_once
+    assert len(at_once) == sum(
+        1 for c in stack.together.clusters.values() if c["project_id"] == "proj-123"
+    )
