@@ -40,7 +40,6 @@ from bot.core.store.builder_steps import StepOutcome, StepRecord, StepState, Ste
 from bot.core.watch.backlog import StoreBacklog, Write
 from bot.errors import GpuopsError
 from bot.metrics import COMMANDS
-from bot.providers import catalog
 from bot.providers.base import ChangePlan, ClusterSummary
 
 log = logging.getLogger(__name__)
@@ -401,13 +400,14 @@ class WorkflowSteps:
         if problem is not None:
             COMMANDS.labels("step", "refused").inc()
             return error(problem)
+        catalog = self.ops.access.catalog
         try:
             provider = catalog.descriptor(self.ops.access.provider_of(start.project))
         except KeyError:  # not in the policy: refused as any change of it is
-            provider = catalog.descriptors()[0]
+            provider = catalog.descriptors[0]
         try:
             command = parse_change(
-                provider.verb, start.project, start.cluster_id, start.change, start.reason
+                provider.verb, start.project, start.cluster_id, start.change, start.reason, catalog
             )
         except UsageError as exc:
             COMMANDS.labels("step", "refused").inc()
