@@ -18,7 +18,6 @@ from bot.core.justification import justification_problem
 from bot.core.policy import Role
 from bot.core.registry import MissingCredential
 from bot.core.schedule import Schedule, ScheduleError, parse_at
-from bot.providers import catalog
 from bot.providers.base import ClusterState, ClusterSummary, FieldSpec, unknown_field
 
 # "update": the form of a provider with one action (its verb); "action": one to choose in.
@@ -216,7 +215,7 @@ class Forms:
     def request_for(self, channel: str, command: ChangeCommand) -> FormRequest | None:
         """The form a change command asks for when it lacks parameters; None when the
         command line says everything (the change is requested straight away)."""
-        provider = catalog.by_verb(command.name)
+        provider = self.access.catalog.by_verb(command.name)
         kind: FormKind = "update" if provider and provider.single_action() else "action"
         action = command.action
         fields = command.fields
@@ -241,7 +240,7 @@ class Forms:
         """Whether the command text will open a form, known from the text alone (no provider
         call, no group look-up): a surface opens the form before doing the work."""
         try:
-            command = parse_command(text)
+            command = parse_command(text, self.access.catalog)
         except UsageError:
             return None
         if not isinstance(command, ChangeCommand):
@@ -395,7 +394,7 @@ class Forms:
         """The one action of the project's provider (its update form's); "" when the
         project is no longer in the policy."""
         try:
-            provider = catalog.descriptor(self.access.provider_of(project))
+            provider = self.access.catalog.descriptor(self.access.provider_of(project))
         except KeyError:
             return ""
         return provider.single_action() or ""

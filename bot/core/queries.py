@@ -55,7 +55,7 @@ class Queries:
                 roles[project] = role
         if not roles:
             return notice(await self._no_access_here(user))
-        return Reply(HelpCard(roles))
+        return Reply(HelpCard(roles, tuple(self.access.catalog.provider_changes().values())))
 
     async def _no_access_here(self, user: str) -> str:
         """No access here: where the person's grants do hold, or how to get one."""

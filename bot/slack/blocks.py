@@ -28,7 +28,6 @@ from bot.core.policy import Role
 from bot.core.requests.view import STATE_WORDS, RequestView
 from bot.core.schedule import example_run_at, utc_text, when_text
 from bot.providers.base import ClusterSummary, FieldSpec, ProviderChanges, example_time
-from bot.providers.catalog import provider_changes
 from bot.slack.text import clip, fit_lines, pack_lines, shorten, shorten_plain
 from bot.slack.text import escape as escape  # surfaces escape through this module
 from bot.slack.text import plain as plain
@@ -897,7 +896,7 @@ def help_message(card: HelpCard) -> SlackMessage:
         "• `/gpu policy [project]` — approvals, limits, prices and freezes that apply to you",
     ]
     if top >= Role.operator:
-        lines += [_change_help(changes) for changes in provider_changes().values()]
+        lines += [_change_help(changes) for changes in card.changes]
         lines.append(
             "  Risky changes wait for approval in the thread; during a freeze an admin may "
             'add `override="why"`.'

@@ -10,8 +10,7 @@ from datetime import UTC, datetime
 from bot.core.api import RemediationRecord
 from bot.core.watch.health import GONE, HealthEvent
 from bot.core.watch.notifier import DecisionOutcome, ReservationReminder
-from bot.providers.base import ClusterSummary
-from bot.providers.catalog import descriptor
+from bot.providers.base import ClusterSummary, ProviderDescriptor
 from bot.providers.remediations import LinkedAlert, Remediation, xid_summary
 from bot.slack.blocks import (
     Block,
@@ -278,13 +277,14 @@ def _summary_blocks(summary: ClusterSummary | None) -> list[Block]:
     return [fields_section(summary_pairs(summary)[:10])] if summary is not None else []
 
 
-def _next_steps(project: str, event: HealthEvent) -> list[Block]:
+def _next_steps(
+    project: str, event: HealthEvent, provider: ProviderDescriptor | None
+) -> list[Block]:
     """The form that fits the provider: its one action's, or the choice of its actions;
     none when the provider runs no action on a cluster in this status (say so instead)."""
     summary = event.summary
-    if summary is None:
+    if summary is None or provider is None:
         return []
-    provider = descriptor(summary.provider)
     if not provider.acts_on(summary.status):
         return [
             context(
@@ -306,8 +306,11 @@ def _incident_number(event: HealthEvent) -> str:
     return f"Incident {event.incident} of this cluster"
 
 
-def incident_open(project: str, event: HealthEvent) -> SlackMessage:
-    """An incident's root while the cluster is unhealthy (posted, then edited on change)."""
+def incident_open(
+    project: str, event: HealthEvent, provider: ProviderDescriptor | None
+) -> SlackMessage:
+    """An incident's root while the cluster is unhealthy (posted, then edited on change);
+    ``provider`` (the cluster's, None when it is gone) says which form comes next."""
     was = f" (was {escape(event.previous_status)})" if event.previous_status else ""
     line = (
         f":rotating_light: {_cluster_name(event)} in {escape(project)} is "
@@ -317,7 +320,7 @@ def incident_open(project: str, event: HealthEvent) -> SlackMessage:
         section(line),
         *_summary_blocks(event.summary),
         context(f"{_incident_number(event)} · watched by gpuops"),
-        *_next_steps(project, event),
+        *_next_steps(project, event, provider),
     ]
     fallback = f"{event.cluster_id} in {project} is {event.status}"
     return SlackMessage(text=escape(fallback), blocks=blocks)

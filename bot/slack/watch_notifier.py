@@ -11,6 +11,8 @@ from bot.core.api import RemediationDecision, RemediationRecord
 from bot.core.notifier import NotDelivered
 from bot.core.watch.health import HealthEvent
 from bot.core.watch.notifier import DecisionOutcome, ReservationReminder
+from bot.providers.base import ProviderDescriptor
+from bot.providers.catalog import Catalog
 from bot.providers.remediations import Remediation
 from bot.slack import watch_blocks as render
 from bot.slack.blocks import SlackMessage
@@ -20,8 +22,13 @@ log = logging.getLogger(__name__)
 
 
 class SlackWatchNotifier:
-    def __init__(self, messenger: Messenger) -> None:
+    def __init__(self, messenger: Messenger, catalog: Catalog) -> None:
         self.messenger = messenger
+        self.catalog = catalog  # the providers: what each one's messages offer and say
+
+    def _provider(self, event: HealthEvent) -> ProviderDescriptor | None:
+        summary = event.summary
+        return None if summary is None else self.catalog.descriptor(summary.provider)
 
     async def remediation_pending(self, record: RemediationRecord, remediation: Remediation) -> str:
         message = render.remediation_pending(record, remediation)
@@ -67,7 +74,8 @@ class SlackWatchNotifier:
 
     async def incident_opened(self, project: str, channel: str, event: HealthEvent) -> str:
         try:
-            return await self.messenger.post(channel, render.incident_open(project, event))
+            message = render.incident_open(project, event, self._provider(event))
+            return await self.messenger.post(channel, message)
         except SlackDeliveryError as exc:
             raise NotDelivered(exc.code, exc.user_message) from exc
 
@@ -75,7 +83,8 @@ class SlackWatchNotifier:
         self, project: str, channel: str, root: str, event: HealthEvent
     ) -> None:
         with contextlib.suppress(SlackDeliveryError):
-            await self.messenger.update(channel, root, render.incident_open(project, event))
+            message = render.incident_open(project, event, self._provider(event))
+            await self.messenger.update(channel, root, message)
 
     async def incident_recovered(
         self, project: str, channel: str, root: str, event: HealthEvent

@@ -11,22 +11,22 @@ from typing import get_args
 
 import pytest
 
-from bot.core.policy import project_model
 from bot.providers.base import (
     ProviderAdapter,
     ProviderDescriptor,
     SupportsRemediations,
     SupportsReservations,
 )
-from bot.providers.catalog import BUILT_IN, ENTRY_POINT_GROUP, descriptors, provider_changes
 from bot.providers.e2e import ACTIONS, E2EAdapter, E2EClient, build_e2e_transport
 from bot.providers.http import ClientSettings
+from bot.providers.installed import BUILT_IN, ENTRY_POINT_GROUP, load_catalog
 from bot.providers.together import (
     UPDATE_FIELDS,
     TogetherAdapter,
     TogetherClient,
     build_together_transport,
 )
+from tests.support.catalog import CATALOG, project_model
 
 # No call is made: the base URLs are never contacted.
 _UNUSED = "http://127.0.0.1:9/x"
@@ -42,8 +42,8 @@ def _adapters() -> dict[str, ProviderAdapter]:
 
 def test_the_catalogue_says_what_each_adapter_does() -> None:
     adapters = _adapters()
-    assert set(provider_changes()) == set(adapters) == {"together", "e2e"}
-    for provider, changes in provider_changes().items():
+    assert set(CATALOG.provider_changes()) == set(adapters) == {"together", "e2e"}
+    for provider, changes in CATALOG.provider_changes().items():
         adapter = adapters[provider]
         assert changes.provider == adapter.provider == provider
         assert list(changes.actions) == adapter.actions()
@@ -55,7 +55,7 @@ def test_the_catalogue_says_what_each_adapter_does() -> None:
 
 
 def test_command_words_titles_and_field_names() -> None:
-    together, e2e = provider_changes()["together"], provider_changes()["e2e"]
+    together, e2e = CATALOG.provider_changes()["together"], CATALOG.provider_changes()["e2e"]
     assert (together.title, together.command) == ("Together", "update")
     assert (e2e.title, e2e.command) == ("E2E", "action")
     assert tuple(together.field_names()) == UPDATE_FIELDS
@@ -90,7 +90,7 @@ def test_the_built_ins_are_registered_through_the_entry_point_group_too() -> Non
         module, attribute = value.split(":")
         loaded[name] = getattr(import_module(module), attribute)
     assert loaded == {d.name: d for d in BUILT_IN}
-    assert descriptors()[: len(BUILT_IN)] == BUILT_IN
+    assert load_catalog().descriptors[: len(BUILT_IN)] == BUILT_IN
 
 
 def test_remediations_and_reservations_are_capabilities_of_the_together_adapter() -> None:

@@ -8,8 +8,8 @@ from bot.core.answers import HelpCard
 from bot.core.policy import Role
 from bot.core.requests.view import RequestView
 from bot.providers.base import ClusterSummary, Fact, FieldSpec
-from bot.providers.catalog import provider_changes
 from bot.slack import blocks as render
+from tests.support.catalog import CATALOG, CHANGES
 
 HOSTILE = "<!channel> <@U0EVIL> <https://evil.example|click me> & <!here>"
 
@@ -200,8 +200,10 @@ def test_composed_notices_link_bare_channels_but_nothing_else() -> None:
 
 
 def test_help_lists_what_each_provider_says_it_can_change() -> None:
-    text = render.help_message(HelpCard(roles={"together-prod": Role.operator})).text
-    together, e2e = provider_changes()["together"], provider_changes()["e2e"]
+    text = render.help_message(
+        HelpCard(roles={"together-prod": Role.operator}, changes=CHANGES)
+    ).text
+    together, e2e = CATALOG.provider_changes()["together"], CATALOG.provider_changes()["e2e"]
     assert (
         '`/gpu update <project> <cluster_id> [field=value …] [reason="…"]` — Together: '
         + ", ".join(together.field_names())
@@ -214,5 +216,7 @@ def test_help_lists_what_each_provider_says_it_can_change() -> None:
     ) in text
     for name in [*together.field_names(), *e2e.actions]:
         assert name in text
-    viewer = render.help_message(HelpCard(roles={"together-prod": Role.viewer})).text
+    viewer = render.help_message(
+        HelpCard(roles={"together-prod": Role.viewer}, changes=CHANGES)
+    ).text
     assert "/gpu update" not in viewer and "/gpu action" not in viewer
