@@ -92,6 +92,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--workdir", type=Path, default=None, help="keep the stores here")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="take the SQLite stores a run left in --workdir as they are (no new preload)",
+    )
     return parser.parse_args(argv)
 
 
@@ -283,13 +288,17 @@ async def _history_in(
     fake: FakeSlack,
 ) -> dict[str, Any]:
     now = datetime.now(UTC)
+    reused = args.reuse and _stored(url)
     store = await Store.open(url)
     try:
-        seconds = await preload(store, template, size, now, people=(DAVE, ALICE))
+        seconds = 0.0
+        if not reused:
+            seconds = await preload(store, template, size, now, people=(DAVE, ALICE))
+        await clear_waiting(store)
         await add_waiting(store, template, 10, now)
     finally:
         await store.close()
-    print(f"  history {size:>9,}: preloaded in {seconds:.1f} s", flush=True)
+    print(f"  history {size:>9,}: preloaded in {seconds:.1f} s{' (reused)' * reused}", flush=True)
     result: dict[str, Any] = {"requests": size, "audit_entries": size * 3, "preload_s": seconds}
     result["audit"] = {k: v.as_json() for k, v in audit_runs(url, workdir).items()}
     env = _serve_env(url, fake, workdir)
@@ -303,6 +312,11 @@ async def _history_in(
     finally:
         await session.stop()
     return result
+
+
+def _stored(url: str) -> bool:
+    """A SQLite store a run left (``--reuse``)."""
+    return url.startswith("sqlite:///") and Path(url.removeprefix("sqlite:///")).exists()
 
 
 def _open_series_size(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ child's own ``ru_maxrss``, from ``os.wait4``), and watcher rounds at many cluste
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -45,18 +46,39 @@ class ChildRun:
         }
 
 
+# Forks ``argv`` from a small interpreter and writes the child's own rusage to a file. A
+# child forked from the bench itself would report the bench's size as its peak: the pages
+# it shares with its parent until exec count in its ``ru_maxrss``.
+_LAUNCHER = """
+import json, os, sys
+out, argv = sys.argv[1], sys.argv[2:]
+pid = os.fork()
+if pid == 0:
+    os.execvp(argv[0], argv)
+_, status, usage = os.wait4(pid, 0)
+with open(out, "w") as f:
+    json.dump({"code": os.waitstatus_to_exitcode(status), "cpu": usage.ru_utime + usage.ru_stime,
+               "maxrss_kib": usage.ru_maxrss}, f)
+"""
+
+
 def run_measured(argv: list[str], env: dict[str, str], cwd: Path) -> ChildRun:
-    """Run ``argv`` to its end, stdout discarded; its own rusage (not all children's)."""
+    """Run ``argv`` to its end, stdout discarded: wall time, and its own CPU and peak RSS."""
+    report = cwd / "rusage.json"
     started = time.perf_counter()
     with open(os.devnull, "wb") as sink:
-        proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=sink, stderr=subprocess.PIPE)
-        _, status, usage = os.wait4(proc.pid, 0)
+        subprocess.run(
+            [sys.executable, "-c", _LAUNCHER, str(report), *argv],
+            env=env,
+            cwd=cwd,
+            stdout=sink,
+            stderr=subprocess.DEVNULL,
+            check=True,
+        )
     wall = time.perf_counter() - started
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.stderr is not None:
-        proc.stderr.close()
+    usage = json.loads(report.read_text())
     # Linux reports ru_maxrss in KiB.
-    return ChildRun(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024, proc.returncode)
+    return ChildRun(wall, usage["cpu"], usage["maxrss_kib"] * 1024, usage["code"])
 
 
 def audit_runs(database_url: str, workdir: Path) -> dict[str, ChildRun]:

@@ -20,7 +20,12 @@ from sqlalchemy.engine import Connection
 
 from bot.core.home import HomeBuilder
 from bot.core.store import RequestState, Store
-from bot.core.store.home_queries import OPEN_STATES, pending_approvals, requests_of
+from bot.core.store.home_queries import (
+    FINISHED_STATES,
+    OPEN_STATES,
+    pending_approvals,
+    requests_of,
+)
 from tests.support.core_harness import Core, core_harness
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -114,7 +119,24 @@ async def test_channel_timeline_walks_the_project_time_index(store: Store) -> No
 
 
 async def test_home_requests_of_a_person_by_requester_index(store: Store) -> None:
+    await _assert_indexed(store, lambda: requests_of(store, "U1", FINISHED_STATES, 10))
+
+
+async def test_home_open_requests_of_a_person_by_the_state_index(store: Store) -> None:
+    """Not by the requester: that would walk the person's whole history to find none."""
+    statements = await _statements(store, lambda: requests_of(store, "U1", OPEN_STATES, 10))
+    assert len(statements) == 1
     await _assert_indexed(store, lambda: requests_of(store, "U1", OPEN_STATES, 10))
+    assert "ix_gpuops_change_requests_requester" not in await _plan_text(store, *statements[0])
+
+
+async def _plan_text(store: Store, statement: str, params: Any) -> str:
+    async with store._engine.connect() as conn:
+        if store._engine.dialect.name == "postgresql":
+            plan = await conn.exec_driver_sql("EXPLAIN (FORMAT JSON) " + statement, params)
+            return str(plan.scalar_one())
+        rows = await conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, params)
+        return " ".join(str(row[-1]) for row in rows.all())
 
 
 async def test_home_pending_approvals_in_age_order(store: Store) -> None:
