@@ -304,6 +304,12 @@ class Policy(_Strict):
         except KeyError:
             raise KeyError(f"no project '{name}' in the policy") from None
 
+    def provider_title(self, project: str | None) -> str:
+        """How people name the project's provider (its descriptor's title); "the
+        provider" for a project no longer in the policy."""
+        config = self.projects.get(project or "")
+        return config.descriptor.title if config is not None else "the provider"
+
     def approval_kinds(self, project: str) -> frozenset[str]:
         """The change kinds that need a second person's approval on this project."""
         config = self.project(project)
