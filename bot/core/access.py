@@ -153,7 +153,9 @@ class Access:
             ) from None
         except ProviderError as exc:
             raise Refusal(
-                f"could not fetch {cluster_id}: {exc.user_message}", kind=f"provider_{exc.kind}"
+                f"could not fetch {cluster_id}: {exc.user_message}",
+                kind=f"provider_{exc.kind}",
+                field=exc.field,
             ) from None
 
     def make_plan(

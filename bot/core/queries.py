@@ -135,7 +135,9 @@ class Queries:
         except MissingCredential as exc:
             return str(exc), None
         allowed = self.authorizer.cluster_allowed
-        return [c for c in view.clusters if allowed(project, c.cluster_id)], view.age()
+        return [c for c in view.clusters if allowed(project, c.cluster_id)], self.access.fleet.age(
+            view
+        )
 
     async def cluster(self, user: str, channel: str, project: str, cluster_id: str) -> ClusterState:
         """A cluster the person may view, fetched now."""

@@ -11,16 +11,21 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import event
 from sqlalchemy.engine import Connection
 
+from bot.core.home import HomeBuilder
 from bot.core.store import RequestState, Store
 from bot.core.store.home_queries import OPEN_STATES, pending_approvals, requests_of
+from tests.support.core_harness import Core, core_harness
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
+DAVE, ALICE = "U04DAVE", "U01ALICE"
+SCALED = "tc-h200-ondemand"
 Captured = list[tuple[str, Any]]
 
 
@@ -142,3 +147,33 @@ async def test_audit_count_stops_at_its_bound(store: Store) -> None:
     assert await store.count_audit(project="p1", up_to=3) == 3
     assert await store.count_audit(project="p1", up_to=10) == 4
     assert await store.count_audit(project="p1") == 4
+
+
+# Every statement of the paths bench-scale measures (bench/scale.py), run for real through
+# the composed core: none scans a table or sorts what an index already orders.
+
+
+@pytest.fixture
+async def core(database_url: str, tmp_path: Path) -> AsyncIterator[Core]:
+    async with core_harness(tmp_path, database_url=database_url) as harness:
+        await harness.answer(DAVE, f"update together-prod {SCALED} num_gpus=16 reason=plans")
+        yield harness
+
+
+async def test_every_statement_of_a_sweeper_round_is_indexed(core: Core) -> None:
+    await _assert_indexed(core.store, core.workflow.sweep_once)
+
+
+async def test_every_statement_of_a_scheduler_tick_is_indexed(core: Core) -> None:
+    await _assert_indexed(core.store, core.workflow.scheduler.run_due)
+
+
+async def test_every_statement_of_the_audit_command_is_indexed(core: Core) -> None:
+    await _assert_indexed(core.store, lambda: core.command(ALICE, "audit together-prod"))
+    await _assert_indexed(core.store, lambda: core.command(ALICE, "audit"))
+
+
+async def test_every_statement_of_a_home_build_is_indexed(core: Core) -> None:
+    builder = HomeBuilder(core.access.authorizer, core.store, core.access.adapter_for)
+    await _assert_indexed(core.store, lambda: builder.build(DAVE))
+    await _assert_indexed(core.store, lambda: builder.build(ALICE))

@@ -18,21 +18,31 @@ OPEN_STATES: frozenset[RequestState] = frozenset(
 FINISHED_STATES: frozenset[RequestState] = frozenset(set(RequestState) - OPEN_STATES)
 
 
+# Matching requests are counted up to this many: a year of one person's results is not read
+# to say how many there are ("500+").
+COUNT_BOUND = 500
+
+
 @dataclass(frozen=True)
 class Page:
-    """The first ``len(records)`` of ``total`` matching requests."""
+    """The first ``len(records)`` of ``total`` matching requests (``bounded``: of more than
+    ``total``, which is then ``COUNT_BOUND``)."""
 
     records: list[ChangeRequestRecord]
     total: int
+    bounded: bool = False
 
 
 async def _page(store: Store, statement: Select[tuple[object, ...]], limit: int) -> Page:
-    counted = select(func.count()).select_from(statement.order_by(None).subquery())
+    bound = max(COUNT_BOUND, limit)
+    matching = statement.order_by(None).with_only_columns(change_requests.c.id).limit(bound + 1)
+    counted = select(func.count()).select_from(matching.subquery())
     # The store's own transaction (it queues SQLite transactions of this process).
     async with store._begin() as conn:
         total = (await conn.execute(counted)).scalar_one()
         rows = (await conn.execute(statement.limit(limit))).mappings().all()
-    return Page([ChangeRequestRecord.model_validate(dict(row)) for row in rows], int(total))
+    records = [ChangeRequestRecord.model_validate(dict(row)) for row in rows]
+    return Page(records, min(int(total), bound), bounded=int(total) > bound)
 
 
 async def pending_approvals(store: Store, projects: Collection[str], limit: int) -> Page:

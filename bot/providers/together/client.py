@@ -81,6 +81,17 @@ def error_message(response: httpx.Response) -> str:
     return str(text)[:_MESSAGE_LIMIT]
 
 
+def error_field(response: httpx.Response) -> str | None:
+    """The request field Together's error names (``error.param`` of its ``ErrorData``)."""
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    error = body.get("error") if isinstance(body, dict) else None
+    param = error.get("param") if isinstance(error, dict) else None
+    return param.strip() if isinstance(param, str) and param.strip() else None
+
+
 def _reason(status: int) -> str:
     try:
         return http.HTTPStatus(status).phrase
@@ -176,6 +187,7 @@ class TogetherCalls:
             error_message(response),
             retry_after=retry_after,
             may_have_applied=may_have_applied,
+            field=error_field(response),
         )
 
     def _malformed(
