@@ -192,7 +192,7 @@ class RemediationDesk:
         )
         if updated is None:
             return
-        log.info("remediation %s is gone at Together: closed", record.remediation_id)
+        log.info("remediation %s is gone at its provider: closed", record.remediation_id)
         await self.notifier.remediation_gone(updated, had_buttons)
 
     async def _follow(self, client: RemediationDecisions, record: RemediationRecord) -> None:
