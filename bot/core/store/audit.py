@@ -210,7 +210,14 @@ class AuditMixin(StoreBase):
             statement = statement.where(audit.c.project == project)
         if request_id is not None:
             statement = statement.where(audit.c.request_id == request_id)
-        statement = statement.order_by(audit.c.id.desc()).limit(limit)
+        if project is not None and request_id is None:
+            # Chain order is time order: walking ix_gpuops_audit_project_at backwards hands
+            # the newest over without sorting the project's whole trail (PostgreSQL sorted
+            # ix_gpuops_audit_project's rows by id).
+            statement = statement.order_by(audit.c.at.desc(), audit.c.id.desc())
+        else:
+            statement = statement.order_by(audit.c.id.desc())
+        statement = statement.limit(limit)
         async with self._begin() as conn:
             rows = (await conn.execute(statement)).mappings().all()
         return [AuditEntry.model_validate(dict(row)) for row in rows]
