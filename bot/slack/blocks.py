@@ -20,6 +20,7 @@ from bot.core.answers import (
     PolicyCard,
     Reply,
 )
+from bot.core.fleet import age_text
 from bot.core.forms import FormKind, FormMessage, FormView
 from bot.core.justification import MAX_JUSTIFICATION, MIN_JUSTIFICATION
 from bot.core.paging import Page
@@ -27,7 +28,6 @@ from bot.core.policy import Role
 from bot.core.requests.view import STATE_WORDS, RequestView
 from bot.core.schedule import example_run_at, utc_text, when_text
 from bot.providers.base import ClusterSummary, FieldSpec, ProviderChanges, example_time
-from bot.providers.catalog import provider_changes
 from bot.slack.text import clip, fit_lines, pack_lines, shorten, shorten_plain
 from bot.slack.text import escape as escape  # surfaces escape through this module
 from bot.slack.text import plain as plain
@@ -205,10 +205,13 @@ def _titled(name: str, cluster_id: str, limit: int) -> str:
 
 
 def cluster_list(
-    groups: Mapping[str, Sequence[ClusterSummary] | str], page: Page | None = None
+    groups: Mapping[str, Sequence[ClusterSummary] | str],
+    page: Page | None = None,
+    as_of_seconds: float | None = None,
 ) -> SlackMessage:
     """Per project, its clusters (or an error text for a project that failed): one page,
-    ending with where it sits and the command for the next page."""
+    ending with where it sits, the command for the next page and, from a fleet snapshot
+    that is not live, how old it is."""
     headers = [f"*{escape(project)}*" for project in groups]
     rows = sum(len(c) if not isinstance(c, str) and c else 1 for c in groups.values())
     room = _MESSAGE_TEXT_BUDGET - sum(len(h) + 1 for h in headers)
@@ -224,10 +227,10 @@ def cluster_list(
             lines.extend(_list_row(s, budget) for s in content)
     if not lines:
         return notice("You have no projects you can view here.")
-    return _paged(lines, page)
+    return _paged(lines, page, age_text(as_of_seconds))
 
 
-def _paged(lines: list[str], page: Page | None) -> SlackMessage:
+def _paged(lines: list[str], page: Page | None, as_of: str | None = None) -> SlackMessage:
     """Rows packed into sections, between a past-the-end note and the page's context line."""
     blocks = [section(text) for text in pack_lines(lines, _SECTION_TEXT_MAX)]
     head: list[str] = []
@@ -236,6 +239,9 @@ def _paged(lines: list[str], page: Page | None) -> SlackMessage:
             head.append(f":information_source: {escape(page.past_end)}")
             blocks.insert(0, context(head[-1]))
         head.append(escape(page.summary))
+        blocks.append(context(head[-1]))
+    if as_of is not None:
+        head.append(f":clock3: {escape(as_of)}")
         blocks.append(context(head[-1]))
     # The rows are escaped already: escaping again would show "&lt;" to the reader.
     return SlackMessage(text=fit_lines([*head, *lines], _FALLBACK_MAX), blocks=blocks)
@@ -715,24 +721,31 @@ def _form(callback_id: str, title: str, blocks: list[Block], metadata: Mapping[s
     }
 
 
-FORM_CALLBACKS: dict[FormKind, str] = {"update": "gpu_update", "action": "gpu_action"}
+# Each form kind's callback id: SPEC's names, kept as Slack knows them.
+FORM_CALLBACKS: dict[FormKind, str] = {"single": "gpu_update", "choice": "gpu_action"}
 BREAK_GLASS_CALLBACK = "gpu_break_glass"
 
 
 def form_kind(callback_id: str) -> FormKind:
     """The kind of change form a modal callback id stands for."""
-    return "action" if callback_id == FORM_CALLBACKS["action"] else "update"
+    return "choice" if callback_id == FORM_CALLBACKS["choice"] else "single"
 
 
 def change_form(form: FormView | FormMessage) -> Block:
     """The modal for a change form, or for the refusal that stands in its place."""
     if isinstance(form, FormMessage):
         return message_modal(FORM_CALLBACKS[form.kind], "gpuops", form.text, form.metadata)
-    if form.kind == "update":
-        modal = update_modal(form.summary, form.specs, form.values, form.metadata)
+    if form.kind == "single":
+        modal = update_modal(form.summary, form.specs, form.values, form.metadata, title=form.title)
     else:
         modal = action_modal(
-            form.summary, form.actions, form.action, form.specs, form.values, form.metadata
+            form.summary,
+            form.actions,
+            form.action,
+            form.specs,
+            form.values,
+            form.metadata,
+            title=form.title,
         )
     if form.freeze is not None:
         modal["blocks"].append(_override_block(form.freeze))
@@ -807,7 +820,10 @@ def update_modal(
     specs: Sequence[FieldSpec],
     current: Mapping[str, Any],
     metadata: Mapping[str, Any],
+    *,
+    title: str,
 ) -> Block:
+    """The form of a provider's one action; ``title`` is its descriptor's form title."""
     blocks: list[Block] = [
         section(
             f"*{escape(summary.name)}* (`{escape(summary.cluster_id)}`) — "
@@ -822,7 +838,7 @@ def update_modal(
             block["element"]["focus_on_load"] = True
     blocks.append(_reason_block(current.get("reason")))
     blocks.append(_run_at_block())
-    return _form(FORM_CALLBACKS["update"], "Update cluster", blocks, metadata)
+    return _form(FORM_CALLBACKS["single"], title, blocks, metadata)
 
 
 def action_modal(
@@ -832,7 +848,10 @@ def action_modal(
     specs: Sequence[FieldSpec],
     current: Mapping[str, Any],
     metadata: Mapping[str, Any],
+    *,
+    title: str,
 ) -> Block:
+    """The form to choose a provider's action in; ``title`` is its descriptor's."""
     select: Block = {
         "type": "static_select",
         "action_id": "action",
@@ -858,7 +877,7 @@ def action_modal(
     blocks += [_input_block(s, prefill.get(s.name), required=s.required) for s in specs]
     blocks.append(_reason_block(current.get("reason")))
     blocks.append(_run_at_block())
-    return _form(FORM_CALLBACKS["action"], "Cluster action", blocks, metadata)
+    return _form(FORM_CALLBACKS["choice"], title, blocks, metadata)
 
 
 # -- answers ------------------------------------------------------------------------------
@@ -890,7 +909,7 @@ def help_message(card: HelpCard) -> SlackMessage:
         "• `/gpu policy [project]` — approvals, limits, prices and freezes that apply to you",
     ]
     if top >= Role.operator:
-        lines += [_change_help(changes) for changes in provider_changes().values()]
+        lines += [_change_help(changes) for changes in card.changes]
         lines.append(
             "  Risky changes wait for approval in the thread; during a freeze an admin may "
             'add `override="why"`.'
@@ -929,7 +948,7 @@ def reply_message(reply: Reply) -> SlackMessage:
     if isinstance(content, ClusterCard):
         return cluster_summary(content.summary, shown_by=content.shown_by)
     if isinstance(content, ClusterListing):
-        return cluster_list(content.groups, content.page)
+        return cluster_list(content.groups, content.page, content.as_of_seconds)
     if isinstance(content, AuditListing):
         return audit_list(content.entries, content.page)
     if isinstance(content, PolicyCard):
