@@ -5,7 +5,7 @@ scope (Slack's ``missing_scope``) the file is shared with people as their ids.""
 from __future__ import annotations
 
 from bot.local.demo.stack import LocalStack
-from tests.integration.test_timeline import timeline_of
+from tests.integration.timeline.test_timeline import timeline_of
 from tests.support.workflow_kit import BOB, CHANNEL, DAVE, request
 
 
