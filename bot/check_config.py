@@ -26,7 +26,7 @@ from bot.core.policy import (
 from bot.core.policy.guardrails import Freeze
 from bot.core.policy.watch import WatchConfig
 from bot.core.registry import AdapterRegistry
-from bot.providers.base import SupportsProbe
+from bot.providers.base import ProviderDescriptor, SupportsProbe
 from bot.providers.catalog import Catalog
 from bot.providers.errors import ProviderError
 from bot.providers.probe import differences
@@ -248,7 +248,7 @@ def _print_policy(settings: Settings, policy: Policy, out: TextIO, now: datetime
             project.section.detail(),
             ", ".join(credential_variables(project)),
             project.notify_channel or "-",
-            _watch_detail(project.watch),
+            _watch_detail(project.watch, project.descriptor),
         ]
         for name, project in sorted(policy.projects.items())
     ]
@@ -339,14 +339,15 @@ def _freeze_state(freeze: Freeze, now: datetime) -> str:
     return f"next {when(window.start)} to {when(window.end)}"
 
 
-def _watch_detail(watch: WatchConfig | None) -> str:
-    """``every 60 s: status, remediations, reminders 24h/1h`` or ``off``."""
+def _watch_detail(watch: WatchConfig | None, provider: ProviderDescriptor) -> str:
+    """``every 60 s: status, remediations, reminders 24h/1h`` or ``off``: what the watcher
+    will do, so only what the provider has (its descriptor's capabilities) besides status."""
     if watch is None:
         return "off"
-    parts = [
-        name for name, on in (("status", watch.status), ("remediations", watch.remediations)) if on
-    ]
-    if watch.reservation_reminders:
+    parts = ["status"] if watch.status else []
+    if watch.remediations and provider.has("remediations"):
+        parts.append("remediations")
+    if watch.reservation_reminders and provider.has("reservations"):
         parts.append("reminders " + "/".join(watch.reservation_reminders))
     return f"every {watch.every_seconds} s: {', '.join(parts) or 'nothing'}"
 

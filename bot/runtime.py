@@ -136,7 +136,7 @@ class Runtime:
         watch_store = WatchStore(
             store, claim_takeover=timedelta(seconds=settings.gpuops_claim_takeover_seconds)
         )
-        watch_notifier = SlackWatchNotifier(messenger, catalog)
+        watch_notifier = SlackWatchNotifier(messenger, holder)
         desk = RemediationDesk(
             access=access,
             store=watch_store,

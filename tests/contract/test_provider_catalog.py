@@ -14,6 +14,7 @@ import pytest
 from bot.providers.base import (
     ProviderAdapter,
     ProviderDescriptor,
+    SupportsProbe,
     SupportsRemediations,
     SupportsReservations,
 )
@@ -99,3 +100,20 @@ def test_remediations_and_reservations_are_capabilities_of_the_together_adapter(
     assert isinstance(adapters["together"], SupportsReservations)
     assert not isinstance(adapters["e2e"], SupportsRemediations)
     assert not isinstance(adapters["e2e"], SupportsReservations)
+
+
+def _capabilities(adapter: ProviderAdapter) -> set[str]:
+    """The optional features an adapter really has."""
+    has = {
+        "remediations": isinstance(adapter, SupportsRemediations),
+        "reservations": isinstance(adapter, SupportsReservations),
+        "probe": isinstance(adapter, SupportsProbe),
+    }
+    return {name for name, present in has.items() if present}
+
+
+@pytest.mark.parametrize("descriptor", BUILT_IN, ids=lambda d: d.name)
+def test_each_descriptor_declares_the_capabilities_its_adapter_has(
+    descriptor: ProviderDescriptor,
+) -> None:
+    assert set(descriptor.capabilities) == _capabilities(_adapters()[descriptor.name])

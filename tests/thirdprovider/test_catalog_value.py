@@ -1,6 +1,7 @@
 """The catalog is a value: a provider registered after every gpuops module was imported is
 accepted by the policy, the grammar and the forms once the catalog they are handed
-includes it, and refused by those handed the built-ins alone (nothing froze it at import)."""
+includes it, and refused by those handed the built-ins alone (nothing froze it at import);
+what is said of it and what it can do are its descriptor's."""
 
 from __future__ import annotations
 
@@ -15,10 +16,20 @@ from bot.core.grammar import ChangeCommand, UsageError, parse_command, usage
 from bot.core.policy import PolicyError, PolicyHolder, load_policy
 from bot.core.registry import AdapterRegistry
 from bot.core.store import Store
+from bot.core.watch.health import EventKind, HealthEvent
+from bot.providers.base import (
+    ClusterSummary,
+    SupportsProbe,
+    SupportsRemediations,
+    SupportsReservations,
+)
 from bot.providers.catalog import Catalog
 from bot.providers.http import ClientSettings
 from bot.providers.installed import BUILT_IN, built_in_catalog
+from bot.slack.watch_blocks import incident_open
 from tests.support.core_harness import StaticGroups
+from tests.thirdprovider.adapter import LumenAdapter
+from tests.thirdprovider.client import LumenClient, build_lumen_transport
 from tests.thirdprovider.descriptor import DESCRIPTOR
 
 POLICY = """\
@@ -98,7 +109,7 @@ async def test_the_forms_open_lumens_form_when_the_catalog_has_lumen(
         assert access.catalog is with_lumen
         wanted = forms.wanted("C0GPUAUDIT", "resize lumen-lab lc-1")
         assert wanted == FormRequest(
-            kind="update", project="lumen-lab", cluster_id="lc-1", channel="C0GPUAUDIT"
+            kind="single", project="lumen-lab", cluster_id="lc-1", channel="C0GPUAUDIT"
         )
         assert [spec.name for spec in forms.fields_of("lumen-lab", "resize")] == ["gpus"]
         assert forms.unknown_fields("lumen-lab", "resize", {"gpu": "8"}) == {
@@ -107,3 +118,30 @@ async def test_the_forms_open_lumens_form_when_the_catalog_has_lumen(
     finally:
         await store.close()
         await registry.aclose()
+
+
+async def test_the_words_and_capabilities_of_lumen_are_its_descriptors() -> None:
+    summary = ClusterSummary(
+        provider="lumen",
+        project="lumen-lab",
+        cluster_id="lc-1",
+        name="lab",
+        status="degraded",
+        steady=True,
+    )
+    event = HealthEvent(EventKind.OPENED, "lc-1", 1, "degraded", "active", summary)
+    message = incident_open("lumen-lab", event, DESCRIPTOR)
+    labels = [
+        element["text"]["text"]
+        for block in message.blocks
+        if block["type"] == "actions"
+        for element in block["elements"]
+    ]
+    assert labels == ["Resize cluster…"]
+    assert DESCRIPTOR.capabilities == frozenset()  # and its adapter has none of them:
+    transport = build_lumen_transport("unused", "http://127.0.0.1:9/v2", ClientSettings())
+    lumen = LumenAdapter(LumenClient(transport, "north"), "lumen-lab")
+    try:
+        assert not isinstance(lumen, SupportsRemediations | SupportsReservations | SupportsProbe)
+    finally:
+        await lumen.aclose()

@@ -204,6 +204,19 @@ def test_the_watch_settings_are_shown(tmp_path: Path) -> None:
     )
 
 
+def test_the_watch_line_says_only_what_the_provider_has(tmp_path: Path) -> None:
+    # E2E has neither remediations nor reservations (its descriptor says so): the watcher
+    # follows its status only, whatever the watch keys say.
+    watched = POLICY.replace(
+        "    location: Delhi\n",
+        "    location: Delhi\n    notify_channel: C0GPUAUDIT\n    watch: {every_seconds: 60}\n",
+    )
+    code, text = run(tmp_path, watched)
+    assert code == 0, text
+    line = next(line for line in text.splitlines() if line.strip().startswith("e2e-delhi"))
+    assert line.rstrip().endswith("every 60 s: status")
+
+
 def test_a_missing_token_names_the_command_check_config(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -155,8 +155,10 @@ def test_update_modal_uses_field_names_as_block_and_action_ids_and_prefills() ->
         specs,
         {"num_gpus": 16, "cluster_type": "SLURM"},
         {"project": "p", "cluster_id": "c", "channel": "C1"},
+        title="Update cluster",
     )
     assert view["callback_id"] == "gpu_update"
+    assert view["title"]["text"] == "Update cluster"
     inputs = {b["block_id"]: b for b in view["blocks"] if b["type"] == "input"}
     assert inputs["num_gpus"]["element"]["action_id"] == "num_gpus"
     assert inputs["num_gpus"]["element"]["initial_value"] == "16"
@@ -177,6 +179,7 @@ def test_action_modal_has_the_action_select_and_the_actions_fields() -> None:
         specs,
         {},
         {"project": "e"},
+        title="Cluster action",
     )
     assert view["callback_id"] == "gpu_action"
     blocks = {b.get("block_id"): b for b in view["blocks"]}

@@ -66,12 +66,12 @@ def test_project_and_cluster_are_checked_as_on_the_command_line() -> None:
 
 
 def test_what_a_step_lacks_where_a_command_opens_a_form() -> None:
-    update = FormRequest(kind="update", project="p", cluster_id="c", channel="C1")
+    update = FormRequest(kind="single", project="p", cluster_id="c", channel="C1")
     assert "names no field" in form_needs(update, [])
-    no_action = FormRequest(kind="action", project="p", cluster_id="c", channel="C1")
+    no_action = FormRequest(kind="choice", project="p", cluster_id="c", channel="C1")
     assert "names no action" in form_needs(no_action, [])
     scale = FormRequest(
-        kind="action", project="p", cluster_id="c", channel="C1", action="scale_cluster"
+        kind="choice", project="p", cluster_id="c", channel="C1", action="scale_cluster"
     )
     assert form_needs(scale, ["additional_nodes"]).startswith(
         "`scale_cluster` needs `additional_nodes`: give them in the step's `change`"

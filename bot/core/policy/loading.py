@@ -18,8 +18,8 @@ from bot.core.policy.model import (
     Grant,
     Policy,
     PolicySchema,
-    _either,
     did_you_mean,
+    either,
     policy_schema,
     unknown_kinds,
 )
@@ -146,12 +146,12 @@ def _describe_error(schema: PolicySchema, error: ErrorDetails) -> list[str]:
         message = f"unknown key (allowed: {', '.join(allowed)}){hint}" if allowed else "unknown key"
     elif kind == "union_tag_not_found":
         loc.append("provider")
-        message = f"missing; set {_either([f'provider: {n}' for n in providers])}"
+        message = f"missing; set {either([f'provider: {n}' for n in providers])}"
     elif kind == "union_tag_invalid":
         loc.append("provider")
         found = (error.get("ctx") or {}).get("tag", "")
         hint = did_you_mean(str(found), providers)
-        message = f"unknown provider '{found}'{hint}; use {_either(providers)}"
+        message = f"unknown provider '{found}'{hint}; use {either(providers)}"
     elif kind == "model_type" and not loc:
         message = "the policy must be a mapping with projects, grants and approvals"
     path = _dotted(loc)

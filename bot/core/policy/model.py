@@ -128,9 +128,13 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def _either(words: Sequence[str]) -> str:
+def either(words: Sequence[str]) -> str:
     """``a or b``, ``a, b or c``."""
     return " or ".join(words) if len(words) < 3 else f"{', '.join(words[:-1])} or {words[-1]}"
+
+
+# The keys of ``limits`` that cap a cluster's size; a descriptor's ``size_limit`` names one.
+_SIZE_LIMITS = ("max_gpus", "max_nodes")
 
 
 def _limit_refusal(catalog: Catalog, provider: str, limits: Limits) -> str | None:
@@ -141,12 +145,8 @@ def _limit_refusal(catalog: Catalog, provider: str, limits: Limits) -> str | Non
         if other == applies or getattr(limits, other) is None:
             continue
         owners = [d.title for d in catalog if d.size_limit == other]
-        return f"limits.{other} applies to {_either(owners) or 'no'} projects; use {applies}"
+        return f"limits.{other} applies to {either(owners) or 'no'} projects; use {applies}"
     return None
-
-
-# The keys of ``limits`` that cap a cluster's size; a descriptor's ``size_limit`` names one.
-_SIZE_LIMITS = ("max_gpus", "max_nodes")
 
 
 class ProjectCommon(_Strict):
@@ -303,6 +303,12 @@ class Policy(_Strict):
             return self.projects[name]
         except KeyError:
             raise KeyError(f"no project '{name}' in the policy") from None
+
+    def provider_title(self, project: str | None) -> str:
+        """How people name the project's provider (its descriptor's title); "the
+        provider" for a project no longer in the policy."""
+        config = self.projects.get(project or "")
+        return config.descriptor.title if config is not None else "the provider"
 
     def approval_kinds(self, project: str) -> frozenset[str]:
         """The change kinds that need a second person's approval on this project."""

@@ -1,8 +1,9 @@
-"""Together node remediations in the notify channel (SPEC §7.1): post each one newly
-awaiting approval once, follow it until it ends, and let one approver's click decide it.
+"""Node remediations (a provider capability) in the notify channel (SPEC §7.1): post each
+one newly awaiting approval once, follow it until it ends, and let one approver's click
+decide it; every word about the provider is its descriptor's title.
 
 A decision is sent at most once: the click that moves the stored record from ``awaiting``
-to ``deciding`` (compare-and-set) is the only one that calls Together; approve and reject
+to ``deciding`` (compare-and-set) is the only one that calls the provider; approve and reject
 are never retried once they may have been processed."""
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ _UNKNOWN = error("I do not know that remediation (was it posted by another gpuop
 
 
 class RemediationDesk:
-    """Posting, following and deciding the remediations of watched Together projects."""
+    """Posting, following and deciding the remediations of watched projects whose
+    provider has them."""
 
     def __init__(
         self,
@@ -87,6 +89,10 @@ class RemediationDesk:
         self.backlog = StoreBacklog()
         self.listings_per_poll = LISTINGS_PER_POLL
         self._next_cluster: dict[str, str] = {}  # per project: where the next poll goes on
+
+    def _title(self, project: str) -> str:
+        """How people name the project's provider (its descriptor's title)."""
+        return self.access.policy.provider_title(project)
 
     # ---- polling -----------------------------------------------------------------------
 
@@ -186,7 +192,7 @@ class RemediationDesk:
         )
         if updated is None:
             return
-        log.info("remediation %s is gone at Together: closed", record.remediation_id)
+        log.info("remediation %s is gone at its provider: closed", record.remediation_id)
         await self.notifier.remediation_gone(updated, had_buttons)
 
     async def _follow(self, client: RemediationDecisions, record: RemediationRecord) -> None:
@@ -220,10 +226,11 @@ class RemediationDesk:
     ) -> RemediationRecord | None:
         """A decision whose answer was lost (or whose sender died), and Together no longer
         awaits one: it was decided, by that call or another. Said so, buttons removed."""
+        provider = self._title(record.project)
         text = (
-            f"Together no longer awaits a decision (it is {remediation.state} now). A "
+            f"{provider} no longer awaits a decision (it is {remediation.state} now). A "
             "decision started here was cut off before its answer was recorded, so which "
-            "decision Together took is not known here."
+            f"decision {provider} took is not known here."
         )
         settled = await self._seen(
             record,
@@ -375,6 +382,7 @@ class RemediationDesk:
     ) -> Reply:
         client = self.remediations_for(record.project)
         ref = RemediationRef(record.remediation_id, record.cluster_id, record.instance_id)
+        provider = self._title(record.project)
         try:
             if verb == "approve":
                 result = await client.approve(ref, comment=comment)
@@ -384,15 +392,14 @@ class RemediationDesk:
             ending = _Ending(
                 RemediationDecision.ALREADY_DECIDED,
                 "already_decided",
-                "Already decided at Together: someone decided it first.",
+                f"Already decided at {provider}: someone decided it first.",
             )
         except ProviderError as exc:
-            ending = _failure(exc)
+            ending = _failure(exc, provider)
         else:
             decision, outcome, done = _DONE[verb]
-            ending = _Ending(
-                decision, outcome, f"{done}; Together says {result.state}.", result.state, result
-            )
+            said = f"{done}; {provider} says {result.state}."
+            ending = _Ending(decision, outcome, said, result.state, result)
         if ending.remediation is None and ending.decision is not RemediationDecision.AWAITING:
             ending = replace(ending, remediation=await self._read_quietly(client, ref))
         return await self._finish(user, record, verb, ending)
@@ -498,18 +505,18 @@ def _answer_lost(record: RemediationRecord) -> bool:
     return record.decision is RemediationDecision.DECIDING and stale
 
 
-def _failure(exc: ProviderError) -> _Ending:
+def _failure(exc: ProviderError, provider: str) -> _Ending:
     if exc.may_have_applied:
         return _Ending(
             RemediationDecision.UNKNOWN,
             "unknown",
-            f"Together may or may not have taken it ({exc.user_message}); it is not sent "
-            "again, and its thread will follow what Together reports.",
+            f"{provider} may or may not have taken it ({exc.user_message}); it is not sent "
+            f"again, and its thread will follow what {provider} reports.",
         )
     return _Ending(
         RemediationDecision.AWAITING,
         "failed",
-        f"Together did not take it: {exc.user_message}. The buttons are back; try again.",
+        f"{provider} did not take it: {exc.user_message}. The buttons are back; try again.",
     )
 
 

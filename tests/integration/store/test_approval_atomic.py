@@ -1,16 +1,18 @@
 """An approval is one transaction (issue 35): the approver added, the state's compare-and-set
-and its audit entry are written together or not at all, on SQLite and PostgreSQL. A crash
-injected between them (inside the transaction, before or after the audit entry is appended)
-leaves the request as it was and no entry; without one, all three are there."""
+and its audit entry are written together or not at all, on SQLite and PostgreSQL. They are
+one statement on both (the row's write, whose trigger or WITH chain appends the entry); a
+crash injected inside the transaction, before that write or after it (entry appended, not
+committed), leaves the request as it was and no entry; without one, all three are there."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from bot.core.store import AuditEntry, AuditRow, ChangeRequestRecord, RequestState, Store
+from bot.core.store import AuditRow, ChangeRequestRecord, RequestState, Store
 
 S = RequestState
 TWO = {"needs": 2}
@@ -55,16 +57,19 @@ async def approve(
     )
 
 
-Append = Callable[[AsyncConnection, AuditRow], Awaitable[AuditEntry]]
+Move = Callable[..., Awaitable[ChangeRequestRecord | None]]
 
 
-def crashing(real: Append, *, after_append: bool) -> Append:
-    async def append(conn: AsyncConnection, row: AuditRow) -> AuditEntry:
+def crashing(real: Move, *, after_append: bool) -> Move:
+    """The store's one write of a transition (``_move_in``: the row and its audit entry),
+    with the process dying just before it or just after it, in its transaction."""
+
+    async def move(conn: AsyncConnection, *args: Any, **kwargs: Any) -> ChangeRequestRecord:
         if after_append:
-            await real(conn, row)
+            await real(conn, *args, **kwargs)
         raise Crash(f"died {'after' if after_append else 'before'} the audit entry")
 
-    return append
+    return move
 
 
 async def events(store: Store, request_id: str) -> list[str]:
@@ -77,7 +82,7 @@ async def test_a_crash_inside_an_approval_leaves_neither_approver_state_nor_audi
     store: Store, monkeypatch: pytest.MonkeyPatch, to: RequestState, after_append: bool
 ) -> None:
     record = await pending(store)
-    monkeypatch.setattr(store, "_append", crashing(store._append, after_append=after_append))
+    monkeypatch.setattr(store, "_move_in", crashing(store._move_in, after_append=after_append))
     with pytest.raises(Crash):
         await approve(store, record, to)
     monkeypatch.undo()
