@@ -11,20 +11,18 @@ from typing import Any
 from bot.core.home import HomeBuilder, HomeCluster, HomeData, HomeProject, HomeRequest
 from bot.core.requests.view import STATE_WORDS
 from bot.core.schedule import when_text
-from bot.slack.blocks import (
-    STATE_ICONS,
+from bot.slack.messenger import Messenger
+from bot.slack.render.primitives import (
     Block,
-    approval_why,
     channel_ref,
     context,
     escape,
     header,
     plain,
-    price_text,
     section,
     user_ref,
 )
-from bot.slack.messenger import Messenger
+from bot.slack.render.requests import STATE_ICONS, approval_why, price_text
 
 MAX_BLOCKS = 100
 BUTTON_VALUE_MAX = 2000
