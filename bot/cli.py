@@ -18,6 +18,7 @@ from bot.logs import LOG_FORMATS, configure_logging
 if TYPE_CHECKING:
     from aiohttp.web import AppRunner
 
+    from bot.providers.catalog import Catalog
     from bot.signals import Hangup
 
 DEFAULT_PORT = 3000
@@ -134,7 +135,7 @@ def _listening(runner: AppRunner, host: str, port: int) -> int:
     return bound
 
 
-async def _serve(host: str, port: int) -> None:
+async def _serve(host: str, port: int, catalog: Catalog) -> None:
     from bot.config import Settings
     from bot.runtime import Runtime
     from bot.slack.http_server import HttpLimits, LimitedSite, limited_runner
@@ -142,7 +143,7 @@ async def _serve(host: str, port: int) -> None:
     settings = _settings()
     assert isinstance(settings, Settings)
     settings.require_for("serve")
-    runtime = await Runtime.create(settings)
+    runtime = await Runtime.create(settings, catalog=catalog)
     runtime.readiness.wait_for("starting")
     limits = HttpLimits()
     runner = limited_runner(runtime.web_app(limits), limits)
@@ -163,7 +164,7 @@ async def _serve(host: str, port: int) -> None:
         await runtime.close(grace=_shutdown_grace(settings))
 
 
-async def _socket(host: str, port: int) -> None:
+async def _socket(host: str, port: int, catalog: Catalog) -> None:
     from aiohttp import web
 
     from bot.config import Settings
@@ -174,7 +175,7 @@ async def _socket(host: str, port: int) -> None:
     assert isinstance(settings, Settings)
     settings.require_for("socket")
     assert settings.slack_app_token is not None
-    runtime = await Runtime.create(settings)
+    runtime = await Runtime.create(settings, catalog=catalog)
     runtime.readiness.wait_for("starting")
     ops_app = web.Application()
     add_ops_routes(ops_app, runtime._healthy, runtime.readiness)
@@ -342,7 +343,7 @@ def _listen_arguments(parser: argparse.ArgumentParser, what: str) -> None:
     )
 
 
-def _check_config(policy: str | None, online: bool) -> int:
+def _check_config(policy: str | None, online: bool, catalog: Catalog) -> int:
     from pathlib import Path
 
     from bot.check_config import run_check_config, run_check_config_online
@@ -353,9 +354,9 @@ def _check_config(policy: str | None, online: bool) -> int:
     if policy is not None:
         settings = settings.model_copy(update={"gpuops_policy": Path(policy)})
     if not online:
-        return run_check_config(settings, sys.stdout)
+        return run_check_config(settings, catalog, sys.stdout)
     configure_logging("ERROR", "text")  # the report is the output; libraries stay quiet
-    return asyncio.run(run_check_config_online(settings, sys.stdout))
+    return asyncio.run(run_check_config_online(settings, catalog, sys.stdout))
 
 
 def _demo(script: str | None, tour: bool, socket: bool) -> int:
@@ -371,9 +372,9 @@ def _demo(script: str | None, tour: bool, socket: bool) -> int:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
-    _check_providers()
+    catalog = _providers()
     if args.command == "check-config":
-        raise SystemExit(_check_config(args.policy, args.online))
+        raise SystemExit(_check_config(args.policy, args.online, catalog))
     if args.command == "demo":
         _configure_logging(args.log_level or "WARNING")
         raise SystemExit(_demo(args.script, not args.no_tour, args.socket))
@@ -384,9 +385,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     _configure_logging(args.log_level or _env("GPUOPS_LOG_LEVEL") or "INFO")
     try:
         if args.command == "serve":
-            asyncio.run(_serve(args.host, args.port))
+            asyncio.run(_serve(args.host, args.port, catalog))
         elif args.command == "socket":
-            asyncio.run(_socket(args.host, args.port))
+            asyncio.run(_socket(args.host, args.port, catalog))
         else:
             asyncio.run(_simulate(args.host, args.port, args.transition_seconds))
     except KeyboardInterrupt:
@@ -397,14 +398,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(f"gpuops: {redact(str(exc))}") from None
 
 
-def _check_providers() -> None:
-    """Every command needs the providers: one installed package that registers a broken
-    one is named in one line, before anything imports it in passing."""
-    from bot.providers.catalog import CatalogError, descriptors
+def _providers() -> Catalog:
+    """The provider catalog, read once here and handed on. Every command needs it: one
+    installed package that registers a broken provider is named in one line."""
+    from bot.providers.catalog import CatalogError
+    from bot.providers.installed import load_catalog
     from bot.redact import redact
 
     try:
-        descriptors()
+        return load_catalog()
     except CatalogError as exc:
         raise SystemExit(f"gpuops: {redact(str(exc))}") from None
 

@@ -9,7 +9,7 @@ ends a step when its request reaches a final state; ``reconcile`` finishes what 
 an unreachable chat service left open. The ``StepPort`` tells the chat platform.
 
 Every end is recorded before the platform is told (a step the store could not claim is
-recorded as refused, ``StepStore.refuse``): an execution told it failed is known to the
+recorded as refused, ``lifecycle.refuse``): an execution told it failed is known to the
 store, so a later delivery of it runs nothing. An end the store cannot take yet is held in
 memory and written, then told, once the store answers (``retry_held_forever``)."""
 
@@ -25,6 +25,7 @@ from typing import Protocol
 from bot.core.answers import STORE_UNAVAILABLE_TEXT, Notice, Reply, error
 from bot.core.forms import FormRequest
 from bot.core.grammar import UsageError, parse_change
+from bot.core.lifecycle import builder_steps as lifecycle
 from bot.core.notifier import RequestEvent, Tone
 from bot.core.requests.view import plan_lines, state_words
 from bot.core.service import CommandService
@@ -36,11 +37,10 @@ from bot.core.store import (
     Store,
     StoreUnavailable,
 )
-from bot.core.store.steps import StepOutcome, StepRecord, StepState, StepStore
+from bot.core.store.builder_steps import StepOutcome, StepRecord, StepState, StepStore
 from bot.core.watch.backlog import StoreBacklog, Write
 from bot.errors import GpuopsError
 from bot.metrics import COMMANDS
-from bot.providers import catalog
 from bot.providers.base import ChangePlan, ClusterSummary
 
 log = logging.getLogger(__name__)
@@ -172,7 +172,7 @@ def _logged(what: str, write: Write) -> Write:
 
 def form_needs(form: FormRequest, required: list[str]) -> str:
     """What a step's ``change`` lacks where a command would open a form."""
-    if form.kind == "update":
+    if form.kind == "single":
         return (
             "The step's `change` names no field: give `field=value …`, e.g. `num_gpus=16` "
             "(a workflow step opens no form)."
@@ -221,14 +221,14 @@ class StepCompleter:
             outcome, payload = StepOutcome.ERROR, _withdrawn_payload(record)
         else:
             outcome, payload = StepOutcome.SUCCESS, outputs_of(record)
-        claimed = await self.steps.begin_completion(step.execution_id, outcome, payload)
+        claimed = await lifecycle.begin_completion(self.steps, step.execution_id, outcome, payload)
         if claimed is not None:
             await self._send(claimed)
 
     async def fail(self, execution_id: str, reply: Reply) -> None:
         """End a running step with the answer a person would have seen."""
-        claimed = await self.steps.begin_completion(
-            execution_id, StepOutcome.ERROR, _error_payload(reply)
+        claimed = await lifecycle.begin_completion(
+            self.steps, execution_id, StepOutcome.ERROR, _error_payload(reply)
         )
         if claimed is not None:
             await self._send(claimed)
@@ -238,8 +238,12 @@ class StepCompleter:
         until the store takes it). A delivery of it that claimed it meanwhile ends it."""
 
         async def write() -> None:
-            refused = await self.steps.refuse(
-                start.execution_id, start.requester, start.channel, _error_payload(reply)
+            refused = await lifecycle.refuse(
+                self.steps,
+                start.execution_id,
+                start.requester,
+                start.channel,
+                _error_payload(reply),
             )
             if refused is not None:
                 await self._send(refused)
@@ -272,7 +276,7 @@ class StepCompleter:
             log.warning("step %s could not be ended: %s", step.execution_id, exc.reason)
 
         async def completed() -> None:
-            await self.steps.completed(step.execution_id)
+            await lifecycle.completed(self.steps, step.execution_id)
 
         await self._or_hold(f"workflow step {step.execution_id} completed", completed)
 
@@ -305,7 +309,9 @@ class StepCompleter:
         now = self.clock()
         for step in await self.steps.unfinished():
             if step.state is StepState.COMPLETING:
-                retaken = await self.steps.retake_completion(step.execution_id, now - RETRY_AFTER)
+                retaken = await lifecycle.retake_completion(
+                    self.steps, step.execution_id, now - RETRY_AFTER
+                )
                 if retaken is not None:
                     await self._send(retaken)
                     ended += 1
@@ -373,7 +379,9 @@ class WorkflowSteps:
 
     async def run(self, start: StepStart) -> None:
         try:
-            claimed = await self.steps.claim(start.execution_id, start.requester, start.channel)
+            claimed = await lifecycle.claim(
+                self.steps, start.execution_id, start.requester, start.channel
+            )
         except StoreUnavailable as exc:
             log.warning("refused workflow step %s: %s", start.execution_id, exc)
             await self.completer.refuse(start, error(_STORE_DOWN_AT_START))
@@ -401,13 +409,14 @@ class WorkflowSteps:
         if problem is not None:
             COMMANDS.labels("step", "refused").inc()
             return error(problem)
+        catalog = self.ops.access.catalog
         try:
             provider = catalog.descriptor(self.ops.access.provider_of(start.project))
         except KeyError:  # not in the policy: refused as any change of it is
-            provider = catalog.descriptors()[0]
+            provider = catalog.descriptors[0]
         try:
             command = parse_change(
-                provider.verb, start.project, start.cluster_id, start.change, start.reason
+                provider.verb, start.project, start.cluster_id, start.change, start.reason, catalog
             )
         except UsageError as exc:
             COMMANDS.labels("step", "refused").inc()

@@ -4,14 +4,17 @@ off and where to see it."""
 
 from __future__ import annotations
 
+import logging
+from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from bot.core.fleet import age_text
 from bot.core.home import HomeBuilder, HomeCluster, HomeData, HomeProject, HomeRequest
 from bot.core.requests.view import STATE_WORDS
 from bot.core.schedule import when_text
-from bot.slack.messenger import Messenger
+from bot.slack.messenger import Messenger, SlackDeliveryError
 from bot.slack.render.primitives import (
     Block,
     channel_ref,
@@ -23,6 +26,8 @@ from bot.slack.render.primitives import (
     user_ref,
 )
 from bot.slack.render.requests import STATE_ICONS, approval_why, price_text
+
+log = logging.getLogger(__name__)
 
 MAX_BLOCKS = 100
 BUTTON_VALUE_MAX = 2000
@@ -78,10 +83,11 @@ def _request_text(request: HomeRequest, *, by: bool) -> str:
     return "\n".join(lines)
 
 
-def _more(shown: int, total: int, where: str) -> list[Block]:
+def _more(shown: int, total: int, where: str, *, bounded: bool = False) -> list[Block]:
     if total <= shown:
         return []
-    return [context(f"{total - shown} more not shown here — {where}")]
+    more = f"{total - shown}{'+' if bounded else ''}"
+    return [context(f"{more} more not shown here — {where}")]
 
 
 def _approval_blocks(data: HomeData) -> list[Block]:
@@ -114,7 +120,10 @@ def _approval_blocks(data: HomeData) -> list[Block]:
 
 def _open_blocks(data: HomeData) -> list[Block]:
     blocks: list[Block] = [
-        section(f"*:hourglass_flowing_sand: Your open requests* ({data.open_total})")
+        section(
+            f"*:hourglass_flowing_sand: Your open requests* "
+            f"({data.open_total}{'+' if data.open_total_bounded else ''})"
+        )
     ]
     shown = data.open_requests[: _ENTRY_LIMITS["open"]]
     if not shown:
@@ -125,7 +134,9 @@ def _open_blocks(data: HomeData) -> list[Block]:
         if request.state == "pending" or (request.state == "approved" and request.run_at):
             block["accessory"] = _button("Cancel", "cancel_request", request.id)
         blocks.append(block)
-    blocks += _more(len(shown), data.open_total, "they are in their threads")
+    blocks += _more(
+        len(shown), data.open_total, "they are in their threads", bounded=data.open_total_bounded
+    )
     return blocks
 
 
@@ -140,7 +151,8 @@ def _recent_line(request: HomeRequest) -> str:
 
 
 def _recent_blocks(data: HomeData) -> list[Block]:
-    blocks: list[Block] = [section(f"*:clipboard: Your recent results* ({data.recent_total})")]
+    counted = f"{data.recent_total}{'+' if data.recent_total_bounded else ''}"
+    blocks: list[Block] = [section(f"*:clipboard: Your recent results* ({counted})")]
     if not data.recent:
         blocks.append(context("No finished requests yet."))
         return blocks
@@ -154,7 +166,12 @@ def _recent_blocks(data: HomeData) -> list[Block]:
         lines.append(line)
         used += len(line) + 1
     blocks.append(section("\n".join(lines)))
-    blocks += _more(len(lines), data.recent_total, "`/gpu audit` has the full record")
+    blocks += _more(
+        len(lines),
+        data.recent_total,
+        "`/gpu audit` has the full record",
+        bounded=data.recent_total_bounded,
+    )
     return blocks
 
 
@@ -174,6 +191,9 @@ def _cluster_block(project: str, cluster: HomeCluster) -> Block:
 def _project_blocks(project: HomeProject, budget: int) -> list[Block]:
     """A project's header, as many clusters as the budget allows, and what was left off."""
     title = f"*{escape(project.name)}* ({escape(project.provider)})"
+    as_of = age_text(project.as_of_seconds)
+    if as_of is not None:  # from a fleet snapshot that is not live
+        title += f" · _{escape(as_of)}_"
     if project.error is not None:
         return [section(title), context(f":x: {escape(project.error)}")]
     if not project.clusters:
@@ -224,13 +244,37 @@ def home_view(data: HomeData) -> dict[str, Any]:
 
 
 class HomePublisher:
-    """Builds a person's Home data and publishes it as their App Home tab."""
+    """Builds a person's Home data and publishes it as their App Home tab, with the hash of
+    the tab it last published for them: when the tab changed since (another replica
+    published it), Slack answers ``hash_conflict`` and the tab is built again from the data
+    as it is now and published once more, over whatever is there."""
 
-    def __init__(self, builder: HomeBuilder, messenger: Messenger) -> None:
+    def __init__(
+        self, builder: HomeBuilder, messenger: Messenger, *, hashes_kept: int = 10_000
+    ) -> None:
         self.builder = builder
         self.messenger = messenger
+        self._hashes_kept = hashes_kept
+        self._hashes: OrderedDict[str, str] = OrderedDict()
 
     async def publish(self, user: str) -> None:
         """Raises SlackDeliveryError when Slack refuses it (the refresher counts that)."""
         data = await self.builder.build(user)
-        await self.messenger.publish_home(user, home_view(data))
+        try:
+            fresh = await self.messenger.publish_home(
+                user, home_view(data), hash=self._hashes.get(user)
+            )
+        except SlackDeliveryError as exc:
+            if exc.code != "hash_conflict":
+                raise
+            log.info("home: the tab of %s changed since it was published here; rebuilt", user)
+            # No hash: Slack gives no way to read the current one, and this is the latest data.
+            data = await self.builder.build(user)
+            fresh = await self.messenger.publish_home(user, home_view(data))
+        self._remember(user, fresh)
+
+    def _remember(self, user: str, hash: str) -> None:
+        self._hashes[user] = hash
+        self._hashes.move_to_end(user)
+        while len(self._hashes) > self._hashes_kept:
+            self._hashes.popitem(last=False)

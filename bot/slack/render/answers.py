@@ -19,7 +19,6 @@ from bot.core.paging import Page
 from bot.core.policy import Role
 from bot.core.schedule import example_run_at
 from bot.providers.base import ProviderChanges, example_time
-from bot.providers.catalog import provider_changes
 from bot.slack.render.clusters import cluster_list, cluster_summary
 from bot.slack.render.primitives import (
     _AUDIT_ROW_MAX,
@@ -109,7 +108,7 @@ def help_message(card: HelpCard) -> SlackMessage:
         "• `/gpu policy [project]` — approvals, limits, prices and freezes that apply to you",
     ]
     if top >= Role.operator:
-        lines += [_change_help(changes) for changes in provider_changes().values()]
+        lines += [_change_help(changes) for changes in card.changes]
         lines.append(
             "  Risky changes wait for approval in the thread; during a freeze an admin may "
             'add `override="why"`.'
@@ -148,7 +147,7 @@ def reply_message(reply: Reply) -> SlackMessage:
     if isinstance(content, ClusterCard):
         return cluster_summary(content.summary, shown_by=content.shown_by)
     if isinstance(content, ClusterListing):
-        return cluster_list(content.groups, content.page)
+        return cluster_list(content.groups, content.page, content.as_of_seconds)
     if isinstance(content, AuditListing):
         return audit_list(content.entries, content.page)
     if isinstance(content, PolicyCard):

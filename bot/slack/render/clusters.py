@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from bot.core.fleet import age_text
 from bot.core.paging import Page
 from bot.providers.base import ClusterSummary
 from bot.slack.render.primitives import (
@@ -91,10 +92,13 @@ def _titled(name: str, cluster_id: str, limit: int) -> str:
 
 
 def cluster_list(
-    groups: Mapping[str, Sequence[ClusterSummary] | str], page: Page | None = None
+    groups: Mapping[str, Sequence[ClusterSummary] | str],
+    page: Page | None = None,
+    as_of_seconds: float | None = None,
 ) -> SlackMessage:
     """Per project, its clusters (or an error text for a project that failed): one page,
-    ending with where it sits and the command for the next page."""
+    ending with where it sits, the command for the next page and, from a fleet snapshot
+    that is not live, how old it is."""
     headers = [f"*{escape(project)}*" for project in groups]
     rows = sum(len(c) if not isinstance(c, str) and c else 1 for c in groups.values())
     room = _MESSAGE_TEXT_BUDGET - sum(len(h) + 1 for h in headers)
@@ -110,7 +114,7 @@ def cluster_list(
             lines.extend(_list_row(s, budget) for s in content)
     if not lines:
         return notice("You have no projects you can view here.")
-    return _paged(lines, page)
+    return _paged(lines, page, age_text(as_of_seconds))
 
 
 def _list_row(s: ClusterSummary, budget: int) -> str:

@@ -128,7 +128,7 @@ def _button(label: str, action_id: str, value: str, style: str | None) -> Block:
     return button
 
 
-def _paged(lines: list[str], page: Page | None) -> SlackMessage:
+def _paged(lines: list[str], page: Page | None, as_of: str | None = None) -> SlackMessage:
     """Rows packed into sections, between a past-the-end note and the page's context line."""
     blocks = [section(text) for text in pack_lines(lines, _SECTION_TEXT_MAX)]
     head: list[str] = []
@@ -137,6 +137,9 @@ def _paged(lines: list[str], page: Page | None) -> SlackMessage:
             head.append(f":information_source: {escape(page.past_end)}")
             blocks.insert(0, context(head[-1]))
         head.append(escape(page.summary))
+        blocks.append(context(head[-1]))
+    if as_of is not None:
+        head.append(f":clock3: {escape(as_of)}")
         blocks.append(context(head[-1]))
     # The rows are escaped already: escaping again would show "&lt;" to the reader.
     return SlackMessage(text=fit_lines([*head, *lines], _FALLBACK_MAX), blocks=blocks)
