@@ -24,8 +24,8 @@ from bot.errors import GpuopsError
 from bot.metrics import SLACK_API_ERRORS
 from bot.pacing import waiting_elsewhere
 from bot.redact import redact
-from bot.slack.blocks import SlackMessage, channel_ref
 from bot.slack.calls import count_slack_calls
+from bot.slack.render.primitives import SlackMessage, channel_ref
 
 log = logging.getLogger(__name__)
 
