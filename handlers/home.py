@@ -11,10 +11,10 @@ from bot.core.answers import Reply
 from bot.core.api import NeedsBreakGlass
 from bot.core.home import HomeActions
 from bot.core.home_refresh import HomeRefresher
-from bot.slack import blocks as render
 from bot.slack.home import SHOW_ACTION_ID
 from bot.slack.interactions import DirectMessage, open_form, tell
 from bot.slack.messenger import Messenger
+from bot.slack.render import forms
 from handlers.clicks import DECISIONS, ask_break_glass
 from handlers.payloads import BlockAction, parse
 
@@ -76,7 +76,7 @@ async def _ask_why_deny(
     if refused is not None:
         await tell(refused, by_dm, about="a refused Home deny")
         return True
-    view = render.deny_modal(request_id, channel, None)
+    view = forms.deny_modal(request_id, channel, None)
     await open_form(messenger, action.trigger_id, view, "deny", by_dm)
     return False
 
