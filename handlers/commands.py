@@ -9,12 +9,17 @@ from slack_bolt.context.ack.async_ack import AsyncAck
 from slack_bolt.context.async_context import AsyncBoltContext
 from slack_bolt.context.respond.async_respond import AsyncRespond
 
-from bot.core.answers import Reply, error, store_unavailable
 from bot.core.api import StoreUnavailable
-from bot.core.forms import FormRequest
-from bot.core.service import CommandService
-from bot.core.timeline import TimelineRequest, building
 from bot.slack.bolt_context import delivery_key, services
+from bot.slack.core_names import (
+    CommandService,
+    FormRequest,
+    Reply,
+    TimelineRequest,
+    building,
+    error,
+    store_unavailable,
+)
 from bot.slack.interactions import Respond, ResponseUrl, tell
 from bot.slack.messenger import Messenger, OpenedView, SlackDeliveryError
 from bot.slack.render import answers, forms

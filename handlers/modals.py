@@ -9,12 +9,17 @@ from slack_bolt.async_app import AsyncApp
 from slack_bolt.context.ack.async_ack import AsyncAck
 from slack_bolt.context.async_context import AsyncBoltContext
 
-from bot.core.answers import Reply, error, store_unavailable
 from bot.core.api import NeedsBreakGlass, StoreUnavailable
-from bot.core.forms import ReadySubmission, SubmissionErrors
-from bot.core.service import CommandService
 from bot.slack.bolt_context import Deadline, services
 from bot.slack.bolt_context import deadline as answer_deadline
+from bot.slack.core_names import (
+    CommandService,
+    ReadySubmission,
+    Reply,
+    SubmissionErrors,
+    error,
+    store_unavailable,
+)
 from bot.slack.interactions import DirectMessage, Whisper, modal_metadata, tell
 from bot.slack.messenger import Messenger, SlackDeliveryError
 from bot.slack.render import answers, forms
