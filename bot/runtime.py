@@ -42,6 +42,7 @@ from bot.providers.installed import load_catalog
 from bot.redact import install_log_redaction, register_secret
 from bot.signals import Hangup
 from bot.slack.app import SlackEventsEndpoint, build_bolt_app
+from bot.slack.bolt_context import Services
 from bot.slack.home import HomePublisher
 from bot.slack.http_server import HttpLimits, limit_middlewares
 from bot.slack.messenger import Messenger, build_web_client, slack_http_session
@@ -157,14 +158,14 @@ class Runtime:
         bolt = build_bolt_app(
             client=web_client,
             signing_secret=_signing_secret(settings),
-            services={
-                "gpuops": ops,
-                "messenger": messenger,
-                "home": HomeActions(access, workflow.decide, workflow.decisions.may_deny),
-                "home_refresher": home_refresher,
-                "watch": desk,
-                "steps": steps,
-            },
+            services=Services(
+                ops=ops,
+                messenger=messenger,
+                home=HomeActions(access, workflow.decide, workflow.decisions.may_deny),
+                home_refresher=home_refresher,
+                desk=desk,
+                steps=steps,
+            ),
             deliveries=store,
             register_listeners=handlers.register_all,
         )

@@ -4,18 +4,19 @@ select in the gpu_action modal."""
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.context.ack.async_ack import AsyncAck
+from slack_bolt.context.async_context import AsyncBoltContext
 
-from bot.core.answers import Reply
 from bot.core.api import NeedsBreakGlass
-from bot.core.service import CommandService
+from bot.slack.bolt_context import Services, services
+from bot.slack.core_names import CommandService, Reply
 from bot.slack.interactions import ResponseUrl
-from bot.slack.messenger import Messenger, SlackDeliveryError
+from bot.slack.messenger import SlackDeliveryError
 from bot.slack.render import forms
 from handlers.clicks import DECISIONS, Click, ask_break_glass, on_click
-from handlers.payloads import BlockAction, parse, state_values
+from handlers.payloads import BlockAction, Payload, parse, state_values
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +29,8 @@ def register(app: AsyncApp) -> None:
 
 
 @on_click
-async def handle_decision(click: Click, context: Any) -> None:
-    ops: CommandService = context["gpuops"]
+async def handle_decision(click: Click, services: Services) -> None:
+    ops = services.ops
     if click.action_id == "deny_request":
         await _ask_why_deny(ops, click)
         return
@@ -52,8 +53,8 @@ async def handle_decision(click: Click, context: Any) -> None:
 
 
 @on_click
-async def handle_revert(click: Click, context: Any) -> None:
-    ops: CommandService = context["gpuops"]
+async def handle_revert(click: Click, services: Services) -> None:
+    ops = services.ops
     reply = await ops.revert(user=click.user, channel=click.channel, request_id=click.value)
     await click.answer(reply, about="a revert's answer")
 
@@ -68,10 +69,10 @@ async def _ask_why_deny(ops: CommandService, click: Click) -> None:
     await click.open_form(view, "deny", ResponseUrl(click.respond))
 
 
-async def handle_action_select(ack: Any, body: dict[str, Any], context: Any) -> None:
+async def handle_action_select(ack: AsyncAck, body: Payload, context: AsyncBoltContext) -> None:
     await ack()
-    ops: CommandService = context["gpuops"]
-    messenger: Messenger = context["messenger"]
+    given = services(context)
+    ops, messenger = given.ops, given.messenger
     action = parse(BlockAction, body)
     if action is None or action.view is None:
         return  # a select outside our modal: nothing to update

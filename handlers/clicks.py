@@ -6,14 +6,18 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
-from bot.core.answers import Reply
+from slack_bolt.context.ack.async_ack import AsyncAck
+from slack_bolt.context.async_context import AsyncBoltContext
+from slack_bolt.context.respond.async_respond import AsyncRespond
+
 from bot.core.api import Decision
+from bot.slack.bolt_context import Services, services
+from bot.slack.core_names import Reply
 from bot.slack.interactions import Respond, ResponseUrl, Route, Whisper, open_form, tell
 from bot.slack.messenger import Messenger
 from bot.slack.render import forms, primitives
-from handlers.payloads import BlockAction, parse
+from handlers.payloads import BlockAction, Payload, parse
 
 # The request buttons, in a request's thread and on the Home tab alike.
 DECISIONS: dict[str, Decision] = {
@@ -64,14 +68,16 @@ class Click:
         )
 
 
-ClickHandler = Callable[[Click, Any], Awaitable[None]]
+ClickHandler = Callable[[Click, Services], Awaitable[None]]
 
 
 def on_click(handle: ClickHandler) -> Callable[..., Awaitable[None]]:
     """The Bolt listener of a message button: ack, read the click (an unreadable one is
-    told so and goes no further), then ``handle(click, context)``."""
+    told so and goes no further), then ``handle(click, services)``."""
 
-    async def listener(ack: Any, body: dict[str, Any], context: Any, respond: Any) -> None:
+    async def listener(
+        ack: AsyncAck, body: Payload, context: AsyncBoltContext, respond: AsyncRespond
+    ) -> None:
         await ack()
         action = parse(BlockAction, body)
         if action is None or action.channel_id is None or not action.actions[0].value:
@@ -79,9 +85,8 @@ def on_click(handle: ClickHandler) -> Callable[..., Awaitable[None]]:
             await tell(unreadable, ResponseUrl(respond), about="an unreadable click")
             return
         value = str(action.actions[0].value)
-        await handle(
-            Click(action, action.channel_id, value, context["messenger"], respond), context
-        )
+        given = services(context)
+        await handle(Click(action, action.channel_id, value, given.messenger, respond), given)
 
     listener.__name__ = listener.__qualname__ = handle.__name__
     return listener

@@ -3,20 +3,28 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.context.ack.async_ack import AsyncAck
+from slack_bolt.context.async_context import AsyncBoltContext
+from slack_bolt.context.respond.async_respond import AsyncRespond
 
-from bot.core.answers import Reply, error, store_unavailable
 from bot.core.api import StoreUnavailable
-from bot.core.forms import FormRequest
-from bot.core.service import CommandService
-from bot.core.timeline import TimelineRequest, building
-from bot.slack.interactions import ResponseUrl, tell
+from bot.slack.bolt_context import delivery_key, services
+from bot.slack.core_names import (
+    CommandService,
+    FormRequest,
+    Reply,
+    TimelineRequest,
+    building,
+    error,
+    store_unavailable,
+)
+from bot.slack.interactions import Respond, ResponseUrl, tell
 from bot.slack.messenger import Messenger, OpenedView, SlackDeliveryError
 from bot.slack.render import answers, forms
 from bot.slack.timeline import TimelineSender
-from handlers.payloads import SlashCommand, parse
+from handlers.payloads import Payload, SlashCommand, parse
 
 log = logging.getLogger(__name__)
 
@@ -25,10 +33,12 @@ def register(app: AsyncApp) -> None:
     app.command("/gpu")(handle_gpu)
 
 
-async def handle_gpu(ack: Any, body: dict[str, Any], respond: Any, context: Any) -> None:
+async def handle_gpu(
+    ack: AsyncAck, body: Payload, respond: AsyncRespond, context: AsyncBoltContext
+) -> None:
     await ack()
-    ops: CommandService = context["gpuops"]
-    messenger: Messenger = context["messenger"]
+    given = services(context)
+    ops, messenger = given.ops, given.messenger
     command = parse(SlashCommand, body)
     if command is None:
         await deliver(respond, error("I could not read that command; try /gpu help."))
@@ -63,7 +73,7 @@ async def handle_gpu(ack: Any, body: dict[str, Any], respond: Any, context: Any)
 
 
 async def open_loading(
-    messenger: Messenger, respond: Any, command: SlashCommand, request: FormRequest
+    messenger: Messenger, respond: Respond, command: SlashCommand, request: FormRequest
 ) -> OpenedView | None:
     """Open the form's loading view at once; None (and the person told) when it cannot."""
     if not command.trigger_id:
@@ -84,7 +94,7 @@ async def open_loading(
 async def fill_form(
     ops: CommandService,
     messenger: Messenger,
-    respond: Any,
+    respond: Respond,
     command: SlashCommand,
     wanted: FormRequest,
     loading: OpenedView,
@@ -107,7 +117,7 @@ async def fill_form(
 
 
 async def send_timeline(
-    ops: CommandService, messenger: Messenger, respond: Any, request: TimelineRequest
+    ops: CommandService, messenger: Messenger, respond: Respond, request: TimelineRequest
 ) -> None:
     """Say the file is coming, then build and share it (outside the pacer: reading a busy
     week of the store must not hold up other people's commands)."""
@@ -128,11 +138,13 @@ def form_failed(exc: SlackDeliveryError) -> Reply:
     )
 
 
-async def first_delivery(ops: CommandService, context: Any, respond: Any, text: str) -> bool:
+async def first_delivery(
+    ops: CommandService, context: AsyncBoltContext, respond: Respond, text: str
+) -> bool:
     """False for a repeated delivery of the same command (it must act once), and for a
     command the store is needed for while it is unavailable (the person is told so; help,
     list and show go on without the de-dup, see CommandService.first_delivery)."""
-    key = context.get("delivery_key")  # set by bot.slack.middleware.DeduplicateDeliveries
+    key = delivery_key(context)  # set by bot.slack.middleware.DeduplicateDeliveries
     try:
         if key is None or await ops.first_delivery(key, text):
             return True
@@ -150,7 +162,7 @@ def internal_error(exc: Exception) -> Reply:
     )
 
 
-async def deliver(respond: Any, reply: Reply) -> None:
+async def deliver(respond: Respond, reply: Reply) -> None:
     """Answer through the command's response_url (works even where the bot is not a member)."""
     await tell(reply, ResponseUrl(respond), about="a reply through response_url")
 
@@ -158,7 +170,7 @@ async def deliver(respond: Any, reply: Reply) -> None:
 async def open_modal(
     ops: CommandService,
     messenger: Messenger,
-    respond: Any,
+    respond: Respond,
     command: SlashCommand,
     request: FormRequest,
 ) -> None:

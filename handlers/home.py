@@ -3,23 +3,22 @@ act with no channel (decisions are checked in the request's channel, answers go 
 
 from __future__ import annotations
 
-from typing import Any
-
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.context.ack.async_ack import AsyncAck
+from slack_bolt.context.async_context import AsyncBoltContext
 
-from bot.core.answers import Reply
 from bot.core.api import NeedsBreakGlass
-from bot.core.home import HomeActions
-from bot.core.home_refresh import HomeRefresher
+from bot.slack.bolt_context import services
+from bot.slack.core_names import HomeActions, Reply
 from bot.slack.home import SHOW_ACTION_ID
 from bot.slack.interactions import DirectMessage, open_form, tell
 from bot.slack.messenger import Messenger
 from bot.slack.render import forms
 from handlers.clicks import DECISIONS, ask_break_glass
-from handlers.payloads import BlockAction, parse
+from handlers.payloads import BlockAction, Payload, parse
 
 
-async def from_home(body: dict[str, Any]) -> bool:
+async def from_home(body: Payload) -> bool:
     """A click in the Home tab (Slack sends the view it was on; a message has none)."""
     view = body.get("view")
     return isinstance(view, dict) and view.get("type") == "home"
@@ -33,19 +32,18 @@ def register(app: AsyncApp) -> None:
     app.action(SHOW_ACTION_ID)(handle_home_show)
 
 
-async def handle_home_opened(event: dict[str, Any], context: Any) -> None:
+async def handle_home_opened(event: Payload, context: AsyncBoltContext) -> None:
     user = event.get("user")
     if event.get("tab", "home") != "home" or not isinstance(user, str) or not user:
         return  # the Messages tab, or a payload without a person
-    refresher: HomeRefresher = context["home_refresher"]
+    refresher = services(context).home_refresher
     refresher.opened(user[:64])
 
 
-async def handle_home_decision(ack: Any, body: dict[str, Any], context: Any) -> None:
+async def handle_home_decision(ack: AsyncAck, body: Payload, context: AsyncBoltContext) -> None:
     await ack()
-    home: HomeActions = context["home"]
-    refresher: HomeRefresher = context["home_refresher"]
-    messenger: Messenger = context["messenger"]
+    given = services(context)
+    home, refresher, messenger = given.home, given.home_refresher, given.messenger
     action = parse(BlockAction, body)
     if action is None or not action.actions[0].value:
         return
@@ -81,10 +79,10 @@ async def _ask_why_deny(
     return False
 
 
-async def handle_home_show(ack: Any, body: dict[str, Any], context: Any) -> None:
+async def handle_home_show(ack: AsyncAck, body: Payload, context: AsyncBoltContext) -> None:
     await ack()
-    home: HomeActions = context["home"]
-    messenger: Messenger = context["messenger"]
+    given = services(context)
+    home, messenger = given.home, given.messenger
     action = parse(BlockAction, body)
     value = str(action.actions[0].value or "") if action is not None else ""
     project, _, cluster_id = value.partition(":")

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import re
-from typing import Any
 
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.context.async_context import AsyncBoltContext
 
-from bot.core.service import CommandService
-from bot.core.timeline import TimelineRequest
+from bot.slack.bolt_context import services
+from bot.slack.core_names import TimelineRequest
 from bot.slack.interactions import Post, Route, Whisper, tell
-from bot.slack.messenger import Messenger
 from bot.slack.timeline import TimelineSender
 from handlers.commands import internal_error
-from handlers.payloads import AppMention, parse
+from handlers.payloads import AppMention, Payload, parse
 
 _LEADING_MENTION = re.compile(r"^\s*<@[A-Z0-9]+>\s*")
 
@@ -22,9 +22,9 @@ def register(app: AsyncApp) -> None:
     app.event("app_mention")(handle_mention)
 
 
-async def handle_mention(event: dict[str, Any], context: Any, logger: Any) -> None:
-    ops: CommandService = context["gpuops"]
-    messenger: Messenger = context["messenger"]
+async def handle_mention(event: Payload, context: AsyncBoltContext, logger: logging.Logger) -> None:
+    given = services(context)
+    ops, messenger = given.ops, given.messenger
     mention = parse(AppMention, event)
     if mention is None:
         logger.warning("ignored an app_mention that did not fit the expected shape")

@@ -4,19 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.context.ack.async_ack import AsyncAck
+from slack_bolt.context.async_context import AsyncBoltContext
 
-from bot.core.answers import Reply, error, store_unavailable
 from bot.core.api import NeedsBreakGlass, StoreUnavailable
-from bot.core.forms import ReadySubmission, SubmissionErrors
-from bot.core.service import CommandService
-from bot.slack.deadline import Deadline
+from bot.slack.bolt_context import Deadline, services
+from bot.slack.bolt_context import deadline as answer_deadline
+from bot.slack.core_names import (
+    CommandService,
+    ReadySubmission,
+    Reply,
+    SubmissionErrors,
+    error,
+    store_unavailable,
+)
 from bot.slack.interactions import DirectMessage, Whisper, modal_metadata, tell
 from bot.slack.messenger import Messenger, SlackDeliveryError
 from bot.slack.render import answers, forms
-from handlers.payloads import ViewSubmission, parse, state_values
+from bot.slack.render.primitives import Block
+from handlers.payloads import Payload, ViewSubmission, parse, state_values
 
 log = logging.getLogger(__name__)
 
@@ -30,12 +38,12 @@ def register(app: AsyncApp) -> None:
     app.view(forms.DENY_CALLBACK)(handle_deny)
 
 
-async def handle_change_submission(ack: Any, body: dict[str, Any], context: Any) -> None:
-    ops: CommandService = context["gpuops"]
-    messenger: Messenger = context["messenger"]
-    deadline: Deadline = context.get("deadline") or Deadline()
+async def handle_change_submission(ack: AsyncAck, body: Payload, context: AsyncBoltContext) -> None:
+    given = services(context)
+    ops, messenger = given.ops, given.messenger
+    deadline = answer_deadline(context) or Deadline()
     raw = body.get("view")
-    raw_view: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    raw_view: Block = raw if isinstance(raw, dict) else {}
     submission = parse(ViewSubmission, body)
     if submission is None:
         await ack(
@@ -84,7 +92,7 @@ async def handle_change_submission(ack: Any, body: dict[str, Any], context: Any)
     await whisper_or_dm(messenger, result, submission.user.id, reply)
 
 
-def _answer_view(submission: ViewSubmission, reply: Reply) -> dict[str, Any]:
+def _answer_view(submission: ViewSubmission, reply: Reply) -> Block:
     return forms.reply_modal(submission.view.callback_id, answers.reply_message(reply), {})
 
 
@@ -96,9 +104,9 @@ def result_channel(submission: ViewSubmission) -> str:
 async def answer_in_time(
     ops: CommandService,
     messenger: Messenger,
-    ack: Any,
+    ack: AsyncAck,
     submission: ViewSubmission,
-    raw_view: dict[str, Any],
+    raw_view: Block,
     result: SubmissionErrors | ReadySubmission,
 ) -> None:
     if isinstance(result, SubmissionErrors):
@@ -127,7 +135,7 @@ async def request_once(
     return await ops.submit(submission.user.id, ready), True
 
 
-async def show(messenger: Messenger, view_id: str, view: dict[str, Any]) -> bool:
+async def show(messenger: Messenger, view_id: str, view: Block) -> bool:
     """Replace a submitted form's view; False when it is gone (closed by the person). It
     replaces the "checking…" view of a ``response_action: update``, whose hash Slack never
     tells the app: this is the one ``views.update`` sent without one."""
@@ -139,7 +147,7 @@ async def show(messenger: Messenger, view_id: str, view: dict[str, Any]) -> bool
     return True
 
 
-def errors_for_view(errors: dict[str, str], view: dict[str, Any]) -> dict[str, str]:
+def errors_for_view(errors: dict[str, str], view: Block) -> dict[str, str]:
     """Slack rejects a whole errors answer naming a block the form does not have: an error
     for a missing block goes to the form's first input block instead."""
     inputs = [
@@ -163,9 +171,9 @@ async def whisper_or_dm(
     await tell(reply, *routes, about=f"the outcome of a form to {user}")
 
 
-async def handle_break_glass(ack: Any, body: dict[str, Any], context: Any) -> None:
-    ops: CommandService = context["gpuops"]
-    messenger: Messenger = context["messenger"]
+async def handle_break_glass(ack: AsyncAck, body: Payload, context: AsyncBoltContext) -> None:
+    given = services(context)
+    ops, messenger = given.ops, given.messenger
     submission = parse(ViewSubmission, body)
     values = state_values(submission.view) if submission else {}
     reason = (values.get("reason") or "").strip()
@@ -190,10 +198,10 @@ async def handle_break_glass(ack: Any, body: dict[str, Any], context: Any) -> No
         await whisper_or_dm(messenger, where, submission.user.id, result)
 
 
-async def handle_deny(ack: Any, body: dict[str, Any], context: Any) -> None:
+async def handle_deny(ack: AsyncAck, body: Payload, context: AsyncBoltContext) -> None:
     """The deny form: deny with the reason given (or none)."""
-    ops: CommandService = context["gpuops"]
-    messenger: Messenger = context["messenger"]
+    given = services(context)
+    ops, messenger = given.ops, given.messenger
     await ack()
     submission = parse(ViewSubmission, body)
     if submission is None:

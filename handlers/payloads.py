@@ -7,13 +7,18 @@ answered with a clear message, never an exception escaping the handler.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 
 class _Loose(BaseModel):
     model_config = ConfigDict(extra="ignore")
+
+
+Model = TypeVar("Model", bound=_Loose)
+# A Slack payload as Bolt hands it to a listener (body, event), before it is parsed.
+Payload = dict[str, object]
 
 
 class SlashCommand(_Loose):
@@ -112,7 +117,7 @@ class FunctionExecuted(_Loose):
         return values, tuple(not_text)
 
 
-def parse(model: type[_Loose], data: Any) -> Any:
+def parse(model: type[Model], data: object) -> Model | None:
     """Validate a payload; None when it does not fit (the caller answers clearly)."""
     try:
         return model.model_validate(data)

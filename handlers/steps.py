@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.context.async_context import AsyncBoltContext
 
-from bot.core.steps import StepStart, WorkflowSteps
 from bot.redact import register_secret
+from bot.slack.bolt_context import services
+from bot.slack.core_names import StepStart
 from handlers.commands import internal_error
-from handlers.payloads import FunctionExecuted, parse
+from handlers.payloads import FunctionExecuted, Payload, parse
 
 log = logging.getLogger(__name__)
 
@@ -22,8 +23,8 @@ def register(app: AsyncApp) -> None:
     app.function(STEP_CALLBACK_ID)(handle_step)
 
 
-async def handle_step(event: dict[str, Any], context: Any) -> None:
-    steps: WorkflowSteps = context["steps"]
+async def handle_step(event: Payload, context: AsyncBoltContext) -> None:
+    steps = services(context).steps
     executed = parse(FunctionExecuted, event)
     if executed is None:
         log.warning("ignored a function_executed event that did not fit the expected shape")

@@ -4,20 +4,18 @@ open_action_form under a health alert; extend_reservation under a reminder."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.context.ack.async_ack import AsyncAck
+from slack_bolt.context.async_context import AsyncBoltContext
 
-from bot.core.api import RemediationDesk
-from bot.core.forms import FormKind, FormRequest
-from bot.core.service import CommandService
+from bot.slack.bolt_context import Services, services
+from bot.slack.core_names import FormKind, FormRequest
 from bot.slack.interactions import Whisper, modal_metadata, tell
-from bot.slack.messenger import Messenger
 from bot.slack.render import watch as render
 from bot.slack.render.primitives import error as render_error
 from handlers.clicks import UNREADABLE, Click, on_click
 from handlers.commands import open_modal
-from handlers.payloads import SlashCommand, ViewSubmission, parse, state_values
+from handlers.payloads import Payload, SlashCommand, ViewSubmission, parse, state_values
 
 
 def register(app: AsyncApp) -> None:
@@ -30,8 +28,8 @@ def register(app: AsyncApp) -> None:
 
 
 @on_click
-async def handle_approve(click: Click, context: Any) -> None:
-    desk: RemediationDesk = context["watch"]
+async def handle_approve(click: Click, services: Services) -> None:
+    desk = services.desk
     reply = await desk.decide(
         user=click.user, channel=click.channel, record_id=click.value, verb="approve"
     )
@@ -39,8 +37,8 @@ async def handle_approve(click: Click, context: Any) -> None:
 
 
 @on_click
-async def handle_reject(click: Click, context: Any) -> None:
-    desk: RemediationDesk = context["watch"]
+async def handle_reject(click: Click, services: Services) -> None:
+    desk = services.desk
     refusal = await desk.may_decide(
         user=click.user, channel=click.channel, record_id=click.value, verb="reject"
     )
@@ -52,9 +50,9 @@ async def handle_reject(click: Click, context: Any) -> None:
     )
 
 
-async def handle_reject_submission(ack: Any, body: dict[str, Any], context: Any) -> None:
-    desk: RemediationDesk = context["watch"]
-    messenger: Messenger = context["messenger"]
+async def handle_reject_submission(ack: AsyncAck, body: Payload, context: AsyncBoltContext) -> None:
+    given = services(context)
+    desk, messenger = given.desk, given.messenger
     submission = parse(ViewSubmission, body)
     comment = (state_values(submission.view).get("comment") or "").strip() if submission else ""
     if submission is None or len(comment) < 3:
@@ -71,11 +69,11 @@ async def handle_reject_submission(ack: Any, body: dict[str, Any], context: Any)
 
 
 @on_click
-async def handle_open_form(click: Click, context: Any) -> None:
+async def handle_open_form(click: Click, services: Services) -> None:
     """A next step under a health alert or a reminder: the prefilled form, as `/gpu
     update|action` opens it (and under the same policy); extending a reservation starts in
     its end time."""
-    ops: CommandService = context["gpuops"]
+    ops = services.ops
     project, _, cluster_id = click.value.partition(":")
     if not project or not cluster_id:
         await click.answer(render_error(UNREADABLE), about="an unreadable click")

@@ -10,11 +10,13 @@ from typing import Any
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.context.async_context import AsyncBoltContext
 from slack_bolt.logger.messages import warning_client_prioritized_and_token_skipped
 from slack_bolt.response import BoltResponse
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
+from bot.slack.bolt_context import Services
 from bot.slack.deadline import Deadline, answer_before_deadline
 from bot.slack.middleware import (
     DeduplicateDeliveries,
@@ -56,7 +58,7 @@ def build_bolt_app(
     *,
     client: AsyncWebClient,
     signing_secret: str | None,
-    services: Mapping[str, object],
+    services: Services,
     deliveries: DeliveryLog,
     register_listeners: Listeners,
 ) -> AsyncApp:
@@ -83,7 +85,7 @@ def build_bolt_app(
 
     @app.error
     async def on_error(
-        error: Exception, body: dict[str, Any], context: Any, logger: logging.Logger
+        error: Exception, body: dict[str, object], context: AsyncBoltContext, logger: logging.Logger
     ) -> None:
         if not await answer_store_error(error, body, context):
             logger.error("unhandled error in a handler: %s", type(error).__name__)

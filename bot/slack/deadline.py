@@ -10,7 +10,6 @@ import logging
 import time
 from asyncio import FIRST_COMPLETED
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
@@ -24,26 +23,11 @@ from slack_sdk.socket_mode.request import SocketModeRequest
 
 from bot.logs import log_context
 from bot.metrics import SLACK_ANSWERS_PAST_BUDGET
+from bot.slack.bolt_context import ANSWER_BUDGET_SECONDS as ANSWER_BUDGET_SECONDS
+from bot.slack.bolt_context import Deadline as Deadline
+from bot.slack.bolt_context import put_answer
 
 log = logging.getLogger(__name__)
-
-ANSWER_BUDGET_SECONDS = 2.5  # Slack shows people an error after 3 s; keep a margin
-
-
-@dataclass(frozen=True)
-class Deadline:
-    """When the answer to one Slack request is due; listeners read it from
-    ``context["deadline"]`` to bound the work they do before ``ack()``."""
-
-    arrived: float = field(default_factory=time.monotonic)
-    budget: float = ANSWER_BUDGET_SECONDS
-
-    def remaining(self) -> float:
-        return max(0.0, self.arrived + self.budget - time.monotonic())
-
-    def passed(self) -> bool:
-        return self.remaining() <= 0.0
-
 
 Send = Callable[[BoltResponse], Awaitable[None]]
 
@@ -118,8 +102,7 @@ async def answer_before_deadline(
     sends it at once; else Bolt's response when the dispatch ends; else an empty 200 at
     ``deadline`` (the listener goes on). Returns once an answer was sent."""
     answer = Answer(send)
-    request.context["ack"] = answer
-    request.context["deadline"] = deadline
+    put_answer(request.context, answer, deadline)
     # The listener's task (and every task it starts) copies this context: each line it
     # logs names the user and channel.
     with log_context(user=request.context.user_id, channel=request.context.channel_id):

@@ -13,14 +13,19 @@ from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
 from bot.core.api import StoreUnavailable
-from bot.slack.deadline import Deadline
+from bot.slack.bolt_context import (
+    Deadline,
+    Services,
+    deadline,
+    mark_store_unavailable,
+    put_delivery_key,
+    put_services,
+)
 from bot.slack.usergroups import REQUEST_TEAM
 
 log = logging.getLogger(__name__)
 
 Next = Callable[[], Awaitable[BoltResponse]]
-# Set in the listener context when the delivery could not be checked for repeats.
-STORE_UNAVAILABLE = "store_unavailable"
 _ACK_MARGIN = 0.5  # seconds left for the listener to ack after a de-dup write gave up
 # Payload types whose answer Slack reads nothing from (a click, an event): acknowledged
 # before their de-duplication write.
@@ -97,11 +102,11 @@ class DeduplicateDeliveries(AsyncMiddleware):
         self.deliveries = deliveries
         self._late: set[asyncio.Task[bool]] = set()
 
-    async def _remember(self, key: str, deadline: object) -> bool:
+    async def _remember(self, key: str, due: Deadline | None) -> bool:
         """The de-dup write, given up on (left to finish alone) before the answer is due:
         cancelling a query on a silent database would itself wait on it."""
         task = asyncio.ensure_future(self.deliveries.remember_delivery(key))
-        done, _ = await asyncio.wait({task}, timeout=_before_deadline(deadline))
+        done, _ = await asyncio.wait({task}, timeout=_before_deadline(due))
         if task in done:
             return task.result()
         self._late.add(task)
@@ -120,7 +125,7 @@ class DeduplicateDeliveries(AsyncMiddleware):
         if key is not None and req.body.get("command"):
             # A slash command's ack carries nothing, so its handler acks first and checks
             # the key right after (handlers.commands): the write stays off the ack path.
-            req.context["delivery_key"] = key
+            put_delivery_key(req.context, key)
             return await next()
         if req.body.get("type") in ANSWERED_EMPTY:
             # Slack reads nothing in these answers: send it now, the write comes after.
@@ -128,11 +133,11 @@ class DeduplicateDeliveries(AsyncMiddleware):
         if key is None:
             return await next()
         try:
-            first = await self._remember(key, req.context.get("deadline"))
+            first = await self._remember(key, deadline(req.context))
         except (StoreUnavailable, TimeoutError) as exc:
             # Listeners answer "the store is unavailable, nothing was changed" and act not.
             log.warning("could not check a delivery for repeats: %s", exc)
-            req.context[STORE_UNAVAILABLE] = True
+            mark_store_unavailable(req.context)
             return await next()
         if not first:
             log.info("ignored a repeated delivery of %s", key.split(":", 1)[0])
@@ -140,23 +145,23 @@ class DeduplicateDeliveries(AsyncMiddleware):
         return await next()
 
 
-def _before_deadline(deadline: object) -> float | None:
+def _before_deadline(due: Deadline | None) -> float | None:
     """Seconds the de-dup write may take: up to half a second before the answer is due."""
-    if not isinstance(deadline, Deadline):
+    if due is None:
         return None
-    return max(0.1, deadline.remaining() - _ACK_MARGIN)
+    return max(0.1, due.remaining() - _ACK_MARGIN)
 
 
 class InjectServices(AsyncMiddleware):
-    """Put the services the listeners use into Bolt's context under fixed names."""
+    """Give the listeners their services: one typed value (bot.slack.bolt_context)."""
 
-    def __init__(self, services: Mapping[str, object]) -> None:
-        self.services = dict(services)
+    def __init__(self, services: Services) -> None:
+        self.services = services
 
     async def async_process(
         self, *, req: AsyncBoltRequest, resp: BoltResponse, next: Next
     ) -> BoltResponse | None:
-        req.context.update(self.services)
+        put_services(req.context, self.services)
         return await next()
 
 

@@ -14,12 +14,14 @@ from slack_bolt.middleware.async_middleware import AsyncMiddleware
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
-from bot.core.answers import Reply, error, store_unavailable
+from bot.core.answers import Reply, error
+from bot.core.answers import store_unavailable as store_unavailable_reply
 from bot.core.api import StoreUnavailable
+from bot.slack.bolt_context import find_services, store_unavailable
 from bot.slack.home import SHOW_ACTION_ID
 from bot.slack.interactions import DirectMessage, Route, Whisper, modal_metadata, tell
 from bot.slack.messenger import Messenger
-from bot.slack.middleware import STORE_UNAVAILABLE, Next
+from bot.slack.middleware import Next
 from bot.slack.render import watch
 
 log = logging.getLogger(__name__)
@@ -63,25 +65,28 @@ class AnswerStoreOutages(AsyncMiddleware):
     async def async_process(
         self, *, req: AsyncBoltRequest, resp: BoltResponse, next: Next
     ) -> BoltResponse | None:
-        if not req.context.get(STORE_UNAVAILABLE) or not acts(req.body):
+        if not store_unavailable(req.context) or not acts(req.body):
             return await next()
-        messenger = req.context.get("messenger")
-        if isinstance(messenger, Messenger):
-            task = asyncio.create_task(tell_whoever_acted(messenger, req.body, store_unavailable()))
+        services = find_services(req.context)
+        if services is not None:
+            answer = tell_whoever_acted(services.messenger, req.body, store_unavailable_reply())
+            task = asyncio.create_task(answer)
             self._answering.add(task)
             task.add_done_callback(self._answering.discard)
         return BoltResponse(status=200, body="")
 
 
-async def answer_store_error(error: Exception, body: Mapping[str, Any], context: Any) -> bool:
+async def answer_store_error(
+    error: Exception, body: Mapping[str, Any], context: Mapping[str, object]
+) -> bool:
     """For the app's error handler: True when ``error`` is a store outage a listener let
     escape, now told to the person (truthfully: it may have been cut off midway)."""
     if not isinstance(error, StoreUnavailable):
         return False
     log.warning("a listener was cut off by the store: %s", error)
-    messenger = context.get("messenger") if isinstance(context, Mapping) else None
-    if isinstance(messenger, Messenger) and acts(body):
-        await tell_whoever_acted(messenger, body, cut_off())
+    services = find_services(context)
+    if services is not None and acts(body):
+        await tell_whoever_acted(services.messenger, body, cut_off())
     return True
 
 

@@ -20,6 +20,8 @@ from slack_sdk.models.blocks import Block
 from slack_sdk.webhook import WebhookResponse
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
+from bot.slack.bolt_context import put_respond
+
 Next = Callable[[], Awaitable[BoltResponse]]
 
 
@@ -73,5 +75,5 @@ class RespondOverSession(AsyncMiddleware):
         url = req.context.response_url
         session = self.session()
         if url and session is not None and not session.closed:
-            req.context["respond"] = SessionRespond(response_url=url, session=session)
+            put_respond(req.context, SessionRespond(response_url=url, session=session))
         return await next()
