@@ -9,7 +9,7 @@ from slack_bolt.async_app import AsyncApp
 
 from bot.core.answers import Reply, error, store_unavailable
 from bot.core.api import StoreUnavailable
-from bot.core.forms import FormRequest
+from bot.core.ask.forms import FormRequest
 from bot.core.service import CommandService
 from bot.core.timeline import TimelineRequest, building
 from bot.slack import blocks as render
@@ -35,7 +35,8 @@ async def handle_gpu(ack: Any, body: dict[str, Any], respond: Any, context: Any)
         return
     # Forms first: the trigger expires 3 s after the command, so the form opens (loading)
     # before any provider call, group look-up or queueing behind other commands' work.
-    wanted = ops.forms.wanted(command.channel_id, command.text)
+    read = ops.read(command.channel_id, command.text)  # read once: the form it opens, if any
+    wanted = read.form
     loading = None
     if wanted is not None:
         if not await first_delivery(ops, context, respond, command.text):
@@ -48,7 +49,7 @@ async def handle_gpu(ack: Any, body: dict[str, Any], respond: Any, context: Any)
         if wanted is None and not await first_delivery(ops, context, respond, command.text):
             return
         try:
-            outcome = await ops.handle_command(command.user_id, command.channel_id, command.text)
+            outcome = await ops.handle_command(command.user_id, command.channel_id, read)
         except Exception as exc:  # a bug must not leave the person with silence
             log.exception("/gpu failed unexpectedly")
             outcome = internal_error(exc)

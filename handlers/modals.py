@@ -9,8 +9,8 @@ from typing import Any
 from slack_bolt.async_app import AsyncApp
 
 from bot.core.answers import Reply, error, store_unavailable
-from bot.core.api import NeedsBreakGlass, StoreUnavailable
-from bot.core.forms import ReadySubmission, SubmissionErrors
+from bot.core.api import ChangeAsk, NeedsBreakGlass, StoreUnavailable
+from bot.core.ask.forms import SubmissionErrors
 from bot.core.service import CommandService
 from bot.slack import blocks as render
 from bot.slack.deadline import Deadline
@@ -99,7 +99,7 @@ async def answer_in_time(
     ack: Any,
     submission: ViewSubmission,
     raw_view: dict[str, Any],
-    result: SubmissionErrors | ReadySubmission,
+    result: SubmissionErrors | ChangeAsk,
 ) -> None:
     if isinstance(result, SubmissionErrors):
         await ack(response_action="errors", errors=errors_for_view(result.errors, raw_view))
@@ -110,7 +110,7 @@ async def answer_in_time(
 
 
 async def request_once(
-    ops: CommandService, submission: ViewSubmission, ready: ReadySubmission
+    ops: CommandService, submission: ViewSubmission, ready: ChangeAsk
 ) -> tuple[Reply, bool]:
     """Request the change unless this view already did (and say whether this was the first
     submission, whose answer the view shows): a form submitted again (Slack showed an error,
@@ -124,7 +124,7 @@ async def request_once(
     if not first:
         log.info("ignored a second submission of the same form")
         return error("This form was already submitted; its request is in the channel."), False
-    return await ops.submit(submission.user.id, ready), True
+    return await ops.submit(ready), True
 
 
 async def show(messenger: Messenger, view_id: str, view: dict[str, Any]) -> bool:
@@ -155,10 +155,10 @@ def errors_for_view(errors: dict[str, str], view: dict[str, Any]) -> dict[str, s
 
 
 async def whisper_or_dm(
-    messenger: Messenger, where: ReadySubmission | str, user: str, reply: Reply
+    messenger: Messenger, where: ChangeAsk | str, user: str, reply: Reply
 ) -> None:
     """Whisper to the person in the channel; DM them if the bot cannot post there."""
-    channel = where.channel if isinstance(where, ReadySubmission) else where
+    channel = where.channel if isinstance(where, ChangeAsk) else where
     routes = Whisper(messenger, channel, user), DirectMessage(messenger, user)
     await tell(reply, *routes, about=f"the outcome of a form to {user}")
 

@@ -9,7 +9,7 @@ from typing import Any
 from slack_bolt.async_app import AsyncApp
 
 from bot.core.api import RemediationDesk
-from bot.core.forms import FormKind, FormRequest
+from bot.core.ask.forms import FormKind, FormRequest
 from bot.core.service import CommandService
 from bot.slack import watch_blocks as render
 from bot.slack.blocks import error as render_error

@@ -1,6 +1,7 @@
 """What a chat layer uses of the core besides its services: the records, answers and errors
 they hand out (import them from here, never from the store or the workflow)."""
 
+from bot.core.ask.change import ChangeAsk as ChangeAsk
 from bot.core.requests.decisions import Decision as Decision
 from bot.core.requests.decisions import NeedsBreakGlass as NeedsBreakGlass
 from bot.core.store import TERMINAL_STATES as TERMINAL_STATES

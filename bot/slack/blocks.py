@@ -20,12 +20,12 @@ from bot.core.answers import (
     PolicyCard,
     Reply,
 )
-from bot.core.forms import FormKind, FormMessage, FormView
-from bot.core.justification import MAX_JUSTIFICATION, MIN_JUSTIFICATION
+from bot.core.ask.forms import FormKind, FormMessage, FormView
+from bot.core.ask.justification import MAX_JUSTIFICATION, MIN_JUSTIFICATION
 from bot.core.paging import Page
 from bot.core.policy import Role
+from bot.core.requests.schedule import example_run_at, utc_text, when_text
 from bot.core.requests.view import STATE_WORDS, RequestView
-from bot.core.schedule import example_run_at, utc_text, when_text
 from bot.providers.base import ClusterSummary, FieldSpec, ProviderChanges, example_time
 from bot.providers.catalog import provider_changes
 from bot.slack.text import clip, fit_lines, pack_lines, shorten, shorten_plain

@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bot.core.home import HomeBuilder, HomeCluster, HomeData, HomeProject, HomeRequest
+from bot.core.requests.schedule import when_text
 from bot.core.requests.view import STATE_WORDS
-from bot.core.schedule import when_text
 from bot.slack.blocks import (
     STATE_ICONS,
     Block,

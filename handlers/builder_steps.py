@@ -7,7 +7,8 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 
-from bot.core.steps import StepStart, WorkflowSteps
+from bot.core.builder_steps.runner import BuilderSteps
+from bot.core.builder_steps.start import StepStart
 from bot.redact import register_secret
 from handlers.commands import internal_error
 from handlers.payloads import FunctionExecuted, parse
@@ -23,7 +24,7 @@ def register(app: AsyncApp) -> None:
 
 
 async def handle_step(event: dict[str, Any], context: Any) -> None:
-    steps: WorkflowSteps = context["steps"]
+    steps: BuilderSteps = context["steps"]
     executed = parse(FunctionExecuted, event)
     if executed is None:
         log.warning("ignored a function_executed event that did not fit the expected shape")

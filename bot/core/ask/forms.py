@@ -12,12 +12,13 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from bot.core.access import Access, Refusal
-from bot.core.grammar import ChangeCommand, UsageError, parse_command
+from bot.core.ask.change import ChangeAsk
+from bot.core.ask.grammar import ChangeCommand
+from bot.core.ask.justification import justification_problem
 from bot.core.guardrails.freezes import freezes_soon, frozen_text
-from bot.core.justification import justification_problem
 from bot.core.policy import Role
 from bot.core.registry import MissingCredential
-from bot.core.schedule import Schedule, ScheduleError, parse_at
+from bot.core.requests.schedule import Schedule, ScheduleError, parse_at
 from bot.providers import catalog
 from bot.providers.base import ClusterState, ClusterSummary, FieldSpec, unknown_field
 
@@ -78,20 +79,6 @@ class SubmissionErrors:
     """Per field, what is wrong with a submitted form."""
 
     errors: dict[str, str]
-
-
-@dataclass(frozen=True)
-class ReadySubmission:
-    """A checked submission, ready to be requested."""
-
-    project: str
-    cluster_id: str
-    channel: str
-    action: str
-    inputs: dict[str, str]
-    reason: str | None
-    override: str | None = None  # an admin's reason to go ahead during a freeze
-    schedule: Schedule | None = None  # the optional run_at input (SPEC §9)
 
 
 def parse_metadata(raw: str | None) -> dict[str, str]:
@@ -215,13 +202,12 @@ class Forms:
 
     def request_for(self, channel: str, command: ChangeCommand) -> FormRequest | None:
         """The form a change command asks for when it lacks parameters; None when the
-        command line says everything (the change is requested straight away)."""
+        command line says everything (the change is requested straight away). For a command
+        whose fields its action takes (``unknown_fields``: bot.core.ask.reading reads both)."""
         provider = catalog.by_verb(command.name)
         kind: FormKind = "update" if provider and provider.single_action() else "action"
         action = command.action
         fields = command.fields
-        if self.unknown_fields(command.project, action, fields):
-            return None  # refused with the command, not dropped on the way to a form
         missing = action is not None and any(
             s.required and not fields.get(s.name) for s in self.fields_of(command.project, action)
         )
@@ -236,17 +222,6 @@ class Forms:
             prefill=dict(fields),
             reason=command.reason,
         )
-
-    def wanted(self, channel: str, text: str) -> FormRequest | None:
-        """Whether the command text will open a form, known from the text alone (no provider
-        call, no group look-up): a surface opens the form before doing the work."""
-        try:
-            command = parse_command(text)
-        except UsageError:
-            return None
-        if not isinstance(command, ChangeCommand):
-            return None
-        return self.request_for(channel, command)
 
     async def open(self, user: str, request: FormRequest) -> FormView | FormMessage:
         try:
@@ -334,8 +309,9 @@ class Forms:
         kind: FormKind,
         metadata_raw: str | None,
         values: Mapping[str, str | None],
-    ) -> SubmissionErrors | ReadySubmission:
-        """Check a submitted form: per-field errors, or the change to request."""
+    ) -> SubmissionErrors | ChangeAsk:
+        """Check a submitted form: per-field errors, or the change ``user`` asks for (their
+        role and the cluster checked here, once: ``_state_for_submit``)."""
         meta = parse_metadata(metadata_raw)
         project, cluster_id, channel = (meta.get(k, "") for k in _CONTEXT_KEYS)
         if not (project and cluster_id and channel):
@@ -387,8 +363,18 @@ class Forms:
             problem = justification_problem(override, "An override")
             if problem is not None:
                 return SubmissionErrors({"override": problem})
-        return ReadySubmission(
-            project, cluster_id, channel, action, inputs, reason, override, schedule
+        return ChangeAsk(
+            user=user,
+            channel=channel,
+            project=project,
+            cluster_id=cluster_id,
+            action=action,
+            inputs=inputs,
+            reason=reason,
+            override=override,
+            schedule=schedule,
+            origin="form",
+            command=f"modal {action}",
         )
 
     def _single_action(self, project: str) -> str:
