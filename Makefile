@@ -7,7 +7,7 @@ DEMO_STAMP := $(VENV)/.installed-demo
 # Most tests wait on sockets and timers, so three workers on two cores finish sooner.
 TEST_WORKERS ?= 3
 
-.PHONY: demo test test-core lint lock bench image-check clean
+.PHONY: demo test test-core lint lock bench bench-scale image-check clean
 
 # The venv gets no copy of pip of its own (installing one takes longer than the demo's
 # packages): the interpreter's pip installs into it, when it has one that can.
@@ -72,6 +72,12 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.run $(BENCH_ARGS) || status=1; \
 	$(BIN)/python -m bench.deadlines || status=1; \
 	exit $$status
+
+# A year of history and thousands of clusters (docs/BENCHMARKS.md, "Scale"): writes
+# bench/results/scale.json; e.g. make bench-scale SCALE_ARGS="--sizes 0,10k --clusters 10,100"
+SCALE_ARGS ?=
+bench-scale: $(STAMP)
+	$(BIN)/python -m bench.scale $(SCALE_ARGS)
 
 # After a change to pyproject.toml's dependencies, or to take newer releases: see
 # docs/OPERATIONS.md ("Dependencies and the lock"). LOCK_ARGS=--upgrade takes every newest.

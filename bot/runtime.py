@@ -31,7 +31,7 @@ from bot.core.registry import AdapterRegistry
 from bot.core.requests.workflow import ChangeWorkflow
 from bot.core.service import CommandService
 from bot.core.store import Store
-from bot.core.store.steps import StepStore
+from bot.core.store.builder_steps import StepStore
 from bot.core.store.watch import WatchStore
 from bot.core.watch.incidents import IncidentDesk
 from bot.core.watch.remediations import RemediationDesk
@@ -106,7 +106,7 @@ class Runtime:
             SlackUserGroupResolver(web_client, ttl_seconds=settings.gpuops_usergroup_cache_seconds),
         )
         access = Access(policy=policy, authorizer=authorizer, store=store, adapter_for=registry)
-        home_builder = HomeBuilder(authorizer, store, registry)
+        home_builder = HomeBuilder(authorizer, store, registry, fleet=access.fleet)
         home_refresher = HomeRefresher(
             HomePublisher(home_builder, messenger).publish,
             home_builder.may_approve,
@@ -148,6 +148,7 @@ class Runtime:
             reminders=ReminderDesk(access=access, store=watch_store, notifier=watch_notifier),
             instance_id=instance,
             every_override=settings.gpuops_watch_every_seconds,
+            fleet=access.fleet,
         )
         bolt = build_bolt_app(
             client=web_client,

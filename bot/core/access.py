@@ -11,6 +11,7 @@ from typing import Any
 
 from bot.core.answers import Reply, error
 from bot.core.authorizer import Authorizer
+from bot.core.fleet import FleetSnapshots
 from bot.core.policy import Policy, Role
 from bot.core.store import Store, StoreUnavailable
 from bot.errors import GpuopsError
@@ -61,6 +62,8 @@ class Access:
         self.authorizer = authorizer
         self.store = store
         self.adapter_for = adapter_for
+        # The clusters of each project, shared by the list, Home and the watcher.
+        self.fleet = FleetSnapshots(adapter_for)
 
     @property
     def policy(self) -> Policy:

@@ -39,6 +39,8 @@ class ClusterListing:
 
     groups: Mapping[str, Sequence[ClusterSummary] | str]
     page: Page | None = None
+    # How old the oldest fleet snapshot behind the page is (bot.core.fleet), in seconds.
+    as_of_seconds: float | None = None
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ from bot.core.store import TERMINAL_STATES as TERMINAL_STATES
 from bot.core.store import ChangeRequestRecord as ChangeRequestRecord
 from bot.core.store import RequestState as RequestState
 from bot.core.store import StoreUnavailable as StoreUnavailable
-from bot.core.store.steps import StepOutcome as StepOutcome
-from bot.core.store.steps import StepRecord as StepRecord
+from bot.core.store.builder_steps import StepOutcome as StepOutcome
+from bot.core.store.builder_steps import StepRecord as StepRecord
 from bot.core.store.watch import RemediationDecision as RemediationDecision
 from bot.core.store.watch import RemediationRecord as RemediationRecord
 from bot.core.watch.remediations import RemediationDesk as RemediationDesk

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from bot.core.access import Access, Refusal
 from bot.core.answers import ClusterCard, Reply, store_unavailable
 from bot.core.authorizer import Authorizer
+from bot.core.fleet import FleetSnapshots
 from bot.core.guardrails.approvals import requirement_for
 from bot.core.policy import Role
 from bot.core.registry import MissingCredential
@@ -105,6 +106,7 @@ class HomeProject(BaseModel):
     clusters: list[HomeCluster]
     total_clusters: int
     error: str | None = None
+    as_of_seconds: float | None = None  # the age of the fleet snapshot shown (bot.core.fleet)
 
 
 class HomeData(BaseModel):
@@ -185,18 +187,21 @@ class HomeBuilder:
         store: Store,
         adapter_for: AdapterLookup,
         limits: HomeLimits | None = None,
+        fleet: FleetSnapshots | None = None,
     ) -> None:
         self.authorizer = authorizer
         self.store = store
         self.adapter_for = adapter_for
         self.limits = limits or HomeLimits()
+        # Shared with the list and the watcher (Access.fleet) when given.
+        self.fleet = fleet or FleetSnapshots(adapter_for)
 
     async def build(self, user: str) -> HomeData:
         # Only grants that hold in every channel show a project here: Home has no channel,
         # so a channel-scoped grant does not (deny by default).
         projects = await self.authorizer.projects_granted(user)
         listed = await asyncio.gather(*(self._clusters(p) for p in projects))
-        shown = [self._project(p, clusters) for p, clusters in zip(projects, listed, strict=True)]
+        shown = [self._project(p, *found) for p, found in zip(projects, listed, strict=True)]
         try:
             return await self._with_requests(user, shown)
         except Exception as exc:  # the store failed (any driver's error): clusters still show
@@ -250,22 +255,27 @@ class HomeBuilder:
         mine = [r for r in page.records if await self.may_approve(user, r)]
         return mine, page.total > len(page.records)
 
-    async def _clusters(self, project: str) -> list[ClusterSummary] | str:
+    async def _clusters(self, project: str) -> tuple[list[ClusterSummary] | str, float | None]:
+        """The project's clusters from its fleet snapshot and the snapshot's age, or the
+        text of why they could not be listed."""
         try:
             async with asyncio.timeout(self.limits.list_seconds):
-                listed = await self.adapter_for(project).list_clusters()
+                view = await self.fleet.get(project)
         except TimeoutError:
-            return f"its clusters did not arrive within {self.limits.list_seconds:g} s"
+            return f"its clusters did not arrive within {self.limits.list_seconds:g} s", None
         except ProviderError as exc:
-            return exc.user_message
+            return exc.user_message, None
         except MissingCredential as exc:
-            return str(exc)
+            return str(exc), None
         except Exception as exc:  # one project's failure must not blank the whole tab
             log.warning("home: listing %s failed: %s", project, redact(str(exc)))
-            return "its clusters could not be listed"
-        return [c for c in listed if self.authorizer.cluster_allowed(project, c.cluster_id)]
+            return "its clusters could not be listed", None
+        allowed = self.authorizer.cluster_allowed
+        return [c for c in view.clusters if allowed(project, c.cluster_id)], view.age()
 
-    def _project(self, name: str, listed: list[ClusterSummary] | str) -> HomeProject:
+    def _project(
+        self, name: str, listed: list[ClusterSummary] | str, as_of: float | None = None
+    ) -> HomeProject:
         provider = self.authorizer.policy.project(name).provider
         if isinstance(listed, str):
             return HomeProject(
@@ -277,6 +287,7 @@ class HomeBuilder:
             provider=provider,
             clusters=[home_cluster(c) for c in shown],
             total_clusters=len(listed),
+            as_of_seconds=as_of,
         )
 
 

@@ -101,7 +101,9 @@ class Queries:
                     kind="not_authorized",
                 )
         async with waiting_elsewhere():  # the fetches wait in child tasks: free the turn
-            results = await asyncio.gather(*(self._list_one(p) for p in projects))
+            found = await asyncio.gather(*(self._list_one(p) for p in projects))
+        results = [result for result, _ in found]
+        ages = [age for _, age in found if age is not None]
         rows = [
             (name, item)
             for name, result in zip(projects, results, strict=True)
@@ -120,16 +122,20 @@ class Queries:
             command="/gpu list" + (f" {project}" if project else ""),
             asked=page if page > count else None,
         )
-        return Reply(ClusterListing(_groups(on_page), where))
+        as_of = max(ages) if ages else None
+        return Reply(ClusterListing(_groups(on_page), where, as_of_seconds=as_of))
 
-    async def _list_one(self, project: str) -> list[ClusterSummary] | str:
+    async def _list_one(self, project: str) -> tuple[list[ClusterSummary] | str, float | None]:
+        """The project's clusters from its fleet snapshot (and the snapshot's age), or the
+        text of why they could not be listed."""
         try:
-            clusters = await self.access.adapter_for(project).list_clusters()
+            view = await self.access.fleet.get(project)
         except ProviderError as exc:
-            return exc.user_message
+            return exc.user_message, None
         except MissingCredential as exc:
-            return str(exc)
-        return [c for c in clusters if self.authorizer.cluster_allowed(project, c.cluster_id)]
+            return str(exc), None
+        allowed = self.authorizer.cluster_allowed
+        return [c for c in view.clusters if allowed(project, c.cluster_id)], view.age()
 
     async def cluster(self, user: str, channel: str, project: str, cluster_id: str) -> ClusterState:
         """A cluster the person may view, fetched now."""

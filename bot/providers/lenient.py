@@ -4,18 +4,18 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, TypeVar
 
 from pydantic import BeforeValidator
 
 T = TypeVar("T")
 
 
-def _none_as_empty(value: Any) -> Any:
+def _none_as_empty(value: object) -> object:
     return [] if value is None else value
 
 
-def _blank_as_none(value: Any) -> Any:
+def _blank_as_none(value: object) -> object:
     return None if value == "" else value
 
 

@@ -22,6 +22,7 @@ from bot.core.answers import (
 )
 from bot.core.ask.forms import FormKind, FormMessage, FormView
 from bot.core.ask.justification import MAX_JUSTIFICATION, MIN_JUSTIFICATION
+from bot.core.fleet import age_text
 from bot.core.paging import Page
 from bot.core.policy import Role
 from bot.core.requests.schedule import example_run_at, utc_text, when_text
@@ -205,10 +206,13 @@ def _titled(name: str, cluster_id: str, limit: int) -> str:
 
 
 def cluster_list(
-    groups: Mapping[str, Sequence[ClusterSummary] | str], page: Page | None = None
+    groups: Mapping[str, Sequence[ClusterSummary] | str],
+    page: Page | None = None,
+    as_of_seconds: float | None = None,
 ) -> SlackMessage:
     """Per project, its clusters (or an error text for a project that failed): one page,
-    ending with where it sits and the command for the next page."""
+    ending with where it sits, the command for the next page and, from a fleet snapshot
+    that is not live, how old it is."""
     headers = [f"*{escape(project)}*" for project in groups]
     rows = sum(len(c) if not isinstance(c, str) and c else 1 for c in groups.values())
     room = _MESSAGE_TEXT_BUDGET - sum(len(h) + 1 for h in headers)
@@ -224,10 +228,10 @@ def cluster_list(
             lines.extend(_list_row(s, budget) for s in content)
     if not lines:
         return notice("You have no projects you can view here.")
-    return _paged(lines, page)
+    return _paged(lines, page, age_text(as_of_seconds))
 
 
-def _paged(lines: list[str], page: Page | None) -> SlackMessage:
+def _paged(lines: list[str], page: Page | None, as_of: str | None = None) -> SlackMessage:
     """Rows packed into sections, between a past-the-end note and the page's context line."""
     blocks = [section(text) for text in pack_lines(lines, _SECTION_TEXT_MAX)]
     head: list[str] = []
@@ -236,6 +240,9 @@ def _paged(lines: list[str], page: Page | None) -> SlackMessage:
             head.append(f":information_source: {escape(page.past_end)}")
             blocks.insert(0, context(head[-1]))
         head.append(escape(page.summary))
+        blocks.append(context(head[-1]))
+    if as_of is not None:
+        head.append(f":clock3: {escape(as_of)}")
         blocks.append(context(head[-1]))
     # The rows are escaped already: escaping again would show "&lt;" to the reader.
     return SlackMessage(text=fit_lines([*head, *lines], _FALLBACK_MAX), blocks=blocks)
@@ -929,7 +936,7 @@ def reply_message(reply: Reply) -> SlackMessage:
     if isinstance(content, ClusterCard):
         return cluster_summary(content.summary, shown_by=content.shown_by)
     if isinstance(content, ClusterListing):
-        return cluster_list(content.groups, content.page)
+        return cluster_list(content.groups, content.page, content.as_of_seconds)
     if isinstance(content, AuditListing):
         return audit_list(content.entries, content.page)
     if isinstance(content, PolicyCard):

@@ -4,10 +4,13 @@ off and where to see it."""
 
 from __future__ import annotations
 
+import logging
+from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from bot.core.fleet import age_text
 from bot.core.home import HomeBuilder, HomeCluster, HomeData, HomeProject, HomeRequest
 from bot.core.requests.schedule import when_text
 from bot.core.requests.view import STATE_WORDS
@@ -24,7 +27,9 @@ from bot.slack.blocks import (
     section,
     user_ref,
 )
-from bot.slack.messenger import Messenger
+from bot.slack.messenger import Messenger, SlackDeliveryError
+
+log = logging.getLogger(__name__)
 
 MAX_BLOCKS = 100
 BUTTON_VALUE_MAX = 2000
@@ -176,6 +181,9 @@ def _cluster_block(project: str, cluster: HomeCluster) -> Block:
 def _project_blocks(project: HomeProject, budget: int) -> list[Block]:
     """A project's header, as many clusters as the budget allows, and what was left off."""
     title = f"*{escape(project.name)}* ({escape(project.provider)})"
+    as_of = age_text(project.as_of_seconds)
+    if as_of is not None:  # from a fleet snapshot that is not live
+        title += f" · _{escape(as_of)}_"
     if project.error is not None:
         return [section(title), context(f":x: {escape(project.error)}")]
     if not project.clusters:
@@ -226,13 +234,37 @@ def home_view(data: HomeData) -> dict[str, Any]:
 
 
 class HomePublisher:
-    """Builds a person's Home data and publishes it as their App Home tab."""
+    """Builds a person's Home data and publishes it as their App Home tab, with the hash of
+    the tab it last published for them: when the tab changed since (another replica
+    published it), Slack answers ``hash_conflict`` and the tab is built again from the data
+    as it is now and published once more, over whatever is there."""
 
-    def __init__(self, builder: HomeBuilder, messenger: Messenger) -> None:
+    def __init__(
+        self, builder: HomeBuilder, messenger: Messenger, *, hashes_kept: int = 10_000
+    ) -> None:
         self.builder = builder
         self.messenger = messenger
+        self._hashes_kept = hashes_kept
+        self._hashes: OrderedDict[str, str] = OrderedDict()
 
     async def publish(self, user: str) -> None:
         """Raises SlackDeliveryError when Slack refuses it (the refresher counts that)."""
         data = await self.builder.build(user)
-        await self.messenger.publish_home(user, home_view(data))
+        try:
+            fresh = await self.messenger.publish_home(
+                user, home_view(data), hash=self._hashes.get(user)
+            )
+        except SlackDeliveryError as exc:
+            if exc.code != "hash_conflict":
+                raise
+            log.info("home: the tab of %s changed since it was published here; rebuilt", user)
+            # No hash: Slack gives no way to read the current one, and this is the latest data.
+            data = await self.builder.build(user)
+            fresh = await self.messenger.publish_home(user, home_view(data))
+        self._remember(user, fresh)
+
+    def _remember(self, user: str, hash: str) -> None:
+        self._hashes[user] = hash
+        self._hashes.move_to_end(user)
+        while len(self._hashes) > self._hashes_kept:
+            self._hashes.popitem(last=False)

@@ -223,9 +223,17 @@ class Messenger:
                 "functions.completeError", None, function_execution_id=execution_id, error=error
             )
 
-    async def publish_home(self, user: str, view: dict[str, Any]) -> None:
-        """Show ``view`` as the person's App Home tab (a 429 is retried after Retry-After)."""
-        await self._call("views.publish", None, user_id=user, view=view)
+    async def publish_home(
+        self, user: str, view: dict[str, Any], *, hash: str | None = None
+    ) -> str:
+        """Show ``view`` as the person's App Home tab (a 429 is retried after Retry-After);
+        returns the hash Slack gave the published view. With ``hash`` (of the view last
+        published) Slack refuses with ``hash_conflict`` if the tab changed since."""
+        args: dict[str, Any] = {"user_id": user, "view": view}
+        if hash:
+            args["hash"] = hash
+        data = await self._call("views.publish", None, **args)
+        return OpenedView.of(data).hash
 
     async def upload_file(self, upload: FileUpload) -> str:
         """Share a file in a channel (or thread) by Slack's external upload flow:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from bot.core.store import RequestState
-from bot.core.store.steps import StepOutcome, StepState
+from bot.core.store.builder_steps import StepOutcome, StepState
 from bot.local.demo.stack import LocalStack
 from bot.local.simulators.base import Fault, FaultKind
 from tests.conftest import StackFactory

@@ -16,6 +16,7 @@ from sqlalchemy import MetaData, Table, event, insert, text
 from sqlalchemy.engine import Connection
 
 import bot.core.store.migrations
+import bot.core.store.migrations.audit_chain
 from bot.core.store import AuditEntry, Store
 from bot.core.store.chain import GENESIS_HASH, ChainBreak, entry_hash
 from bot.core.store.tables import audit
@@ -222,7 +223,7 @@ async def test_the_migration_chains_entries_written_before_the_chain(
                     )
                 )
         await old.close()
-    monkeypatch.setattr(bot.core.store.migrations, "_CHAIN_BATCH", 3)
+    monkeypatch.setattr(bot.core.store.migrations.audit_chain, "CHAIN_BATCH", 3)
     store = await Store.open(database_url)
     try:
         assert await verify(store) == (7, None)
@@ -256,13 +257,13 @@ async def test_chaining_many_entries_may_take_longer_than_an_ordinary_open(
             bot.core.store.migrations, "MIGRATIONS", bot.core.store.migrations.MIGRATIONS[:4]
         )
         await (await Store.open(pg_database_url)).close()
-    chain_existing = bot.core.store.migrations._chain_existing_entries
+    chain_existing = bot.core.store.migrations.audit_chain.chain_existing_entries
 
     def slow_chain(conn: Connection) -> tuple[int, int | None, str]:
         time.sleep(1.5)  # a long table, on the migration's connection
         return chain_existing(conn)
 
-    monkeypatch.setattr(bot.core.store.migrations, "_chain_existing_entries", slow_chain)
+    monkeypatch.setattr(bot.core.store.migrations.audit_chain, "chain_existing_entries", slow_chain)
     store = await Store.open(pg_database_url, connect_timeout=0.5, operation_timeout=0.5)
     try:
         assert await verify(store) == (0, None)

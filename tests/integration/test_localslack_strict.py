@@ -411,6 +411,11 @@ async def test_views_publish_checks_users_limits_and_hash(h: Harness) -> None:
     assert second["view"]["id"] == first["view"]["id"]
     assert h.fake.homes[BOB].blocks[0]["text"]["text"] == "v2"
     assert len(h.fake.homes[BOB].history) == 1
+    assert second["view"]["hash"] != first["view"]["hash"]
+    # without a hash, a publish replaces whatever is there
+    third = await h.client.views_publish(user_id=BOB, view=home("v4"))
+    assert h.fake.homes[BOB].blocks[0]["text"]["text"] == "v4"
+    assert third["view"]["hash"] == h.fake.homes[BOB].hash != second["view"]["hash"]
 
 
 # -- a slow Web API and tokens ---------------------------------------------------------------

@@ -619,7 +619,7 @@ async def test_a_refused_step_is_never_claimed_and_a_claimed_one_never_refused(
     """A step the store could not claim is recorded as refused before Slack is told: a
     later delivery of it cannot claim it, and a refusal held while another delivery claimed
     it records nothing (that delivery ends it)."""
-    from bot.core.store.steps import StepOutcome, StepState, StepStore
+    from bot.core.store.builder_steps import StepOutcome, StepState, StepStore
 
     steps = StepStore(store)
     refused = await steps.refuse("Fx0REFUSED", "U1", "C1", {"error": "the store was down"})

@@ -193,12 +193,14 @@ async def test_the_requests_open_on_a_cluster_are_found_by_index(tmp_path: Any) 
     """Opening a request asks for the others open on its cluster: with thousands of ended
     requests in the project that must be an index look-up, not a scan of the project."""
     from bot.core.store import RequestState, Store
-    from bot.core.store.requests import _beside, _states
+    from bot.core.store.requests.statements import beside_statement, state_values
 
     store = await Store.open(f"sqlite+aiosqlite:///{tmp_path / 'plan.db'}")
     try:
-        open_states = _states([RequestState.PENDING, RequestState.APPROVED, RequestState.EXECUTING])
-        statement = _beside(open_states)
+        open_states = state_values(
+            [RequestState.PENDING, RequestState.APPROVED, RequestState.EXECUTING]
+        )
+        statement = beside_statement(open_states)
         # Only what the opening tells of them: not each row's plan and approvals.
         assert [c.name for c in statement.selected_columns] == ["id", "state"]
         bound = statement.params(project="together-prod", cluster="tc-1")

@@ -18,7 +18,7 @@ from bot.core.store import (
     Store,
     change_requests,
 )
-from bot.core.store.steps import StepStore
+from bot.core.store.builder_steps import StepStore
 
 
 async def test_a_v1_database_gains_the_prompt_column_and_keeps_its_requests(

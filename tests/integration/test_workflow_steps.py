@@ -17,7 +17,7 @@ from sqlalchemy import text
 from bot.core.ask.change import ChangeAsk
 from bot.core.store import RequestState as S
 from bot.core.store import StepTaken
-from bot.core.store.steps import StepState
+from bot.core.store.builder_steps import StepState
 from bot.local.demo.stack import LocalStack
 from tests.conftest import StackFactory
 from tests.support.slack_support import refusals, roots

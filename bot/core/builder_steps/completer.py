@@ -28,7 +28,7 @@ from bot.core.store import (
     Store,
     StoreUnavailable,
 )
-from bot.core.store.steps import StepOutcome, StepRecord, StepState, StepStore
+from bot.core.store.builder_steps import StepOutcome, StepRecord, StepState, StepStore
 from bot.core.watch.backlog import StoreBacklog, Write
 from bot.errors import GpuopsError
 from bot.providers.base import ChangePlan, ClusterSummary

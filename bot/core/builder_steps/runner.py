@@ -12,7 +12,7 @@ from bot.core.builder_steps.completer import StepCompleter
 from bot.core.builder_steps.start import StepStart, form_needs
 from bot.core.service import CommandService
 from bot.core.store import StepTaken, StoreUnavailable
-from bot.core.store.steps import StepStore
+from bot.core.store.builder_steps import StepStore
 from bot.metrics import COMMANDS
 from bot.providers import catalog
 

@@ -266,7 +266,10 @@ class Execution:
         plan = ChangePlan.model_validate(record.plan["plan"])
         adapter = self.deps.access.adapter_for(record.project)
         try:
-            outcome = await adapter.apply(plan)
+            try:
+                outcome = await adapter.apply(plan)
+            finally:  # whatever came of it, the next list or Home reads the cluster anew
+                self.deps.access.fleet.forget(record.project)
         except ProviderError as exc:
             if exc.may_have_applied:
                 text = (

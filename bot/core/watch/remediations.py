@@ -8,6 +8,7 @@ are never retried once they may have been processed."""
 from __future__ import annotations
 
 import asyncio
+import bisect
 import functools
 import logging
 from collections.abc import Callable, Coroutine
@@ -56,6 +57,10 @@ _FINISHED = [*(state.value for state in FINAL_STATES), GONE_STATE]
 # Clusters whose remediations are listed at the same time: a project of 50 clusters at 1 s
 # per call is polled in about 7 s, not 50, without a burst of 50 calls.
 LISTINGS_AT_ONCE = 8
+# Clusters whose remediations one poll lists at most: a larger project is covered in turns
+# (the next poll goes on where this one stopped), so a round's provider calls and time stay
+# bounded however many clusters it has; each cluster is listed every ceil(N / 200) polls.
+LISTINGS_PER_POLL = 200
 # A decision still being sent after this long was cut off (its replica died mid-call).
 STALE_DECISION = timedelta(minutes=5)
 _KEPT = "gpuops lost contact with its database meanwhile; the decision is recorded once it is back."
@@ -78,6 +83,8 @@ class RemediationDesk:
         self.notifier = notifier
         self.remediations_for = remediations_for
         self.backlog = StoreBacklog()
+        self.listings_per_poll = LISTINGS_PER_POLL
+        self._next_cluster: dict[str, str] = {}  # per project: where the next poll goes on
 
     # ---- polling -----------------------------------------------------------------------
 
@@ -93,7 +100,7 @@ class RemediationDesk:
             for cluster in clusters
             if self.access.authorizer.cluster_allowed(project, cluster.cluster_id)
         }
-        ids = sorted(names)
+        ids = self._turn(project, sorted(names))
         lists = await _bounded_gather(
             [
                 client.list_remediations(cid, states=[RemediationState.PENDING_APPROVAL])
@@ -104,6 +111,18 @@ class RemediationDesk:
         for cluster_id, pending in zip(ids, lists, strict=True):
             for remediation in pending:
                 await self._post_new(project, channel, names[cluster_id], remediation)
+
+    def _turn(self, project: str, ids: list[str]) -> list[str]:
+        """This poll's share of the clusters: all of them up to ``listings_per_poll``,
+        else the next ``listings_per_poll`` after where the last poll stopped (wrapping)."""
+        limit = self.listings_per_poll
+        if len(ids) <= limit:
+            self._next_cluster.pop(project, None)
+            return ids
+        start = bisect.bisect_left(ids, self._next_cluster.get(project, ""))
+        turn = (ids[start:] + ids[:start])[:limit]
+        self._next_cluster[project] = ids[(start + limit) % len(ids)]
+        return turn
 
     async def _post_new(
         self, project: str, channel: str, cluster_name: str, remediation: Remediation

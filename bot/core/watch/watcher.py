@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from bot.core.fleet import FleetSnapshots
 from bot.core.policy import Policy
 from bot.core.store import Store, StoreUnavailable
 from bot.core.watch.backoff import PollBackoff
@@ -77,6 +78,7 @@ class Watcher:
         reminders: ReminderDesk,
         instance_id: str,
         every_override: float | None = None,
+        fleet: FleetSnapshots | None = None,
     ) -> None:
         self.policy = policy
         self.store = store
@@ -86,6 +88,10 @@ class Watcher:
         self.reminders = reminders
         self.instance_id = instance_id
         self.projects = watched_projects(policy, every_override)
+        # Each poll refreshes the project's fleet snapshot, which the list and Home share.
+        self.fleet = fleet or FleetSnapshots(adapter_for)
+        for watched in self.projects:
+            self.fleet.watched(watched.name, watched.every_seconds)
         interval = min((p.every_seconds for p in self.projects), default=60.0)
         self.tick_seconds = interval / 2
         self.lease_seconds = interval * 1.5
@@ -163,7 +169,7 @@ class Watcher:
     async def poll_once(self, project: WatchedProject) -> None:
         """One poll of one project: its clusters, then what the policy asks to watch."""
         adapter = self.adapter_for(project.name)
-        clusters = await adapter.list_clusters()
+        clusters = list((await self.fleet.refresh(project.name)).clusters)
         if project.config.status:
             await self.incidents.poll(project.name, project.channel, clusters)
         if project.config.horizons and isinstance(adapter, SupportsReservations):

@@ -30,7 +30,7 @@ RUNNING = "Running"
 # -- lenient parsing of replies -----------------------------------------------------------
 
 
-def lenient_int(value: Any) -> int | None:
+def lenient_int(value: object) -> int | None:
     """Counts arrive as ints or as strings ("8"); anything else is treated as unknown."""
     if isinstance(value, bool):
         return None
@@ -51,7 +51,7 @@ def lenient_int(value: Any) -> int | None:
     return None
 
 
-def _lenient_float(value: Any) -> float | None:
+def _lenient_float(value: object) -> float | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
@@ -67,7 +67,7 @@ def _lenient_float(value: Any) -> float | None:
 MEMORY_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]+)?\s*$")
 
 
-def normalise_memory(value: Any) -> str | None:
+def normalise_memory(value: object) -> str | None:
     """``"2000GB"`` (list items) and ``"2000 GB"`` (detail) both become ``"2000 GB"``."""
     if value is None:
         return None
@@ -79,17 +79,17 @@ def normalise_memory(value: Any) -> str | None:
     return f"{number} {unit}" if unit else number
 
 
-def _status_text(value: Any) -> str:
+def _status_text(value: object) -> str:
     if value is None or value == "":
         return "Unknown"
     return str(value)
 
 
-def _object_or_none(value: Any) -> Any:
+def _object_or_none(value: object) -> object:
     return value if isinstance(value, dict) else None
 
 
-def _objects_only(value: Any) -> list[Any]:
+def _objects_only(value: object) -> list[dict[str, object]]:
     if not isinstance(value, list):
         return []
     return [item for item in value if isinstance(item, dict)]

@@ -102,11 +102,11 @@ def parse_cluster_id(cluster_id: str | int) -> int:
     )
 
 
-def _blank(value: Any) -> bool:
+def _blank(value: object) -> bool:
     return value is None or (isinstance(value, str) and not value.strip())
 
 
-def _parse_int_list(name: str, value: Any) -> list[int]:
+def _parse_int_list(name: str, value: object) -> list[int]:
     if isinstance(value, str):
         parts: Sequence[Any] = [part.strip() for part in value.split(",") if part.strip()]
     elif isinstance(value, list | tuple):

@@ -74,13 +74,13 @@ def _multiple_of_8(field: str, value: int) -> None:
         )
 
 
-def _same(current: Any, new: Any) -> bool:
+def _same(current: object, new: object) -> bool:
     if isinstance(new, datetime) and isinstance(current, datetime):
         return _aware(current) == _aware(new)
     return bool(current == new)
 
 
-def shown(value: Any) -> str:
+def shown(value: object) -> str:
     if isinstance(value, datetime):
         return rfc3339(value)
     if isinstance(value, enum.Enum):
@@ -201,14 +201,14 @@ def _end_kind(current: datetime | None, new: datetime) -> str:
 
 
 # -- parsing raw field values (Slack strings or typed values) -------------------------------
-def _parse_count(value: Any) -> int:
+def _parse_count(value: object) -> int:
     number = parse_whole_number(value)
     if number < 0:
         raise ValueError(f"must be 0 or more (got {number})")
     return number
 
 
-def _parse_cluster_type(value: Any) -> ClusterType:
+def _parse_cluster_type(value: object) -> ClusterType:
     text = str(value.value if isinstance(value, enum.Enum) else value).strip().upper()
     try:
         return ClusterType(text)
@@ -230,7 +230,7 @@ def _time_from_text(text: str) -> datetime:
         ) from None
 
 
-def _parse_time(value: Any) -> datetime:
+def _parse_time(value: object) -> datetime:
     if isinstance(value, datetime):
         parsed = value
     elif isinstance(value, int) and not isinstance(value, bool):

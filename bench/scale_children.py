@@ -1,0 +1,166 @@
+"""The figures of ``make bench-scale`` taken from child processes: ``gpuops serve``'s start-up
+on a preloaded store, ``gpuops audit export`` / ``verify`` with their CPU and peak RSS (each
+child's own ``ru_maxrss``, from ``os.wait4``), and watcher rounds at many clusters while
+``/healthz`` and ``/metrics`` are probed from a thread of their own."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil  # type: ignore[import-untyped]
+
+from bench.procs import Child, clean_env, free_port, gpuops_command
+
+
+def gpuops_script() -> list[str]:
+    script = Path(sys.executable).parent / "gpuops"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "bot.cli"]
+
+
+@dataclass(frozen=True)
+class ChildRun:
+    """One finished child: wall seconds, CPU seconds (user + system), peak RSS bytes."""
+
+    wall: float
+    cpu: float
+    peak_rss: int
+    code: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "wall_s": round(self.wall, 3),
+            "cpu_s": round(self.cpu, 3),
+            "peak_rss_mb": round(self.peak_rss / 2**20, 1),
+            "exit": self.code,
+        }
+
+
+def run_measured(argv: list[str], env: dict[str, str], cwd: Path) -> ChildRun:
+    """Run ``argv`` to its end, stdout discarded; its own rusage (not all children's)."""
+    started = time.perf_counter()
+    with open(os.devnull, "wb") as sink:
+        proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=sink, stderr=subprocess.PIPE)
+        _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - started
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.stderr is not None:
+        proc.stderr.close()
+    # Linux reports ru_maxrss in KiB.
+    return ChildRun(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024, proc.returncode)
+
+
+def audit_runs(database_url: str, workdir: Path) -> dict[str, ChildRun]:
+    """``gpuops audit export`` (JSON lines) and ``gpuops audit verify`` on the store."""
+    env = clean_env({"GPUOPS_DATABASE_URL": database_url, "GPUOPS_LOG_LEVEL": "WARNING"})
+    head = gpuops_script()
+    return {
+        "export": run_measured([*head, "audit", "export"], env, workdir),
+        "verify": run_measured([*head, "audit", "verify"], env, workdir),
+    }
+
+
+async def startup_seconds(
+    env: dict[str, str], workdir: Path, *, runs: int = 2
+) -> tuple[float, float]:
+    """``gpuops serve`` from spawn to its first ``/healthz`` 200: the quickest of ``runs``,
+    in wall seconds and in the child's CPU seconds by then (the machine's other work does
+    not move the latter)."""
+    best, best_cpu = float("inf"), float("inf")
+    for run in range(runs):
+        port = free_port()
+        child = Child.spawn(f"startup-{run}", gpuops_command(port), clean_env(env), port, workdir)
+        try:
+            best = min(best, await child.wait_ready(within=120.0))
+            best_cpu = min(best_cpu, sum(psutil.Process(child.proc.pid).cpu_times()[:2]))
+        finally:
+            await child.stop()
+    return best, best_cpu
+
+
+@dataclass
+class Probe:
+    """``/healthz`` and ``/metrics`` asked every ``every`` s from a thread (its own client,
+    so the bench's loop is no part of the answer time); the slowest answers."""
+
+    base_url: str
+    every: float = 0.2
+    worst: dict[str, float] = field(default_factory=lambda: {"healthz": 0.0, "metrics": 0.0})
+    failed: int = 0
+    asked: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=5.0) as client:
+            while not self._stop.wait(self.every):
+                for name in ("healthz", "metrics"):
+                    started = time.perf_counter()
+                    try:
+                        ok = client.get(f"{self.base_url}/{name}").status_code == 200
+                    except httpx.HTTPError:
+                        ok = False
+                    took = time.perf_counter() - started
+                    self.asked += 1
+                    self.failed += 0 if ok else 1
+                    self.worst[name] = max(self.worst[name], took)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+
+@dataclass
+class Rounds:
+    """Watcher rounds seen at the simulator: when each list call came, and how many
+    provider calls (all routes) came between it and the next."""
+
+    starts: list[float] = field(default_factory=list)
+    ends: list[float] = field(default_factory=list)
+    calls: list[int] = field(default_factory=list)
+
+
+async def watch_rounds(
+    calls_of: Any, every: float, rounds: int, *, sample: float = 0.05, within: float = 300.0
+) -> Rounds:
+    """Sample ``calls_of()`` → (list calls, all calls) until ``rounds`` rounds have ended
+    (a round ends when its calls stop growing, or the next list call arrives)."""
+    seen = Rounds()
+    deadline = time.perf_counter() + within
+    last_lists, last_total, round_calls = calls_of()
+    last_growth = time.perf_counter()
+    open_round = False
+    while time.perf_counter() < deadline:
+        await asyncio.sleep(sample)
+        lists, total, _ = calls_of()
+        now = time.perf_counter()
+        if lists > last_lists:  # a new round began
+            if open_round:
+                seen.ends.append(last_growth)
+                seen.calls.append(round_calls)
+            seen.starts.append(now)
+            open_round, round_calls = True, 0
+            last_lists = lists
+        if total > last_total:
+            round_calls += total - last_total
+            last_total, last_growth = total, now
+        elif open_round and now - last_growth > min(2.0, every / 3):
+            seen.ends.append(last_growth)
+            seen.calls.append(round_calls)
+            open_round = False
+            if len(seen.ends) >= rounds:
+                return seen
+    raise RuntimeError(f"saw {len(seen.ends)} of {rounds} watcher rounds within {within} s")

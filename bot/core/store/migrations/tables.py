@@ -1,0 +1,175 @@
+"""Migrations that create tables: the initial schema (1), the watcher's (3), Workflow
+Builder steps (6)."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Boolean,
+    CheckConstraint,
+    Column,
+    Connection,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+from bot.core.store.migrations.types import UTCDateTime, autoincrement_id_type, json_type
+
+
+def v1_initial_tables(conn: Connection) -> None:
+    states = (
+        "pending",
+        "approved",
+        "executing",
+        "succeeded",
+        "failed",
+        "unknown",
+        "denied",
+        "expired",
+        "cancelled",
+    )
+    state_list = ", ".join(f"'{state}'" for state in states)
+    metadata = MetaData()
+    Table(
+        "gpuops_change_requests",
+        metadata,
+        Column("id", String(16), primary_key=True),
+        Column("created_at", UTCDateTime(), nullable=False),
+        Column("updated_at", UTCDateTime(), nullable=False),
+        Column("state", String(16), nullable=False),
+        Column("provider", Text(), nullable=False),
+        Column("project", Text(), nullable=False),
+        Column("cluster_id", Text(), nullable=False),
+        Column("cluster_name", Text(), nullable=False),
+        Column("action", Text(), nullable=False),
+        Column("plan", json_type(), nullable=False),
+        Column("kinds", json_type(), nullable=False),
+        Column("needs_approval", Boolean(), nullable=False),
+        Column("requester", Text(), nullable=False),
+        Column("channel", Text(), nullable=False),
+        Column("reason", Text()),
+        Column("root_ts", Text()),
+        Column("summary_ts", Text()),
+        Column("decided_by", Text()),
+        Column("decision_note", Text()),
+        Column("break_glass", Boolean(), nullable=False),
+        Column("result_message", Text()),
+        Column("expires_at", UTCDateTime()),
+        Column("version", Integer(), nullable=False),
+        CheckConstraint(f"state IN ({state_list})", name="ck_gpuops_change_requests_state"),
+        Index("ix_gpuops_change_requests_state", "state"),
+        Index("ix_gpuops_change_requests_project", "project"),
+        Index("ix_gpuops_change_requests_expires_at", "expires_at"),
+    )
+    Table(
+        "gpuops_audit",
+        metadata,
+        Column("id", autoincrement_id_type(), primary_key=True, autoincrement=True),
+        Column("at", UTCDateTime(), nullable=False),
+        Column("actor", Text(), nullable=False),
+        Column("event", Text(), nullable=False),
+        Column("project", Text()),
+        Column("cluster_id", Text()),
+        Column("request_id", String(16)),
+        Column("outcome", Text()),
+        Column("detail", json_type(), nullable=False),
+        Index("ix_gpuops_audit_project", "project"),
+        Index("ix_gpuops_audit_request_id", "request_id"),
+    )
+    Table(
+        "gpuops_deliveries",
+        metadata,
+        Column("key", Text(), primary_key=True),
+        Column("seen_at", UTCDateTime(), nullable=False),
+        Index("ix_gpuops_deliveries_seen_at", "seen_at"),
+    )
+    Table(
+        "gpuops_cluster_locks",
+        metadata,
+        Column("provider", Text(), nullable=False),
+        Column("project", Text(), nullable=False),
+        Column("cluster_id", Text(), nullable=False),
+        Column("request_id", String(16), nullable=False),
+        Column("locked_at", UTCDateTime(), nullable=False),
+        PrimaryKeyConstraint("provider", "project", "cluster_id", name="pk_gpuops_cluster_locks"),
+    )
+    Table(
+        "gpuops_leases",
+        metadata,
+        Column("name", Text(), primary_key=True),
+        Column("holder", Text(), nullable=False),
+        Column("expires_at", UTCDateTime(), nullable=False),
+    )
+    metadata.create_all(conn)
+
+
+def v3_watch_tables(conn: Connection) -> None:
+    # The watcher (SPEC §7): alert keys posted, the remediations gpuops posted, and what it
+    # remembers between polls (cluster health per project).
+    metadata = MetaData()
+    Table(
+        "gpuops_watch_alerts",
+        metadata,
+        Column("key", Text(), primary_key=True),
+        Column("channel", Text(), nullable=False),
+        Column("ts", Text()),
+        Column("posted_at", UTCDateTime(), nullable=False),
+    )
+    Table(
+        "gpuops_remediations",
+        metadata,
+        Column("id", String(16), primary_key=True),
+        Column("project", Text(), nullable=False),
+        Column("cluster_id", Text(), nullable=False),
+        Column("cluster_name", Text(), nullable=False),
+        Column("instance_id", Text(), nullable=False),
+        Column("remediation_id", Text(), nullable=False),
+        Column("node", Text(), nullable=False),
+        Column("channel", Text(), nullable=False),
+        Column("ts", Text()),
+        Column("decision", String(16), nullable=False),
+        Column("provider_state", Text(), nullable=False),
+        Column("decided_by", Text()),
+        Column("comment", Text()),
+        Column("created_at", UTCDateTime(), nullable=False),
+        Column("updated_at", UTCDateTime(), nullable=False),
+        Column("version", Integer(), nullable=False),
+        UniqueConstraint("project", "remediation_id", name="uq_gpuops_remediations_provider_id"),
+        Index("ix_gpuops_remediations_project", "project"),
+    )
+    Table(
+        "gpuops_watch_memory",
+        metadata,
+        Column("name", Text(), primary_key=True),
+        Column("data", json_type(), nullable=False),
+        Column("updated_at", UTCDateTime(), nullable=False),
+    )
+    metadata.create_all(conn)
+
+
+def v6_workflow_steps(conn: Connection) -> None:
+    # Workflow Builder steps (SPEC §11): one row per function execution, claimed once, with
+    # the request it made and how its completion stands (so it completes after a restart).
+    metadata = MetaData()
+    Table(
+        "gpuops_workflow_steps",
+        metadata,
+        Column("execution_id", Text(), primary_key=True),
+        Column("token", Text(), nullable=False),
+        Column("requester", Text(), nullable=False),
+        Column("channel", Text(), nullable=False),
+        Column("request_id", String(16)),
+        Column("state", String(16), nullable=False),
+        Column("outcome", String(16)),
+        Column("payload", json_type()),
+        Column("created_at", UTCDateTime(), nullable=False),
+        Column("updated_at", UTCDateTime(), nullable=False),
+        Index("ix_gpuops_workflow_steps_request_id", "request_id"),
+        Index("ix_gpuops_workflow_steps_state", "state"),
+    )
+    metadata.create_all(conn)

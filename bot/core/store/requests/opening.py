@@ -1,0 +1,159 @@
+"""Opening a change request: its row, its audit entry, the workflow step it is linked to and
+the others open on its cluster, in one transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from bot.core.store.engine import require_aware, utcnow
+from bot.core.store.records import (
+    AuditRow,
+    ChangeRequestRecord,
+    OpenBeside,
+    RequestState,
+    new_request_id,
+)
+from bot.core.store.requests.fast_path import FastPathMixin
+from bot.core.store.requests.outcomes import StepTaken, revert_slot_taken
+from bot.core.store.requests.statements import INSERT, LINK_STEP, beside_statement, state_values
+from bot.core.store.trigger_work import (
+    TriggerWork,
+    audit_work,
+)
+
+_REQUEST_ID_ATTEMPTS = 8
+
+
+class OpeningMixin(FastPathMixin):
+    async def create_request(
+        self,
+        *,
+        provider: str,
+        project: str,
+        cluster_id: str,
+        cluster_name: str,
+        action: str,
+        plan: Mapping[str, Any],
+        kinds: Collection[str],
+        needs_approval: bool,
+        requester: str,
+        channel: str,
+        reason: str | None,
+        expires_at: datetime | None,
+        state: RequestState = RequestState.PENDING,
+        step: str | None = None,
+        revert_of: str | None = None,
+        run_at: datetime | None = None,
+        approvals: Mapping[str, Any] | None = None,
+        audit: AuditRow | None = None,
+    ) -> ChangeRequestRecord:
+        """Store a new request; with ``step`` (a workflow step's execution id), link that
+        running step to it in the same transaction, or raise StepTaken and store nothing.
+        ``audit`` (its ``request_id`` filled in) is appended in that transaction too."""
+        record, _ = await self.open_request(
+            provider=provider,
+            project=project,
+            cluster_id=cluster_id,
+            cluster_name=cluster_name,
+            action=action,
+            plan=plan,
+            kinds=kinds,
+            needs_approval=needs_approval,
+            requester=requester,
+            channel=channel,
+            reason=reason,
+            expires_at=expires_at,
+            state=state,
+            step=step,
+            revert_of=revert_of,
+            run_at=run_at,
+            approvals=approvals,
+            audit=audit,
+        )
+        return record
+
+    async def open_request(
+        self,
+        *,
+        beside: Collection[RequestState] = (),
+        audit: AuditRow | None = None,
+        step: str | None = None,
+        state: RequestState = RequestState.PENDING,
+        **columns: Any,
+    ) -> tuple[ChangeRequestRecord, list[OpenBeside]]:
+        """``create_request``, and in the same transaction the other requests in one of
+        ``beside``'s states on the same cluster (oldest first)."""
+        require_aware("expires_at", columns.get("expires_at"))
+        require_aware("run_at", columns.get("run_at"))
+        now = utcnow()
+        approvals = columns.pop("approvals", None)
+        values: dict[str, Any] = {
+            **columns,
+            "created_at": now,
+            "updated_at": now,
+            "state": RequestState(state).value,
+            "plan": dict(columns["plan"]),
+            "kinds": list(columns["kinds"]),
+            "break_glass": False,
+            "version": 1,
+            "approvals": dict(approvals) if approvals is not None else None,
+        }
+        values.setdefault("revert_of", None)
+        values["revert_slot"] = values["revert_of"]  # one revert per request: its index
+        values.setdefault("run_at", None)
+        values["step_id"] = step or ""  # known: "" is none (None is "not known")
+        for _ in range(_REQUEST_ID_ATTEMPTS):
+            async with self._begin() as conn, revert_slot_taken(values["revert_of"]):
+                others = await self._beside_in(conn, values, beside)
+                params = {**values, "id": new_request_id()}
+                entry = None
+                if audit is not None:
+                    named = {"request_id": params["id"], "project": values["project"]}
+                    entry = audit.model_copy(update={**named, "cluster_id": values["cluster_id"]})
+                row = await self._insert_in(conn, params, entry, now)
+                if row is None:
+                    continue
+                if step is not None:
+                    await self._link_step(conn, step, str(row["id"]), now)
+            record = ChangeRequestRecord.model_validate(dict(row))
+            return record, others
+        raise RuntimeError(f"no free request id after {_REQUEST_ID_ATTEMPTS} attempts")
+
+    async def _insert_in(
+        self, conn: AsyncConnection, params: dict[str, Any], entry: AuditRow | None, now: datetime
+    ) -> Any:
+        """The new row (None: its id is taken), with ``entry`` appended: on SQLite by the
+        INSERT's trigger, in that one statement."""
+        statement = INSERT[self._dialect]
+        if entry is None or not self._one_statement:
+            row = (await conn.execute(statement, params)).mappings().first()
+            if row is not None and entry is not None:
+                await self._append(conn, entry)
+            return row
+        audited = entry
+
+        async def insert(prev_hash: str) -> tuple[Any, TriggerWork]:
+            work = TriggerWork(audit=audit_work(audited, now, prev_hash))
+            written = {**params, "last_transition": work.as_column()}
+            return (await conn.execute(statement, written)).mappings().first(), work
+
+        return await self._in_one(conn, insert)
+
+    async def _beside_in(
+        self, conn: AsyncConnection, values: Mapping[str, Any], beside: Collection[RequestState]
+    ) -> list[OpenBeside]:
+        if not beside:
+            return []
+        params = {"project": values["project"], "cluster": values["cluster_id"]}
+        rows = (await conn.execute(beside_statement(state_values(beside)), params)).all()
+        return [OpenBeside(id=row.id, state=row.state) for row in rows]
+
+    @staticmethod
+    async def _link_step(conn: AsyncConnection, step: str, request_id: str, now: datetime) -> None:
+        linked = await conn.execute(LINK_STEP, {"step": step, "linked_id": request_id, "now": now})
+        if linked.rowcount != 1:
+            raise StepTaken(step)  # leaving the transaction by it stores no request
