@@ -8,9 +8,7 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 
-from bot.core.answers import Reply
-from bot.core.api import NeedsBreakGlass
-from bot.core.service import CommandService
+from bot.core.api import CommandService, NeedsBreakGlass, Reply
 from bot.slack import blocks as render
 from bot.slack.interactions import ResponseUrl
 from bot.slack.messenger import Messenger, SlackDeliveryError

@@ -7,8 +7,7 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 
-from bot.core.builder_steps.runner import BuilderSteps
-from bot.core.builder_steps.start import StepStart
+from bot.core.api import BuilderSteps, StepStart
 from bot.redact import register_secret
 from handlers.commands import internal_error
 from handlers.payloads import FunctionExecuted, parse

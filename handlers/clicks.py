@@ -8,8 +8,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bot.core.answers import Reply
-from bot.core.api import Decision
+from bot.core.api import Decision, Reply
 from bot.slack import blocks as render
 from bot.slack.interactions import Respond, ResponseUrl, Route, Whisper, open_form, tell
 from bot.slack.messenger import Messenger

@@ -7,11 +7,16 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 
-from bot.core.answers import Reply, error, store_unavailable
-from bot.core.api import StoreUnavailable
-from bot.core.ask.forms import FormRequest
-from bot.core.service import CommandService
-from bot.core.timeline import TimelineRequest, building
+from bot.core.api import (
+    CommandService,
+    FormRequest,
+    Reply,
+    StoreUnavailable,
+    TimelineRequest,
+    building,
+    error,
+    store_unavailable,
+)
 from bot.slack import blocks as render
 from bot.slack.interactions import ResponseUrl, tell
 from bot.slack.messenger import Messenger, OpenedView, SlackDeliveryError

@@ -7,10 +7,7 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 
-from bot.core.answers import Reply
-from bot.core.api import NeedsBreakGlass
-from bot.core.home import HomeActions
-from bot.core.home_refresh import HomeRefresher
+from bot.core.api import HomeActions, HomeRefresher, NeedsBreakGlass, Reply
 from bot.slack import blocks as render
 from bot.slack.home import SHOW_ACTION_ID
 from bot.slack.interactions import DirectMessage, open_form, tell

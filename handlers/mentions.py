@@ -7,8 +7,7 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 
-from bot.core.service import CommandService
-from bot.core.timeline import TimelineRequest
+from bot.core.api import CommandService, TimelineRequest
 from bot.slack.interactions import Post, Route, Whisper, tell
 from bot.slack.messenger import Messenger
 from bot.slack.timeline import TimelineSender

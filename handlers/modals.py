@@ -8,10 +8,16 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 
-from bot.core.answers import Reply, error, store_unavailable
-from bot.core.api import ChangeAsk, NeedsBreakGlass, StoreUnavailable
-from bot.core.ask.forms import SubmissionErrors
-from bot.core.service import CommandService
+from bot.core.api import (
+    ChangeAsk,
+    CommandService,
+    NeedsBreakGlass,
+    Reply,
+    StoreUnavailable,
+    SubmissionErrors,
+    error,
+    store_unavailable,
+)
 from bot.slack import blocks as render
 from bot.slack.deadline import Deadline
 from bot.slack.interactions import DirectMessage, Whisper, modal_metadata, tell

@@ -8,9 +8,7 @@ from typing import Any
 
 from slack_bolt.async_app import AsyncApp
 
-from bot.core.api import RemediationDesk
-from bot.core.ask.forms import FormKind, FormRequest
-from bot.core.service import CommandService
+from bot.core.api import CommandService, FormKind, FormRequest, RemediationDesk
 from bot.slack import watch_blocks as render
 from bot.slack.blocks import error as render_error
 from bot.slack.interactions import Whisper, modal_metadata, tell

@@ -39,3 +39,9 @@ def test_the_change_workflow_imports_no_reader_of_commands(graph: grimp.ImportGr
     """The workflow takes a ChangeAsk as it is: it never reads a command's text again."""
     readers = ("bot.core.ask.grammar", "bot.core.ask.reading", "bot.core.ask.forms")
     assert _arrows(graph, "bot.core.requests", readers) == []
+
+
+def test_handlers_import_the_core_only_through_its_front_door(graph: grimp.ImportGraph) -> None:
+    """Any module of bot.core but bot.core.api, a room added later included."""
+    rooms = tuple(m for m in graph.find_children("bot.core") if m != "bot.core.api")
+    assert _arrows(graph, "handlers", rooms) == []
