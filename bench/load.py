@@ -227,7 +227,8 @@ class LagMonitor:
             self.lags.append(max(0.0, loop.time() - due))
 
 
-AppName = Literal["gpuops", "compare", "bare"]
+# "postgres": gpuops serve replicas on PostgreSQL (bench.postgres); the others on SQLite
+AppName = Literal["gpuops", "compare", "bare", "postgres"]
 
 
 @dataclass
@@ -246,6 +247,11 @@ class LevelOutcome:
     counted: dict[str, float | None] = field(default_factory=dict)
     # CPU ms of the driver's reference workload around the level (bench.driver)
     reference_ms: float | None = None
+    # PostgreSQL levels: the server's figures (bench.postgres.ServerFigures.as_dict), the
+    # chain check after the level, and the replicas the load was spread over
+    server: dict[str, Any] = field(default_factory=dict)
+    chain: dict[str, Any] = field(default_factory=dict)
+    replicas: int = 1
 
     @property
     def acks(self) -> list[float]:

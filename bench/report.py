@@ -39,6 +39,18 @@ class Targets:
     statements_per_update: float = 6
     transactions_per_update: float = 4
     slack_calls_per_update: float = 5
+    # PostgreSQL (bench.pg_report), per update, shows left out: statements counted at the
+    # replicas, transactions at the server (pg_stat_database)
+    pg_statements_per_update: float = 6
+    pg_transactions_per_update: float = 4
+    pg_cpu_vs_sqlite: float = 1.3  # replicas' CPU per update ≤ this x SQLite's, same level
+    pg_scaling_level: int = 50  # at this concurrency, 3 replicas against 1:
+    pg_scaling_replicas: tuple[int, int] = (1, 3)
+    pg_scaling_throughput: float = 2.5  # updates/s ≥ this x …
+    pg_scaling_cpu: float = 1.2  # … with CPU per update (replicas + server) ≤ this x
+    # The throughput target is "not measurable here" when the bench's own processes kept
+    # at least this share of the machine's cores busy in the level with more replicas.
+    saturated_share: float = 0.9
 
     def ack_ratio_for(self, concurrency: int) -> float:
         return dict(self.ack_ratio_at).get(concurrency, self.ack_ratio)
@@ -389,11 +401,13 @@ def markdown(report: dict[str, Any]) -> str:
         )
     if "compare" in report:
         lines += ["", *compare_table(report)]
+    if "postgres" in report:
+        from bench.pg_report import markdown as pg_markdown  # it builds on this module
+
+        lines += ["", *pg_markdown(report["postgres"])]
     lines += ["", "| target | result | measured |", "|---|---|---|"]
     for check in report["checks"]:
-        lines.append(
-            f"| {check['target']} | {'ok' if check['ok'] else '**MISSED**'} | {check['detail']} |"
-        )
+        lines.append(f"| {check['target']} | {verdict(check)} | {check['detail']} |")
     retried = [f"@{lv['concurrency']}: {lv['attempts']}" for lv in report["levels"]]
     if any(lv["attempts"] > 1 for lv in report["levels"]):
         lines += [
@@ -421,6 +435,13 @@ def markdown(report: dict[str, Any]) -> str:
         ]
     lines.append("")
     return "\n".join(lines)
+
+
+def verdict(check: dict[str, Any]) -> str:
+    """A check's result as the table shows it."""
+    if check.get("not_measurable"):
+        return "not measurable here"
+    return "ok" if check["ok"] else "**MISSED**"
 
 
 def _costs(entry: dict[str, Any]) -> str:

@@ -36,6 +36,7 @@ import psutil  # type: ignore[import-untyped]
 from sqlalchemy import event
 from sqlalchemy.engine import Connection
 
+from bench.postgres import ADMIN_DSN, create_database, database_url, drop_database
 from bench.scale_children import Probe, audit_runs, startup_seconds, watch_rounds
 from bench.scale_preload import Template, preload, read_template, with_values
 from bench.scale_report import Targets, checks, table
@@ -80,9 +81,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--open", default="10,1k,10k", help="open and scheduled requests")
     parser.add_argument("--watch-every", type=float, default=15.0, help="watch interval, s")
     parser.add_argument("--watch-rounds", type=int, default=2)
+    parser.add_argument("--startup-runs", type=int, default=2, help="the quickest is kept")
     parser.add_argument("--reps", type=int, default=9, help="runs of each figure (median)")
+    parser.add_argument(
+        "--backend",
+        choices=("sqlite", "postgresql"),
+        default="sqlite",
+        help="the history's store (postgresql: a database of its own per size on "
+        "127.0.0.1:5432, created and dropped)",
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--workdir", type=Path, default=None, help="keep the stores here")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="take the SQLite stores a run left in --workdir as they are (no new preload)",
+    )
     return parser.parse_args(argv)
 
 
@@ -138,7 +152,9 @@ class Session:
             policy_yaml=policy,
             database_url=database_url,
             poll_seconds=0,
-            transition_seconds=0.05,
+            # Settled at once: an update's polls until steady, and so its CPU, do not depend
+            # on how long the machine took between them.
+            transition_seconds=0.0,
             sweep_seconds=3600,
             extra_settings={"gpuops_schedule_tick_seconds": 3600},
         )
@@ -252,19 +268,41 @@ async def history_size(
     size: int, template: Template, workdir: Path, args: argparse.Namespace, fake: FakeSlack
 ) -> dict[str, Any]:
     """Every figure of one history size (see the module docstring)."""
-    path = workdir / f"history-{size}.db"
-    url = f"sqlite:///{path}"
+    if args.backend == "sqlite":
+        return await _history_in(
+            f"sqlite:///{workdir / f'history-{size}.db'}", size, template, workdir, args, fake
+        )
+    name = await create_database(ADMIN_DSN, f"scale{size}")
+    try:
+        return await _history_in(database_url(ADMIN_DSN, name), size, template, workdir, args, fake)
+    finally:
+        await drop_database(ADMIN_DSN, name)
+
+
+async def _history_in(
+    url: str,
+    size: int,
+    template: Template,
+    workdir: Path,
+    args: argparse.Namespace,
+    fake: FakeSlack,
+) -> dict[str, Any]:
     now = datetime.now(UTC)
+    reused = args.reuse and _stored(url)
     store = await Store.open(url)
     try:
-        seconds = await preload(store, template, size, now, people=(DAVE, ALICE))
+        seconds = 0.0
+        if not reused:
+            seconds = await preload(store, template, size, now, people=(DAVE, ALICE))
+        await clear_waiting(store)
         await add_waiting(store, template, 10, now)
     finally:
         await store.close()
-    print(f"  history {size:>9,}: preloaded in {seconds:.1f} s", flush=True)
+    print(f"  history {size:>9,}: preloaded in {seconds:.1f} s{' (reused)' * reused}", flush=True)
     result: dict[str, Any] = {"requests": size, "audit_entries": size * 3, "preload_s": seconds}
     result["audit"] = {k: v.as_json() for k, v in audit_runs(url, workdir).items()}
-    wall, cpu = await startup_seconds(_serve_env(url, fake), workdir)
+    env = _serve_env(url, fake, workdir)
+    wall, cpu = await startup_seconds(env, workdir, runs=args.startup_runs)
     result["startup_s"], result["startup_cpu_s"] = round(wall, 3), round(cpu, 3)
     session = await Session.start(url, workdir)
     try:
@@ -276,16 +314,21 @@ async def history_size(
     return result
 
 
+def _stored(url: str) -> bool:
+    """A SQLite store a run left (``--reuse``)."""
+    return url.startswith("sqlite:///") and Path(url.removeprefix("sqlite:///")).exists()
+
+
 def _open_series_size(args: argparse.Namespace) -> int:
-    """The history size the open-request series runs at: 10k if asked for, else the first."""
+    """The history size the open-request series runs at: 10k if asked for, else the largest."""
     sizes = _counts(args.sizes)
-    return 10_000 if 10_000 in sizes else sizes[0]
+    return 10_000 if 10_000 in sizes else max(sizes)
 
 
-def _serve_env(url: str, fake: FakeSlack) -> dict[str, str]:
+def _serve_env(url: str, fake: FakeSlack, workdir: Path) -> dict[str, str]:
     from bot.local.demo.stack import DEMO_BOT_TOKEN, DEMO_SIGNING_SECRET
 
-    policy = Path(url.removeprefix("sqlite:///")).with_suffix(".policy.yml")
+    policy = workdir / "startup-policy.yml"
     policy.write_text(DEMO_POLICY)
     return {
         "SLACK_BOT_TOKEN": DEMO_BOT_TOKEN,
@@ -322,7 +365,7 @@ async def _history_ops(session: Session, reps: int) -> dict[str, dict[str, float
     }
     figures = {}
     for name, op in ops.items():
-        few = max(3, reps // 3) if name.startswith(("update", "timeline_7d_notify")) else reps
+        few = max(3, reps // 3) if name == "timeline_7d_notify" else reps
         figures[name] = await measure(store, op, few)
     return figures
 
@@ -419,21 +462,19 @@ async def watcher_at(clusters: int, every: float, rounds: int, workdir: Path) ->
         probe = Probe(child.base_url)
         probe.start()
         proc = psutil.Process(child.proc.pid)
-        cpu_before = sum(proc.cpu_times()[:2])
         seen = await watch_rounds(
-            lambda: (len(sim.calls(route="list")), len(sim.requests), 0),
-            every,
-            rounds + 1,  # the first may have begun before the sampling
+            lambda: (len(sim.calls(route="list")), len(sim.requests)),
+            rounds,
+            lambda: float(sum(proc.cpu_times()[:2])),
             within=every * (rounds + 3) + 120,
         )
-        cpu = sum(proc.cpu_times()[:2]) - cpu_before
         probe.stop()
     finally:
         await child.stop()
         await bench.stop_fakes()
-    durations = [end - start for start, end in zip(seen.starts, seen.ends, strict=False)][1:]
-    calls = seen.calls[1:]
-    per_round_cpu = cpu / max(1, len(seen.ends))
+    durations = [end - start for start, end in zip(seen.starts, seen.ends, strict=False)]
+    calls = seen.calls
+    per_round_cpu = seen.cpu / max(1, len(seen.ends))  # whole intervals, idle time included
     return {
         "clusters": clusters,
         "every_s": every,
@@ -472,7 +513,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         )
     return {
         "generated_at": datetime.now(UTC).isoformat(),
-        "backend": "sqlite",
+        "backend": args.backend,
         "config": {k: str(v) for k, v in vars(args).items()},
         "history": history,
         "clusters": clusters,
@@ -485,10 +526,11 @@ def main(argv: list[str] | None = None) -> int:
     report = asyncio.run(run(args))
     report["checks"] = checks(report, Targets())
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "scale.json").write_text(json.dumps(report, indent=2) + "\n")
+    name = "scale.json" if args.backend == "sqlite" else f"scale-{args.backend}.json"
+    (args.out / name).write_text(json.dumps(report, indent=2) + "\n")
     print()
     print(table(report))
-    print(f"written to {args.out / 'scale.json'}")
+    print(f"written to {args.out / name}")
     missed = [c for c in report["checks"] if not c["ok"]]
     if missed:
         print(f"\n{len(missed)} target(s) missed:", file=sys.stderr)

@@ -6,11 +6,13 @@ child's own ``ru_maxrss``, from ``os.wait4``), and watcher rounds at many cluste
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,18 +46,39 @@ class ChildRun:
         }
 
 
+# Forks ``argv`` from a small interpreter and writes the child's own rusage to a file. A
+# child forked from the bench itself would report the bench's size as its peak: the pages
+# it shares with its parent until exec count in its ``ru_maxrss``.
+_LAUNCHER = """
+import json, os, sys
+out, argv = sys.argv[1], sys.argv[2:]
+pid = os.fork()
+if pid == 0:
+    os.execvp(argv[0], argv)
+_, status, usage = os.wait4(pid, 0)
+with open(out, "w") as f:
+    json.dump({"code": os.waitstatus_to_exitcode(status), "cpu": usage.ru_utime + usage.ru_stime,
+               "maxrss_kib": usage.ru_maxrss}, f)
+"""
+
+
 def run_measured(argv: list[str], env: dict[str, str], cwd: Path) -> ChildRun:
-    """Run ``argv`` to its end, stdout discarded; its own rusage (not all children's)."""
+    """Run ``argv`` to its end, stdout discarded: wall time, and its own CPU and peak RSS."""
+    report = cwd / "rusage.json"
     started = time.perf_counter()
     with open(os.devnull, "wb") as sink:
-        proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=sink, stderr=subprocess.PIPE)
-        _, status, usage = os.wait4(proc.pid, 0)
+        subprocess.run(
+            [sys.executable, "-c", _LAUNCHER, str(report), *argv],
+            env=env,
+            cwd=cwd,
+            stdout=sink,
+            stderr=subprocess.DEVNULL,
+            check=True,
+        )
     wall = time.perf_counter() - started
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.stderr is not None:
-        proc.stderr.close()
+    usage = json.loads(report.read_text())
     # Linux reports ru_maxrss in KiB.
-    return ChildRun(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024, proc.returncode)
+    return ChildRun(wall, usage["cpu"], usage["maxrss_kib"] * 1024, usage["code"])
 
 
 def audit_runs(database_url: str, workdir: Path) -> dict[str, ChildRun]:
@@ -125,42 +148,45 @@ class Probe:
 
 @dataclass
 class Rounds:
-    """Watcher rounds seen at the simulator: when each list call came, and how many
-    provider calls (all routes) came between it and the next."""
+    """Watcher rounds seen at the simulator: each begins with a list call and ends with the
+    last provider call before the next one (the rest of the interval is idle)."""
 
     starts: list[float] = field(default_factory=list)
     ends: list[float] = field(default_factory=list)
     calls: list[int] = field(default_factory=list)
+    cpu: float = 0.0  # the child's CPU seconds from the first round's start to the next's
 
 
 async def watch_rounds(
-    calls_of: Any, every: float, rounds: int, *, sample: float = 0.05, within: float = 300.0
+    calls_of: Callable[[], tuple[int, int]],
+    rounds: int,
+    cpu_of: Callable[[], float] = lambda: 0.0,
+    *,
+    sample: float = 0.05,
+    within: float = 300.0,
 ) -> Rounds:
-    """Sample ``calls_of()`` → (list calls, all calls) until ``rounds`` rounds have ended
-    (a round ends when its calls stop growing, or the next list call arrives)."""
+    """Sample ``calls_of()`` → (list calls, all calls) until ``rounds`` whole rounds were
+    seen (the one under way when sampling began is left out)."""
     seen = Rounds()
     deadline = time.perf_counter() + within
-    last_lists, last_total, round_calls = calls_of()
-    last_growth = time.perf_counter()
-    open_round = False
+    last_lists, last_total = calls_of()
+    last_growth, round_calls, cpu_at_start = time.perf_counter(), 0, 0.0
     while time.perf_counter() < deadline:
         await asyncio.sleep(sample)
-        lists, total, _ = calls_of()
+        lists, total = calls_of()
         now = time.perf_counter()
-        if lists > last_lists:  # a new round began
-            if open_round:
+        if lists > last_lists:  # a round began: the one before ended at its last call
+            if seen.starts:
                 seen.ends.append(last_growth)
                 seen.calls.append(round_calls)
+                if len(seen.ends) >= rounds:
+                    seen.cpu = cpu_of() - cpu_at_start
+                    return seen
+            else:
+                cpu_at_start = cpu_of()
             seen.starts.append(now)
-            open_round, round_calls = True, 0
-            last_lists = lists
+            round_calls, last_lists = 0, lists
         if total > last_total:
             round_calls += total - last_total
             last_total, last_growth = total, now
-        elif open_round and now - last_growth > min(2.0, every / 3):
-            seen.ends.append(last_growth)
-            seen.calls.append(round_calls)
-            open_round = False
-            if len(seen.ends) >= rounds:
-                return seen
     raise RuntimeError(f"saw {len(seen.ends)} of {rounds} watcher rounds within {within} s")

@@ -94,6 +94,7 @@ def _requests(
             last_transition=None,
             run_at=None,
             expires_at=None,
+            follow_until=created + timedelta(minutes=32),  # followed for 30 min after it ran
             revert_of=None,
             revert_slot=None,
             step_id="",

@@ -13,19 +13,21 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.config import ConfigError, Settings
-from bot.core.guardrails.config import Freeze
 from bot.core.guardrails.freezes import current_or_next, when
 from bot.core.policy import (
     Policy,
     PolicyError,
+    PolicyHolder,
     ProjectCommon,
     describe_grants,
     load_policy,
     unmeetable_rules,
 )
+from bot.core.policy.guardrails import Freeze
+from bot.core.policy.watch import WatchConfig
 from bot.core.registry import AdapterRegistry
-from bot.core.watch.config import WatchConfig
-from bot.providers.base import SupportsProbe
+from bot.providers.base import ProviderDescriptor, SupportsProbe
+from bot.providers.catalog import Catalog
 from bot.providers.errors import ProviderError
 from bot.providers.probe import differences
 from bot.redact import redact, register_secret
@@ -41,7 +43,8 @@ class Checked:
     policy: Policy | None
 
 
-def check_offline(settings: Settings) -> Checked:
+def check_offline(settings: Settings, catalog: Catalog) -> Checked:
+    """The environment and the policy (validated against ``catalog``'s providers)."""
     errors: list[str] = []
     try:
         settings.require_for("check")
@@ -49,7 +52,7 @@ def check_offline(settings: Settings) -> Checked:
         errors += exc.problems
     policy: Policy | None = None
     try:
-        policy = load_policy(settings.gpuops_policy)
+        policy = load_policy(settings.gpuops_policy, catalog)
     except PolicyError as exc:
         errors += exc.problems
     if policy is not None:
@@ -57,18 +60,20 @@ def check_offline(settings: Settings) -> Checked:
     return Checked(errors, policy)
 
 
-def run_check_config(settings: Settings, out: TextIO, now: datetime | None = None) -> int:
+def run_check_config(
+    settings: Settings, catalog: Catalog, out: TextIO, now: datetime | None = None
+) -> int:
     """Check everything, print a report to ``out`` (freezes as of ``now``, default the
     present); 0 when all is well, else 1."""
-    checked = check_offline(settings)
+    checked = check_offline(settings, catalog)
     if checked.policy is not None:
         _print_policy(settings, checked.policy, out, now or datetime.now(UTC))
     return _print_errors(checked.errors, out)
 
 
-async def run_check_config_online(settings: Settings, out: TextIO) -> int:
+async def run_check_config_online(settings: Settings, catalog: Catalog, out: TextIO) -> int:
     """The offline check, then one line per check against Slack and the providers."""
-    checked = check_offline(settings)
+    checked = check_offline(settings, catalog)
     if checked.policy is not None:
         _print_policy(settings, checked.policy, out, datetime.now(UTC))
     print("\nonline checks:", file=out)
@@ -174,9 +179,9 @@ async def _membership(client: AsyncWebClient, channel: str, projects: list[str])
 async def _provider_checks(settings: Settings, policy: Policy) -> list[OnlineCheck]:
     environment = settings.environment()
     registry = AdapterRegistry(
-        policy,
+        PolicyHolder(policy),
         env=environment,
-        base_urls=settings.base_urls(),
+        base_urls=settings.base_urls(policy.catalog),
         client_settings=settings.client_settings(),
     )
     missing = {m.project: m.variable for m in registry.missing_credentials()}
@@ -243,7 +248,7 @@ def _print_policy(settings: Settings, policy: Policy, out: TextIO, now: datetime
             project.section.detail(),
             ", ".join(credential_variables(project)),
             project.notify_channel or "-",
-            _watch_detail(project.watch),
+            _watch_detail(project.watch, project.descriptor),
         ]
         for name, project in sorted(policy.projects.items())
     ]
@@ -334,14 +339,15 @@ def _freeze_state(freeze: Freeze, now: datetime) -> str:
     return f"next {when(window.start)} to {when(window.end)}"
 
 
-def _watch_detail(watch: WatchConfig | None) -> str:
-    """``every 60 s: status, remediations, reminders 24h/1h`` or ``off``."""
+def _watch_detail(watch: WatchConfig | None, provider: ProviderDescriptor) -> str:
+    """``every 60 s: status, remediations, reminders 24h/1h`` or ``off``: what the watcher
+    will do, so only what the provider has (its descriptor's capabilities) besides status."""
     if watch is None:
         return "off"
-    parts = [
-        name for name, on in (("status", watch.status), ("remediations", watch.remediations)) if on
-    ]
-    if watch.reservation_reminders:
+    parts = ["status"] if watch.status else []
+    if watch.remediations and provider.has("remediations"):
+        parts.append("remediations")
+    if watch.reservation_reminders and provider.has("reservations"):
         parts.append("reminders " + "/".join(watch.reservation_reminders))
     return f"every {watch.every_seconds} s: {', '.join(parts) or 'nothing'}"
 

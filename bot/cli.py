@@ -8,10 +8,13 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot.logs import LOG_FORMATS, configure_logging
 from bot.serving import serve, settings_or_exit, socket_mode
+
+if TYPE_CHECKING:
+    from bot.providers.catalog import Catalog
 
 DEFAULT_PORT = 3000
 # What ``gpuops --help`` shows (the module docstring is for readers of the code).
@@ -189,7 +192,7 @@ def _listen_arguments(parser: argparse.ArgumentParser, what: str) -> None:
     )
 
 
-def _check_config(policy: str | None, online: bool) -> int:
+def _check_config(policy: str | None, online: bool, catalog: Catalog) -> int:
     from pathlib import Path
 
     from bot.check_config import run_check_config, run_check_config_online
@@ -200,9 +203,9 @@ def _check_config(policy: str | None, online: bool) -> int:
     if policy is not None:
         settings = settings.model_copy(update={"gpuops_policy": Path(policy)})
     if not online:
-        return run_check_config(settings, sys.stdout)
+        return run_check_config(settings, catalog, sys.stdout)
     configure_logging("ERROR", "text")  # the report is the output; libraries stay quiet
-    return asyncio.run(run_check_config_online(settings, sys.stdout))
+    return asyncio.run(run_check_config_online(settings, catalog, sys.stdout))
 
 
 def _demo(script: str | None, tour: bool, socket: bool) -> int:
@@ -218,9 +221,9 @@ def _demo(script: str | None, tour: bool, socket: bool) -> int:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = _parser().parse_args(argv)
-    _check_providers()
+    catalog = _providers()
     if args.command == "check-config":
-        raise SystemExit(_check_config(args.policy, args.online))
+        raise SystemExit(_check_config(args.policy, args.online, catalog))
     if args.command == "demo":
         _configure_logging(args.log_level or "WARNING")
         raise SystemExit(_demo(args.script, not args.no_tour, args.socket))
@@ -231,9 +234,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     _configure_logging(args.log_level or _env("GPUOPS_LOG_LEVEL") or "INFO")
     try:
         if args.command == "serve":
-            asyncio.run(serve(args.host, args.port))
+            asyncio.run(serve(args.host, args.port, catalog))
         elif args.command == "socket":
-            asyncio.run(socket_mode(args.host, args.port))
+            asyncio.run(socket_mode(args.host, args.port, catalog))
         else:
             asyncio.run(_simulate(args.host, args.port, args.transition_seconds))
     except KeyboardInterrupt:
@@ -244,14 +247,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(f"gpuops: {redact(str(exc))}") from None
 
 
-def _check_providers() -> None:
-    """Every command needs the providers: one installed package that registers a broken
-    one is named in one line, before anything imports it in passing."""
-    from bot.providers.catalog import CatalogError, descriptors
+def _providers() -> Catalog:
+    """The provider catalog, read once here and handed on. Every command needs it: one
+    installed package that registers a broken provider is named in one line."""
+    from bot.providers.catalog import CatalogError
+    from bot.providers.installed import load_catalog
     from bot.redact import redact
 
     try:
-        descriptors()
+        return load_catalog()
     except CatalogError as exc:
         raise SystemExit(f"gpuops: {redact(str(exc))}") from None
 

@@ -18,7 +18,7 @@ from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_valid
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bot.errors import GpuopsError
-from bot.providers import catalog
+from bot.providers.catalog import Catalog
 from bot.providers.http import ClientSettings
 
 Mode = Literal["serve", "socket", "demo", "check"]
@@ -225,13 +225,13 @@ class Settings(BaseSettings):
         if problems:
             raise ConfigError(problems)
 
-    def base_urls(self) -> dict[str, str]:
+    def base_urls(self, catalog: Catalog) -> dict[str, str]:
         """Each provider's base URL, by provider name: the one given here, else its
         ``<NAME>_BASE_URL`` variable (environment, then ``.env``), else its default. A URL
         that is not http(s) raises ConfigError naming the variable (never the value)."""
         urls: dict[str, str] = {}
         problems: list[str] = []
-        for provider in catalog.descriptors():
+        for provider in catalog:
             variable = provider.base_url_variable
             raw = self.gpuops_provider_base_urls.get(provider.name) or self.credential(variable)
             try:
@@ -285,9 +285,10 @@ def _token_problems(token: SecretStr | None, variable: str, prefix: str, mode: M
     return []
 
 
-def load_settings(**overrides: Any) -> Settings:
+def load_settings(catalog: Catalog, **overrides: Any) -> Settings:
     """Build Settings, turning validation errors into a ConfigError that names each
-    environment variable and never repeats the value it holds."""
+    environment variable and never repeats the value it holds (the base URL of each of
+    ``catalog``'s providers included)."""
     try:
         settings = Settings(**overrides)
     except ValidationError as exc:
@@ -297,5 +298,5 @@ def load_settings(**overrides: Any) -> Settings:
             message = error["msg"].removeprefix("Value error, ")
             problems.append(f"{variable}: {message}")
         raise ConfigError(problems) from None
-    settings.base_urls()  # a bad provider URL is refused at start, like any setting
+    settings.base_urls(catalog)  # a bad provider URL is refused at start, like any setting
     return settings

@@ -25,8 +25,8 @@ from bot.core.builder_steps.completer import StepCompleter
 from bot.core.builder_steps.runner import BuilderSteps
 from bot.core.home import HomeActions, HomeBuilder
 from bot.core.home_refresh import FanOutNotifier, HomeRefresher
-from bot.core.policy import Policy, load_policy
-from bot.core.policy_reload import PolicyRejected, PolicyReloader, ReloadResult
+from bot.core.policy import Policy, PolicyHolder, load_policy
+from bot.core.policy.reload import PolicyRejected, PolicyReloader, ReloadResult
 from bot.core.registry import AdapterRegistry
 from bot.core.requests.workflow import ChangeWorkflow
 from bot.core.service import CommandService
@@ -38,6 +38,8 @@ from bot.core.watch.remediations import RemediationDesk
 from bot.core.watch.reservations import ReminderDesk
 from bot.core.watch.watcher import Watcher
 from bot.metrics import render_metrics
+from bot.providers.catalog import Catalog
+from bot.providers.installed import load_catalog
 from bot.redact import install_log_redaction, register_secret
 from bot.signals import Hangup
 from bot.slack.app import SlackEventsEndpoint, build_bolt_app
@@ -62,7 +64,7 @@ class Runtime:
     """One running bot: its store, provider clients, core services and Bolt app."""
 
     settings: Settings
-    policy: Policy
+    holder: PolicyHolder  # the one policy in force, which a reload swaps
     store: Store
     registry: AdapterRegistry
     web_client: AsyncWebClient
@@ -86,13 +88,17 @@ class Runtime:
         env: Mapping[str, str] | None = None,
         http_transport: httpx.AsyncBaseTransport | None = None,
         instance_id: str | None = None,
+        catalog: Catalog | None = None,
     ) -> Runtime:
+        """Build the bot; ``catalog`` is the installed providers unless given (read once,
+        here: everything else is handed it)."""
         install_log_redaction()
         for secret in settings.secret_values():
             register_secret(secret)
         environment = dict(settings.environment() if env is None else env)
-        policy = load_policy(settings.gpuops_policy)
-        registry = _provider_registry(settings, policy, environment, http_transport)
+        catalog = catalog or load_catalog()
+        holder = PolicyHolder(load_policy(settings.gpuops_policy, catalog))
+        registry = _provider_registry(settings, holder, environment, http_transport)
         store = await Store.open(
             settings.gpuops_database_url,
             connect_timeout=settings.gpuops_db_connect_timeout,
@@ -102,10 +108,10 @@ class Runtime:
         web_client = build_web_client(token, settings.slack_api_url, slack_http_session())
         messenger = Messenger(web_client)
         authorizer = Authorizer(
-            policy,
+            holder,
             SlackUserGroupResolver(web_client, ttl_seconds=settings.gpuops_usergroup_cache_seconds),
         )
-        access = Access(policy=policy, authorizer=authorizer, store=store, adapter_for=registry)
+        access = Access(authorizer=authorizer, store=store, adapter_for=registry)
         home_builder = HomeBuilder(authorizer, store, registry, fleet=access.fleet)
         home_refresher = HomeRefresher(
             HomePublisher(home_builder, messenger).publish,
@@ -116,7 +122,6 @@ class Runtime:
         completer = StepCompleter(step_store, store, SlackStepPort(web_client))
         instance = instance_id or settings.gpuops_instance_id or socket.gethostname()
         workflow = ChangeWorkflow(
-            policy=policy,
             access=access,
             store=store,
             notifier=FanOutNotifier(SlackNotifier(messenger), [home_refresher, completer]),
@@ -132,7 +137,7 @@ class Runtime:
         watch_store = WatchStore(
             store, claim_takeover=timedelta(seconds=settings.gpuops_claim_takeover_seconds)
         )
-        watch_notifier = SlackWatchNotifier(messenger)
+        watch_notifier = SlackWatchNotifier(messenger, holder)
         desk = RemediationDesk(
             access=access,
             store=watch_store,
@@ -140,7 +145,7 @@ class Runtime:
             remediations_for=registry.remediations,
         )
         watcher = Watcher(
-            policy=policy,
+            holder=holder,
             store=store,
             adapter_for=registry,
             remediations=desk,
@@ -166,15 +171,15 @@ class Runtime:
         )
         reloader = PolicyReloader(
             settings.gpuops_policy,
-            _policy_applier(registry, authorizer, environment),
-            policy,
+            _policy_readier(registry, environment),
+            holder,
             after=workflow.policy_reloaded,
             kept=workflow.policy_kept,
             quiet_seconds=settings.gpuops_policy_quiet_seconds,
         )
         runtime = cls(
             settings,
-            policy,
+            holder,
             store,
             registry,
             web_client,
@@ -195,9 +200,12 @@ class Runtime:
 
     async def reload_policy(self) -> ReloadResult:
         """Read the policy file again now (SIGHUP); the old policy stays if it is invalid."""
-        result = await self.reloader.reload()
-        self.policy = self.authorizer.policy
-        return result
+        return await self.reloader.reload()
+
+    @property
+    def policy(self) -> Policy:
+        """The policy in force (the holder's)."""
+        return self.holder.current
 
     @property
     def authorizer(self) -> Authorizer:
@@ -286,24 +294,22 @@ class Runtime:
             await self.web_client.session.close()
 
 
-def _policy_applier(
-    registry: AdapterRegistry, authorizer: Authorizer, environment: Mapping[str, str]
+def _policy_readier(
+    registry: AdapterRegistry, environment: Mapping[str, str]
 ) -> Callable[[Policy], None]:
-    """Put a reloaded policy in force: its credentials must be set; then the provider
-    registry and the authorizer (which every check reads) serve it. The watcher keeps the
-    watch settings it started with until a restart."""
+    """Ready a reloaded policy before the holder swaps it in: its credentials must be set
+    (and are redacted from then on). Every reader reads the holder; the watcher polls on
+    the watch settings it started with until a restart."""
 
-    def apply(policy: Policy) -> None:
+    def ready(policy: Policy) -> None:
         missing = registry.missing_for(policy)
         if missing:
             raise PolicyRejected("; ".join(str(m) for m in missing))
         for project in policy.projects.values():
             for variable in project.section.credential_variables():
                 register_secret(environment.get(variable))
-        registry.replace_policy(policy)
-        authorizer.policy = policy
 
-    return apply
+    return ready
 
 
 def _signing_secret(settings: Settings) -> str | None:
@@ -313,20 +319,20 @@ def _signing_secret(settings: Settings) -> str | None:
 
 def _provider_registry(
     settings: Settings,
-    policy: Policy,
+    holder: PolicyHolder,
     environment: Mapping[str, str],
     http_transport: httpx.AsyncBaseTransport | None,
 ) -> AdapterRegistry:
     registry = AdapterRegistry(
-        policy,
+        holder,
         env=environment,
-        base_urls=settings.base_urls(),
+        base_urls=settings.base_urls(holder.catalog),
         client_settings=settings.client_settings(),
         http_transport=http_transport,
     )
     for missing in registry.missing_credentials():
         raise missing
-    for project in policy.projects.values():
+    for project in holder.current.projects.values():
         for variable in project.section.credential_variables():
             register_secret(environment.get(variable))
     return registry

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from aiohttp.web import AppRunner
 
+    from bot.providers.catalog import Catalog
     from bot.signals import Hangup
 
 
@@ -97,7 +98,7 @@ def listening(runner: AppRunner, host: str, port: int) -> int:
     return bound
 
 
-async def serve(host: str, port: int) -> None:
+async def serve(host: str, port: int, catalog: Catalog) -> None:
     from bot.config import Settings
     from bot.runtime import Runtime
     from bot.slack.http_server import HttpLimits, LimitedSite, limited_runner
@@ -105,7 +106,7 @@ async def serve(host: str, port: int) -> None:
     settings = settings_or_exit()
     assert isinstance(settings, Settings)
     settings.require_for("serve")
-    runtime = await Runtime.create(settings)
+    runtime = await Runtime.create(settings, catalog=catalog)
     runtime.readiness.wait_for("starting")
     limits = HttpLimits()
     runner = limited_runner(runtime.web_app(limits), limits)
@@ -126,7 +127,7 @@ async def serve(host: str, port: int) -> None:
         await runtime.close(grace=shutdown_grace(settings))
 
 
-async def socket_mode(host: str, port: int) -> None:
+async def socket_mode(host: str, port: int, catalog: Catalog) -> None:
     from aiohttp import web
 
     from bot.config import Settings
@@ -137,7 +138,7 @@ async def socket_mode(host: str, port: int) -> None:
     assert isinstance(settings, Settings)
     settings.require_for("socket")
     assert settings.slack_app_token is not None
-    runtime = await Runtime.create(settings)
+    runtime = await Runtime.create(settings, catalog=catalog)
     runtime.readiness.wait_for("starting")
     ops_app = web.Application()
     add_ops_routes(ops_app, runtime._healthy, runtime.readiness)

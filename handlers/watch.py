@@ -78,7 +78,7 @@ async def handle_open_form(click: Click, context: Any) -> None:
     if not project or not cluster_id:
         await click.answer(render_error(UNREADABLE), about="an unreadable click")
         return
-    kind: FormKind = "action" if click.action_id == render.OPEN_ACTION_FORM else "update"
+    kind: FormKind = "choice" if click.action_id == render.OPEN_ACTION_FORM else "single"
     extend = click.action_id == render.EXTEND_RESERVATION
     request = FormRequest(
         kind=kind,

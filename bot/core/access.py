@@ -16,6 +16,7 @@ from bot.core.policy import Policy, Role
 from bot.core.store import Store, StoreUnavailable
 from bot.errors import GpuopsError
 from bot.providers.base import ChangeInputError, ChangePlan, ClusterState, ProviderAdapter
+from bot.providers.catalog import Catalog
 from bot.providers.errors import ProviderError, RuleViolation
 from bot.redact import redact
 
@@ -55,10 +56,7 @@ class Access:
     """Authorization, the cluster allowlist, the audit trail and the provider lookups that
     the command service and the change workflow share."""
 
-    def __init__(
-        self, *, policy: Policy, authorizer: Authorizer, store: Store, adapter_for: AdapterLookup
-    ) -> None:
-        authorizer.policy = policy
+    def __init__(self, *, authorizer: Authorizer, store: Store, adapter_for: AdapterLookup) -> None:
         self.authorizer = authorizer
         self.store = store
         self.adapter_for = adapter_for
@@ -67,8 +65,13 @@ class Access:
 
     @property
     def policy(self) -> Policy:
-        """The policy in force (the authorizer's: a reload replaces it there)."""
-        return self.authorizer.policy
+        """The policy in force (its holder's, which a reload swaps)."""
+        return self.authorizer.holder.current
+
+    @property
+    def catalog(self) -> Catalog:
+        """The providers this process knows (the policy's schema is built from them)."""
+        return self.authorizer.holder.catalog
 
     def provider_of(self, project: str) -> str:
         cfg = self.policy.projects.get(project)
@@ -150,7 +153,9 @@ class Access:
             ) from None
         except ProviderError as exc:
             raise Refusal(
-                f"could not fetch {cluster_id}: {exc.user_message}", kind=f"provider_{exc.kind}"
+                f"could not fetch {cluster_id}: {exc.user_message}",
+                kind=f"provider_{exc.kind}",
+                field=exc.field,
             ) from None
 
     def make_plan(

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from bot.core.paging import Page
 from bot.core.policy import Role
 from bot.core.store import AuditEntry
-from bot.providers.base import ClusterSummary
+from bot.providers.base import ClusterSummary, ProviderChanges
 
 
 @dataclass(frozen=True)
@@ -53,9 +53,11 @@ class AuditListing:
 
 @dataclass(frozen=True)
 class HelpCard:
-    """What a person may do: their role in each project they can reach here (never empty)."""
+    """What a person may do: their role in each project they can reach here (never empty),
+    and what each provider of the catalog can change."""
 
     roles: Mapping[str, Role]
+    changes: Sequence[ProviderChanges]
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Protocol
 
-from bot.core.policy import Grant, Policy, Role
+from bot.core.policy import Grant, Policy, PolicyHolder, Role
 
 logger = logging.getLogger(__name__)
 
@@ -75,9 +75,14 @@ def _only_elsewhere(grants: list[Grant], project: str, needed: Role, action: str
 class Authorizer:
     """Answers "what may this user do on this project, here?" from the policy."""
 
-    def __init__(self, policy: Policy, groups: UserGroupResolver) -> None:
-        self.policy = policy
+    def __init__(self, holder: PolicyHolder, groups: UserGroupResolver) -> None:
+        self.holder = holder
         self.groups = groups
+
+    @property
+    def policy(self) -> Policy:
+        """The policy in force (read from the holder at each use: a reload swaps it)."""
+        return self.holder.current
 
     async def role_for(self, user: str, project: str, channel: str | None) -> Role | None:
         grants = await self._grants_of(user, project)

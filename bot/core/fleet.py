@@ -57,6 +57,10 @@ class FleetSnapshots:
         """The watcher polls ``project`` every ``every_seconds``: its snapshot's bound."""
         self._intervals[project] = every_seconds
 
+    def age(self, view: FleetView) -> float:
+        """How old ``view`` is now, by this store's clock."""
+        return view.age(self.clock())
+
     def max_age(self, project: str) -> float:
         return self._intervals.get(project, DEFAULT_MAX_AGE)
 

@@ -121,8 +121,10 @@ class HomeData(BaseModel):
     approval_channels: list[str] = []  # where all the waiting approvals are, shown or not
     open_requests: list[HomeRequest]
     open_total: int
+    open_total_bounded: bool = False  # more than open_total (counted only so far)
     recent: list[HomeRequest]
     recent_total: int
+    recent_total_bounded: bool = False  # more than recent_total (counted only so far)
     projects: list[HomeProject]
     requests_error: str | None = None  # the requests could not be read (the store failed)
 
@@ -230,8 +232,10 @@ class HomeBuilder:
             approval_channels=sorted({r.channel for r in approvals}),
             open_requests=[home_request(r) for r in open_page.records],
             open_total=open_page.total,
+            open_total_bounded=open_page.bounded,
             recent=[home_request(r) for r in recent_page.records],
             recent_total=recent_page.total,
+            recent_total_bounded=recent_page.bounded,
             projects=projects,
         )
 
@@ -271,7 +275,7 @@ class HomeBuilder:
             log.warning("home: listing %s failed: %s", project, redact(str(exc)))
             return "its clusters could not be listed", None
         allowed = self.authorizer.cluster_allowed
-        return [c for c in view.clusters if allowed(project, c.cluster_id)], view.age()
+        return [c for c in view.clusters if allowed(project, c.cluster_id)], self.fleet.age(view)
 
     def _project(
         self, name: str, listed: list[ClusterSummary] | str, as_of: float | None = None

@@ -55,7 +55,7 @@ class Queries:
                 roles[project] = role
         if not roles:
             return notice(await self._no_access_here(user))
-        return Reply(HelpCard(roles))
+        return Reply(HelpCard(roles, tuple(self.access.catalog.provider_changes().values())))
 
     async def _no_access_here(self, user: str) -> str:
         """No access here: where the person's grants do hold, or how to get one."""
@@ -135,7 +135,9 @@ class Queries:
         except MissingCredential as exc:
             return str(exc), None
         allowed = self.authorizer.cluster_allowed
-        return [c for c in view.clusters if allowed(project, c.cluster_id)], view.age()
+        return [c for c in view.clusters if allowed(project, c.cluster_id)], self.access.fleet.age(
+            view
+        )
 
     async def cluster(self, user: str, channel: str, project: str, cluster_id: str) -> ClusterState:
         """A cluster the person may view, fetched now."""

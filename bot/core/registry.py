@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 
 import httpx
 
-from bot.core.policy import Policy, ProjectCommon
+from bot.core.policy import Policy, PolicyHolder, ProjectCommon
 from bot.errors import GpuopsError
 from bot.providers.base import (
     Connection,
@@ -14,7 +14,6 @@ from bot.providers.base import (
     RemediationDecisions,
     SupportsRemediations,
 )
-from bot.providers.catalog import descriptor
 from bot.providers.http import ClientSettings, ProviderTransport
 
 
@@ -26,49 +25,43 @@ class MissingCredential(GpuopsError, LookupError):
 
 
 class AdapterRegistry:
+    """One adapter per project of the policy in force (read from its holder at each use);
+    a project whose settings a reload changed gets a new one on next use."""
+
     def __init__(
         self,
-        policy: Policy,
+        holder: PolicyHolder,
         *,
         env: Mapping[str, str],
         base_urls: Mapping[str, str],
         client_settings: ClientSettings,
         http_transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.policy = policy
+        self.holder = holder
         self.env = env
         self.base_urls = dict(base_urls)  # provider → its base URL (settings or default)
         self.client_settings = client_settings
         self.http_transport = http_transport
         self._transports: dict[tuple[str, ...], ProviderTransport] = {}
-        self._adapters: dict[str, ProviderAdapter] = {}
+        # project → its adapter and the project settings it was built from
+        self._adapters: dict[str, tuple[ProjectCommon, ProviderAdapter]] = {}
+
+    @property
+    def policy(self) -> Policy:
+        """The policy in force (its holder's)."""
+        return self.holder.current
 
     def missing_credentials(self) -> list[MissingCredential]:
-        missing = []
-        for name, project in self.policy.projects.items():
-            needed = project.section.credential_variables()
-            missing += [MissingCredential(name, v) for v in needed if not self.env.get(v)]
-        return missing
+        """The credentials the policy in force names that the environment lacks."""
+        return self.missing_for(self.policy)
 
     def missing_for(self, policy: Policy) -> list[MissingCredential]:
         """The credentials ``policy`` names that the environment lacks."""
-        current, self.policy = self.policy, policy
-        try:
-            return self.missing_credentials()
-        finally:
-            self.policy = current
-
-    def replace_policy(self, policy: Policy) -> None:
-        """Serve ``policy`` from now on: adapters of projects whose settings changed (or that
-        are gone) are built again on next use; their HTTP clients stay shared by key."""
-        changed = [
-            name
-            for name in self._adapters
-            if policy.projects.get(name) != self.policy.projects.get(name)
-        ]
-        for name in changed:
-            del self._adapters[name]
-        self.policy = policy
+        missing = []
+        for name, project in policy.projects.items():
+            needed = project.section.credential_variables()
+            missing += [MissingCredential(name, v) for v in needed if not self.env.get(v)]
+        return missing
 
     def _secret(self, project: str, variable: str) -> str:
         value = self.env.get(variable)
@@ -80,10 +73,14 @@ class AdapterRegistry:
         return self.get(project)
 
     def get(self, project: str) -> ProviderAdapter:
-        adapter = self._adapters.get(project)
-        if adapter is None:
-            adapter = self._build(project)
-            self._adapters[project] = adapter
+        """The project's adapter, built again when a reload changed its settings (its HTTP
+        clients stay shared by key)."""
+        config = self.policy.projects[project]
+        built = self._adapters.get(project)
+        if built is not None and built[0] == config:
+            return built[1]
+        adapter = self._build(project, config)
+        self._adapters[project] = (config, adapter)
         return adapter
 
     def remediations(self, project: str) -> RemediationDecisions:
@@ -93,9 +90,8 @@ class AdapterRegistry:
             raise ValueError(f"project {project}: its provider has no remediations")
         return adapter.remediations()
 
-    def _build(self, name: str) -> ProviderAdapter:
-        project = self.policy.projects[name]
-        provider = descriptor(project.provider)
+    def _build(self, name: str, project: ProjectCommon) -> ProviderAdapter:
+        provider = project.descriptor
         secrets = {v: self._secret(name, v) for v in project.section.credential_variables()}
         connection = Connection(
             project=name,
@@ -111,7 +107,7 @@ class AdapterRegistry:
     def _base_url(self, project: ProjectCommon) -> str:
         if project.base_url:
             return project.base_url
-        default = descriptor(project.provider).default_base_url
+        default = project.descriptor.default_base_url
         return self.base_urls.get(project.provider, default)
 
     def _shared(

@@ -35,7 +35,6 @@ from bot.core.timeline import Timeline, TimelineRequest
 from bot.logs import log_context
 from bot.metrics import COMMANDS
 from bot.pacing import Pacer
-from bot.providers import catalog
 
 log = logging.getLogger(__name__)
 
@@ -234,7 +233,7 @@ class CommandService:
         provider = self.access.provider_of(command.project)
         await self.access.require(user, command.project, channel, Role.operator)
         self.access.require_cluster_allowed(command.project, command.cluster_id)
-        owner = catalog.descriptor(provider)
+        owner = self.access.catalog.descriptor(provider)
         if owner.verb != command.name:
             raise Refusal(
                 f"{command.project} is {owner.article} {owner.title} project: "
@@ -273,7 +272,7 @@ class CommandService:
 
     async def _handle_mention(self, user: str, channel: str, text: str) -> Reply | TimelineRequest:
         try:
-            command = parse_command(text)
+            command = parse_command(text, self.access.catalog)
         except UsageError as exc:
             COMMANDS.labels("mention", "refused").inc()
             return error(str(exc))

@@ -81,6 +81,10 @@ class Timeline:
         notify = [p for p in projects if policy[p].notify_channel == channel]
         return TimelineRequest(user, channel, start, now, tuple(projects), tuple(notify))
 
+    def provider_title(self, project: str | None) -> str:
+        """How people name the project's provider (its descriptor's title)."""
+        return self.access.policy.provider_title(project)
+
     async def write(self, request: TimelineRequest, out: BinaryIO) -> int:
         """Write the Markdown file to ``out``; how many events it lists."""
         _write(out, _header(request))
@@ -97,7 +101,7 @@ class Timeline:
                 limit=PAGE_SIZE,
             )
             for event in page:
-                line = event_line(event)
+                line = event_line(event, self.provider_title)
                 if line is not None:
                     _write(out, f"- {line}\n")
                     count += 1
@@ -154,11 +158,16 @@ def _footer(count: int) -> str:
     )
 
 
-def event_line(event: ChannelEvent) -> str | None:
+def event_line(event: ChannelEvent, provider_title: Callable[[str | None], str]) -> str | None:
     """``2026-12-01 09:21:04Z · …`` for one event; None for an entry that is not the
-    channel's story (a person's refused click or command)."""
+    channel's story (a person's refused click or command). ``provider_title`` names a
+    project's provider as its descriptor does."""
     entry = event.entry
-    what = _request_text(event) if entry.request_id else _watch_text(entry)
+    what = (
+        _request_text(event)
+        if entry.request_id
+        else _watch_text(entry, provider_title(entry.project))
+    )
     if what is None:
         return None
     return f"{entry.at.strftime('%Y-%m-%d %H:%M:%SZ')} · {what} · `#{entry.short_hash}`"
@@ -224,7 +233,7 @@ def _request_text(event: ChannelEvent) -> str | None:
     return None
 
 
-def _watch_text(entry: AuditEntry) -> str | None:
+def _watch_text(entry: AuditEntry, provider: str) -> str | None:
     detail, where = entry.detail, f"{md(entry.cluster_id or '?')} ({md(entry.project or '?')})"
     node = md(detail.get("node", "?"))
     if entry.event == "health_alert":
@@ -233,14 +242,15 @@ def _watch_text(entry: AuditEntry) -> str | None:
         before, now = md(detail.get("previous_status")), md(detail.get("status"))
         return f"health alert: {where} went {before} → {now}"
     if entry.event == "remediation_posted":
-        return f"remediation proposed by Together for node {node} of {where}, awaiting approval"
+        proposed = f"remediation proposed by {md(provider)} for node {node} of {where}"
+        return f"{proposed}, awaiting approval"
     if entry.event in ("remediation_approve", "remediation_reject"):
         verb = "approval" if entry.event.endswith("approve") else "rejection"
         said = f" ({md(detail['detail'])})" if detail.get("detail") else ""
         outcome, by = md(entry.outcome), person(entry.actor)
         return f"remediation of node {node} of {where}: {verb} by {by} — {outcome}{said}"
     if entry.event == "remediation_decided_elsewhere":
-        return f"remediation on {where} decided at Together: {md(entry.outcome)}"
+        return f"remediation on {where} decided at {md(provider)}: {md(entry.outcome)}"
     if entry.event == "remediation_reopened":
         return f"remediation on {where} awaits a decision again (the last one was not taken)"
     if entry.event == "reservation_reminder":

@@ -23,6 +23,9 @@ from bot.providers.remediations import Remediation, RemediationAddress
 
 # A provider's name as the policy spells it (``provider: together``); the catalog knows them.
 ProviderName = str
+# The optional features a provider's adapter may have (SupportsRemediations,
+# SupportsReservations, SupportsProbe), as its descriptor declares them.
+Capability = Literal["remediations", "reservations", "probe"]
 
 
 Detail = str | int | None
@@ -403,9 +406,12 @@ class ProviderDescriptor:
     healthy_statuses: frozenset[str]  # lower case
     connect: Callable[[Connection], ProviderAdapter]
     size: Callable[[ClusterState, ChangePlan], SizeChange]
-    size_limit: Literal["max_gpus", "max_nodes"]  # the one of ``limits`` that applies
+    size_limit: str  # the key of the policy's ``limits`` that caps its size: "max_gpus"
     price_table: bool = False
     article: str = "a"  # "a Together project", "an E2E project"
+    # What its adapter can do beyond changes (known without building one: check-config).
+    capabilities: frozenset[Capability] = frozenset()
+    form_title: str = "Change cluster"  # its change form's title ("Update cluster")
     # The statuses (lower case) its actions run in; None when its adapter refuses none.
     actionable_statuses: frozenset[str] | None = None
 
@@ -418,6 +424,10 @@ class ProviderDescriptor:
     def base_url_variable(self) -> str:
         """The environment variable that overrides its default base URL."""
         return f"{self.name.upper().replace('-', '_')}_BASE_URL"
+
+    def has(self, capability: Capability) -> bool:
+        """Whether its adapter has that optional feature."""
+        return capability in self.capabilities
 
     def acts_on(self, status: str) -> bool:
         """Whether any of its actions can run on a cluster in ``status``."""

@@ -1,20 +1,17 @@
-"""The providers gpuops knows, as descriptors: the two built in and any an installed package
-registers under the entry point group ``gpuops.providers`` (each entry names a
-ProviderDescriptor). The policy, the command grammar, the forms, help and ``check-config``
-are built from this list; nothing else names a provider."""
+"""The providers gpuops knows, as one value: a ``Catalog`` of descriptors, built once at
+start by the composition root (``bot.providers.installed`` reads the built-ins and the
+``gpuops.providers`` entry points) and passed to the policy schema, the command grammar,
+the forms, help and ``check-config``. Nothing else names a provider, and nothing reads the
+installed providers at import time."""
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Mapping
-from importlib.metadata import EntryPoint, entry_points
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 
 from bot.errors import GpuopsError
-from bot.providers import e2e, together
 from bot.providers.base import ProviderChanges, ProviderDescriptor, ProviderName
 
-ENTRY_POINT_GROUP = "gpuops.providers"
-BUILT_IN: tuple[ProviderDescriptor, ...] = (together.DESCRIPTOR, e2e.DESCRIPTOR)
 # The /gpu words that are not a provider's change verb.
 RESERVED_WORDS = frozenset({"help", "list", "show", "audit", "timeline", "policy"})
 
@@ -23,30 +20,7 @@ class CatalogError(GpuopsError):
     """A registered provider cannot be used (not a descriptor, or a name or verb taken)."""
 
 
-def registered() -> list[ProviderDescriptor]:
-    """The descriptors the installed distributions name under ``gpuops.providers``."""
-    found = []
-    for entry in entry_points(group=ENTRY_POINT_GROUP):
-        named = f"entry point {entry.name} = {entry.value} ({ENTRY_POINT_GROUP}{_from(entry)})"
-        try:
-            loaded = entry.load()
-        except Exception as exc:  # a broken package: named, not a traceback from an import
-            raise CatalogError(
-                f"{named} could not be loaded ({type(exc).__name__}: {exc}); "
-                "fix or uninstall that package"
-            ) from exc
-        if not isinstance(loaded, ProviderDescriptor):
-            raise CatalogError(f"{named} is not a ProviderDescriptor")
-        found.append(loaded)
-    return found
-
-
-def _from(entry: EntryPoint) -> str:
-    dist = entry.dist
-    return f", from {dist.name} {dist.version}" if dist is not None else ""
-
-
-def check(candidates: list[ProviderDescriptor]) -> tuple[ProviderDescriptor, ...]:
+def check(candidates: Iterable[ProviderDescriptor]) -> tuple[ProviderDescriptor, ...]:
     """The candidates once each, or CatalogError for a name or a change verb taken twice
     (or one of gpuops's own words)."""
     by_name: dict[str, ProviderDescriptor] = {}
@@ -67,26 +41,50 @@ def check(candidates: list[ProviderDescriptor]) -> tuple[ProviderDescriptor, ...
     return tuple(by_name.values())
 
 
-@functools.cache
-def descriptors() -> tuple[ProviderDescriptor, ...]:
-    """Every provider, the built-in ones first; read once per process."""
-    return check([*BUILT_IN, *registered()])
+@dataclass(frozen=True, eq=False)  # compared (and hashed) by identity: one per process
+class Catalog:
+    """Every provider of this process, in order (the built-in ones first)."""
 
+    descriptors: tuple[ProviderDescriptor, ...]
 
-def descriptor(name: ProviderName) -> ProviderDescriptor:
-    """The provider of that name; KeyError names the known ones."""
-    for found in descriptors():
-        if found.name == name:
-            return found
-    known = ", ".join(d.name for d in descriptors())
-    raise KeyError(f"unknown provider '{name}' (known: {known})")
+    @classmethod
+    def of(cls, candidates: Iterable[ProviderDescriptor]) -> Catalog:
+        """The catalog of these descriptors, checked (CatalogError for a clash)."""
+        return cls(check(candidates))
 
+    def __iter__(self) -> Iterator[ProviderDescriptor]:
+        return iter(self.descriptors)
 
-def by_verb(verb: str) -> ProviderDescriptor | None:
-    """The provider whose change verb ``verb`` is (``update`` → Together), if any."""
-    return next((d for d in descriptors() if d.verb == verb), None)
+    @property
+    def names(self) -> tuple[ProviderName, ...]:
+        return tuple(d.name for d in self.descriptors)
 
+    def descriptor(self, name: ProviderName) -> ProviderDescriptor:
+        """The provider of that name; KeyError names the known ones."""
+        for found in self.descriptors:
+            if found.name == name:
+                return found
+        raise KeyError(f"unknown provider '{name}' (known: {', '.join(self.names)})")
 
-def provider_changes() -> Mapping[ProviderName, ProviderChanges]:
-    """What each provider can change, by name (for help text and command checks)."""
-    return {d.name: d.changes for d in descriptors()}
+    def by_verb(self, verb: str) -> ProviderDescriptor | None:
+        """The provider whose change verb ``verb`` is (``update`` → Together), if any."""
+        return next((d for d in self.descriptors if d.verb == verb), None)
+
+    def provider_changes(self) -> Mapping[ProviderName, ProviderChanges]:
+        """What each provider can change, by name (for help text and command checks)."""
+        return {d.name: d.changes for d in self.descriptors}
+
+    def kinds(self, name: ProviderName) -> frozenset[str]:
+        """The change kinds that provider's plans carry."""
+        return frozenset(self.descriptor(name).kinds)
+
+    @property
+    def all_kinds(self) -> frozenset[str]:
+        """Every change kind of every provider."""
+        return frozenset(kind for d in self.descriptors for kind in d.kinds)
+
+    @property
+    def size_limits(self) -> tuple[str, ...]:
+        """The ``limits`` keys the providers count a size in (``max_gpus``, ``max_nodes``),
+        once each, in the catalog's order."""
+        return tuple(dict.fromkeys(d.size_limit for d in self.descriptors))

@@ -3,7 +3,8 @@
 Every failure of a provider call is one of these. Each carries the provider's own message
 (what the user sees), the HTTP status when there was one, and whether the request may have
 been applied by the provider (which decides ``failed`` versus ``unknown`` for a change).
-Texts are redacted at construction: no exception from here can carry a secret.
+Texts are redacted at construction: no exception from here can carry a secret. A
+validation refusal may name the request ``field`` at fault (a form marks that input).
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ class ProviderError(GpuopsError):
         provider: str,
         status: int | None = None,
         may_have_applied: bool = False,
+        field: str | None = None,
     ) -> None:
         self.provider = provider
         self.status = status
         self.provider_message = redact(message)
         self.may_have_applied = may_have_applied
+        self.field = field
         super().__init__(self.user_message)
 
     @property
@@ -118,9 +121,11 @@ def error_for_status(
     *,
     retry_after: float | None = None,
     may_have_applied: bool = False,
+    field: str | None = None,
 ) -> ProviderError:
     """The error for a failed reply's status. ``may_have_applied`` only counts for a 5xx:
-    every other failure status says the request was refused."""
+    every other failure status says the request was refused; ``field`` (the request field
+    a validation refusal names) only for a 400 or 422."""
     if status in (401, 403):
         return ProviderAuthError(message, provider=provider, status=status)
     if status == 404:
@@ -133,7 +138,11 @@ def error_for_status(
         return ProviderServerError(
             message, provider=provider, status=status, may_have_applied=may_have_applied
         )
-    return ProviderRequestError(message, provider=provider, status=status)
+    named = field if status in VALIDATION_STATUSES else None
+    return ProviderRequestError(message, provider=provider, status=status, field=named)
+
+
+VALIDATION_STATUSES = frozenset({400, 422})
 
 
 class AlreadyDecided(ProviderRequestError):

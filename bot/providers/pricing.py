@@ -1,10 +1,10 @@
-"""A provider-neutral node price read from a provider's plan (E2E's ``sku_details.plan``),
-parsed tolerantly: a field that does not parse is unknown, never a guess."""
+"""A provider-neutral node price, parsed tolerantly from what a provider's plan says (each
+provider reads its own plan: E2E's in ``bot/providers/e2e/pricing.py``): a field that does
+not parse is unknown, never a guess."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any, Literal
 
@@ -81,26 +81,3 @@ class NodePrice(BaseModel):
     unit_price: Amount = None
     currency: Text = None
     committed_days: Days = None
-
-
-def _billing_kind(sku_type: str | None, committed_days: int | None) -> BillingKind:
-    kind = (sku_type or "").lower()
-    if kind == "committed" or (committed_days or 0) > 0:
-        return "committed"
-    if kind == "hourly":
-        return "hourly"
-    return "other"
-
-
-def e2e_node_price(plan: Mapping[str, Any] | None) -> NodePrice | None:
-    """The node price of an E2E ``sku_details.plan`` object (the SKU is one node:
-    ``specs.no_of_nodes`` is 1), or None when there is no plan."""
-    if not isinstance(plan, Mapping):
-        return None
-    committed_days = _days_or_none(plan.get("committed_days"))
-    return NodePrice(
-        billing=_billing_kind(_text_or_none(plan.get("sku_type")), committed_days),
-        unit_price=plan.get("unit_price"),
-        currency=plan.get("currency"),
-        committed_days=committed_days,
-    )

@@ -28,7 +28,6 @@ from bot.core.policy import Role
 from bot.core.requests.schedule import example_run_at, utc_text, when_text
 from bot.core.requests.view import STATE_WORDS, RequestView
 from bot.providers.base import ClusterSummary, FieldSpec, ProviderChanges, example_time
-from bot.providers.catalog import provider_changes
 from bot.slack.text import clip, fit_lines, pack_lines, shorten, shorten_plain
 from bot.slack.text import escape as escape  # surfaces escape through this module
 from bot.slack.text import plain as plain
@@ -722,24 +721,31 @@ def _form(callback_id: str, title: str, blocks: list[Block], metadata: Mapping[s
     }
 
 
-FORM_CALLBACKS: dict[FormKind, str] = {"update": "gpu_update", "action": "gpu_action"}
+# Each form kind's callback id: SPEC's names, kept as Slack knows them.
+FORM_CALLBACKS: dict[FormKind, str] = {"single": "gpu_update", "choice": "gpu_action"}
 BREAK_GLASS_CALLBACK = "gpu_break_glass"
 
 
 def form_kind(callback_id: str) -> FormKind:
     """The kind of change form a modal callback id stands for."""
-    return "action" if callback_id == FORM_CALLBACKS["action"] else "update"
+    return "choice" if callback_id == FORM_CALLBACKS["choice"] else "single"
 
 
 def change_form(form: FormView | FormMessage) -> Block:
     """The modal for a change form, or for the refusal that stands in its place."""
     if isinstance(form, FormMessage):
         return message_modal(FORM_CALLBACKS[form.kind], "gpuops", form.text, form.metadata)
-    if form.kind == "update":
-        modal = update_modal(form.summary, form.specs, form.values, form.metadata)
+    if form.kind == "single":
+        modal = update_modal(form.summary, form.specs, form.values, form.metadata, title=form.title)
     else:
         modal = action_modal(
-            form.summary, form.actions, form.action, form.specs, form.values, form.metadata
+            form.summary,
+            form.actions,
+            form.action,
+            form.specs,
+            form.values,
+            form.metadata,
+            title=form.title,
         )
     if form.freeze is not None:
         modal["blocks"].append(_override_block(form.freeze))
@@ -814,7 +820,10 @@ def update_modal(
     specs: Sequence[FieldSpec],
     current: Mapping[str, Any],
     metadata: Mapping[str, Any],
+    *,
+    title: str,
 ) -> Block:
+    """The form of a provider's one action; ``title`` is its descriptor's form title."""
     blocks: list[Block] = [
         section(
             f"*{escape(summary.name)}* (`{escape(summary.cluster_id)}`) — "
@@ -829,7 +838,7 @@ def update_modal(
             block["element"]["focus_on_load"] = True
     blocks.append(_reason_block(current.get("reason")))
     blocks.append(_run_at_block())
-    return _form(FORM_CALLBACKS["update"], "Update cluster", blocks, metadata)
+    return _form(FORM_CALLBACKS["single"], title, blocks, metadata)
 
 
 def action_modal(
@@ -839,7 +848,10 @@ def action_modal(
     specs: Sequence[FieldSpec],
     current: Mapping[str, Any],
     metadata: Mapping[str, Any],
+    *,
+    title: str,
 ) -> Block:
+    """The form to choose a provider's action in; ``title`` is its descriptor's."""
     select: Block = {
         "type": "static_select",
         "action_id": "action",
@@ -865,7 +877,7 @@ def action_modal(
     blocks += [_input_block(s, prefill.get(s.name), required=s.required) for s in specs]
     blocks.append(_reason_block(current.get("reason")))
     blocks.append(_run_at_block())
-    return _form(FORM_CALLBACKS["action"], "Cluster action", blocks, metadata)
+    return _form(FORM_CALLBACKS["choice"], title, blocks, metadata)
 
 
 # -- answers ------------------------------------------------------------------------------
@@ -897,7 +909,7 @@ def help_message(card: HelpCard) -> SlackMessage:
         "• `/gpu policy [project]` — approvals, limits, prices and freezes that apply to you",
     ]
     if top >= Role.operator:
-        lines += [_change_help(changes) for changes in provider_changes().values()]
+        lines += [_change_help(changes) for changes in card.changes]
         lines.append(
             "  Risky changes wait for approval in the thread; during a freeze an admin may "
             'add `override="why"`.'

@@ -85,10 +85,11 @@ def _request_text(request: HomeRequest, *, by: bool) -> str:
     return "\n".join(lines)
 
 
-def _more(shown: int, total: int, where: str) -> list[Block]:
+def _more(shown: int, total: int, where: str, *, bounded: bool = False) -> list[Block]:
     if total <= shown:
         return []
-    return [context(f"{total - shown} more not shown here — {where}")]
+    more = f"{total - shown}{'+' if bounded else ''}"
+    return [context(f"{more} more not shown here — {where}")]
 
 
 def _approval_blocks(data: HomeData) -> list[Block]:
@@ -121,7 +122,10 @@ def _approval_blocks(data: HomeData) -> list[Block]:
 
 def _open_blocks(data: HomeData) -> list[Block]:
     blocks: list[Block] = [
-        section(f"*:hourglass_flowing_sand: Your open requests* ({data.open_total})")
+        section(
+            f"*:hourglass_flowing_sand: Your open requests* "
+            f"({data.open_total}{'+' if data.open_total_bounded else ''})"
+        )
     ]
     shown = data.open_requests[: _ENTRY_LIMITS["open"]]
     if not shown:
@@ -132,7 +136,9 @@ def _open_blocks(data: HomeData) -> list[Block]:
         if request.state == "pending" or (request.state == "approved" and request.run_at):
             block["accessory"] = _button("Cancel", "cancel_request", request.id)
         blocks.append(block)
-    blocks += _more(len(shown), data.open_total, "they are in their threads")
+    blocks += _more(
+        len(shown), data.open_total, "they are in their threads", bounded=data.open_total_bounded
+    )
     return blocks
 
 
@@ -147,7 +153,8 @@ def _recent_line(request: HomeRequest) -> str:
 
 
 def _recent_blocks(data: HomeData) -> list[Block]:
-    blocks: list[Block] = [section(f"*:clipboard: Your recent results* ({data.recent_total})")]
+    counted = f"{data.recent_total}{'+' if data.recent_total_bounded else ''}"
+    blocks: list[Block] = [section(f"*:clipboard: Your recent results* ({counted})")]
     if not data.recent:
         blocks.append(context("No finished requests yet."))
         return blocks
@@ -161,7 +168,12 @@ def _recent_blocks(data: HomeData) -> list[Block]:
         lines.append(line)
         used += len(line) + 1
     blocks.append(section("\n".join(lines)))
-    blocks += _more(len(lines), data.recent_total, "`/gpu audit` has the full record")
+    blocks += _more(
+        len(lines),
+        data.recent_total,
+        "`/gpu audit` has the full record",
+        bounded=data.recent_total_bounded,
+    )
     return blocks
 
 

@@ -7,12 +7,15 @@ handler (a 429 was not processed); any other failure becomes a SlackDeliveryErro
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 import aiohttp
+import stamina
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
@@ -38,6 +41,9 @@ _ADVICE = {
     "file_uploads_disabled": "This workspace does not allow file uploads, so I cannot share "
     "the file.",
     "file_upload_size_restricted": "The file is larger than this workspace allows.",
+    "upload_unreachable": "I could not reach Slack's upload server, so the file was not "
+    "shared. Try again in a minute.",
+    "upload_interrupted": "The upload to Slack broke off, so the file was not shared. Try again.",
 }
 
 
@@ -55,6 +61,7 @@ class SlackDeliveryError(GpuopsError):
 
 SLACK_TIMEOUT_SECONDS = 10
 UPLOAD_TIMEOUT_SECONDS = 120  # the bytes of a file: a week's timeline can be megabytes
+UPLOAD_CONNECT_ATTEMPTS = 3  # an upload POST whose connection was never made is tried again
 
 
 @dataclass(frozen=True)
@@ -260,25 +267,31 @@ class Messenger:
         return file_id
 
     async def _send_bytes(self, url: str, upload: FileUpload) -> None:
+        """POST the bytes. A connection that could not be made (refused, unreachable, timed
+        out connecting: nothing was sent) is tried again, from the content's start, up to
+        ``UPLOAD_CONNECT_ATTEMPTS`` times; a failure once the connection was made (bytes may
+        have gone out) is not, as the URL may have taken them."""
+        seekable = upload.content.seekable()
+        start = upload.content.tell() if seekable else 0
+        attempts = UPLOAD_CONNECT_ATTEMPTS if seekable else 1
         session = self.client.session
         own = session is None
         http = aiohttp.ClientSession() if session is None else session
         try:
-            async with (
-                waiting_elsewhere(),
-                http.post(
-                    url,
-                    data=upload.content,
-                    headers={"Content-Type": "application/octet-stream"},
-                    timeout=aiohttp.ClientTimeout(total=UPLOAD_TIMEOUT_SECONDS),
-                ) as response,
-            ):
-                status = response.status
-                await response.read()
+            async with waiting_elsewhere():  # a paced command's slot is free meanwhile
+                async for attempt in stamina.retry_context(
+                    on=_nothing_sent, attempts=attempts, wait_initial=0.2, wait_max=2.0
+                ):
+                    with attempt:
+                        if seekable:
+                            upload.content.seek(start)
+                        status = await _post_bytes(http, url, upload, attempt.num, attempts)
+        except _NOT_CONNECTED:
+            raise SlackDeliveryError("upload_url", "upload_unreachable", upload.channel) from None
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             SLACK_API_ERRORS.labels("upload_url", "transport").inc()
-            log.warning("uploading a file failed: %s", redact(type(exc).__name__))
-            raise SlackDeliveryError("upload_url", "transport_error", upload.channel) from None
+            log.warning("uploading a file broke off: %s", redact(type(exc).__name__))
+            raise SlackDeliveryError("upload_url", "upload_interrupted", upload.channel) from None
         finally:
             if own:
                 await http.close()
@@ -286,3 +299,62 @@ class Messenger:
             SLACK_API_ERRORS.labels("upload_url", f"http_{status}").inc()
             log.warning("uploading a file failed: HTTP %d", status)
             raise SlackDeliveryError("upload_url", f"http_{status}", upload.channel)
+
+
+async def _post_bytes(
+    http: aiohttp.ClientSession, url: str, upload: FileUpload, attempt: int, attempts: int
+) -> int:
+    """One POST of the bytes; its HTTP status."""
+    try:
+        async with http.post(
+            url,
+            # Read here, not handed to aiohttp as a file: it closes a file it was given when
+            # a request fails, and the next attempt reads it again from the start.
+            data=_chunks(upload.content, upload.length),
+            headers={
+                "Content-Type": "application/octet-stream",
+                "Content-Length": str(upload.length),
+            },
+            timeout=aiohttp.ClientTimeout(
+                total=UPLOAD_TIMEOUT_SECONDS, sock_connect=SLACK_TIMEOUT_SECONDS
+            ),
+        ) as response:
+            await response.read()
+            return response.status
+    except _NOT_CONNECTED as exc:
+        SLACK_API_ERRORS.labels("upload_url", "connect").inc()
+        again = attempt < attempts and _nothing_sent(exc)
+        log.warning(
+            "uploading a file: could not connect (%s), attempt %d of %d; %s",
+            redact(type(exc).__name__),
+            attempt,
+            attempts,
+            "trying again" if again else "giving up",
+        )
+        raise
+
+
+_UPLOAD_CHUNK = 64 * 1024
+
+
+async def _chunks(content: BinaryIO, length: int) -> AsyncIterator[bytes]:
+    """``length`` bytes of ``content`` from where it is, read off the event loop."""
+    left = length
+    while left > 0:
+        chunk = await asyncio.to_thread(content.read, min(_UPLOAD_CHUNK, left))
+        if not chunk:
+            return
+        left -= len(chunk)
+        yield chunk
+
+
+# Errors raised before the request's first byte was written: the connection was never made.
+_NOT_CONNECTED = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
+# A certificate or TLS refusal is not a connection that failed to happen: trying again will
+# not change it.
+_NOT_TRANSIENT = (aiohttp.ClientConnectorCertificateError, aiohttp.ClientConnectorSSLError)
+
+
+def _nothing_sent(exc: Exception) -> bool:
+    """True for a connection that could not be made and may be made on another try."""
+    return isinstance(exc, _NOT_CONNECTED) and not isinstance(exc, _NOT_TRANSIENT)

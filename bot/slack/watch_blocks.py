@@ -10,8 +10,7 @@ from datetime import UTC, datetime
 from bot.core.api import RemediationRecord
 from bot.core.watch.health import GONE, HealthEvent
 from bot.core.watch.notifier import DecisionOutcome, ReservationReminder
-from bot.providers.base import ClusterSummary
-from bot.providers.catalog import descriptor
+from bot.providers.base import ClusterSummary, ProviderDescriptor
 from bot.providers.remediations import LinkedAlert, Remediation, xid_summary
 from bot.slack.blocks import (
     Block,
@@ -46,12 +45,13 @@ _STATE_ICON = {
     "CANCELLED": ":no_entry_sign:",
     "AUTO_RESOLVED": ":sparkles:",
 }
+# How a decision's line begins; {provider} is the provider's title (its descriptor's).
 _OUTCOME_HEAD = {
     "approved": ":white_check_mark: Approved",
     "rejected": ":no_entry_sign: Rejected",
-    "already_decided": ":information_source: Already decided at Together",
+    "already_decided": ":information_source: Already decided at {provider}",
     "failed": ":warning: Not sent",
-    "unknown": ":grey_question: Sent; Together's answer was lost",
+    "unknown": ":grey_question: Sent; {provider}'s answer was lost",
 }
 
 
@@ -89,17 +89,17 @@ def _since(remediation: Remediation) -> datetime | None:
     return min(starts) if starts else remediation.create_time
 
 
-def _headline(record: RemediationRecord, remediation: Remediation) -> str:
+def _headline(record: RemediationRecord, remediation: Remediation, provider: str) -> str:
     return (
         f"Node *{escape(record.node)}* of *{escape(record.cluster_name)}* "
-        f"(`{escape(record.cluster_id)}`, {escape(record.project)}): Together proposes to "
-        f"*{escape(remediation.mode_text)}*"
+        f"(`{escape(record.cluster_id)}`, {escape(record.project)}): {escape(provider)} "
+        f"proposes to *{escape(remediation.mode_text)}*"
     )
 
 
-def _body(record: RemediationRecord, remediation: Remediation) -> list[Block]:
+def _body(record: RemediationRecord, remediation: Remediation, provider: str) -> list[Block]:
     return [
-        section(f":stethoscope: {_headline(record, remediation)}"),
+        section(f":stethoscope: {_headline(record, remediation, provider)}"),
         section(f"*Why*\n{_why(remediation)}"),
         context(
             f"Since {_when(_since(remediation))} · remediation `{escape(remediation.id)}` · "
@@ -114,7 +114,11 @@ def _fallback(record: RemediationRecord, remediation: Remediation, status: str) 
     )
 
 
-def remediation_pending(record: RemediationRecord, remediation: Remediation) -> SlackMessage:
+def remediation_pending(
+    record: RemediationRecord, remediation: Remediation, provider: str
+) -> SlackMessage:
+    """A remediation awaiting a decision, with its buttons (``provider``: who proposes it,
+    as its descriptor names it)."""
     buttons: Block = {
         "type": "actions",
         "block_id": f"remediation:{record.id}",
@@ -125,30 +129,34 @@ def remediation_pending(record: RemediationRecord, remediation: Remediation) -> 
     }
     return SlackMessage(
         text=_fallback(record, remediation, "awaiting approval"),
-        blocks=[*_body(record, remediation), buttons],
+        blocks=[*_body(record, remediation, provider), buttons],
     )
 
 
 def remediation_closed(
-    record: RemediationRecord, remediation: Remediation, status: str
+    record: RemediationRecord, remediation: Remediation, status: str, provider: str
 ) -> SlackMessage:
     """The message once no decision is wanted any more: ``status`` replaces the buttons
     (composed by us; user ids in it are mentions)."""
     return SlackMessage(
         text=_fallback(record, remediation, "decided"),
-        blocks=[*_body(record, remediation), section(status)],
+        blocks=[*_body(record, remediation, provider), section(status)],
     )
 
 
 def remediation_decided(
-    record: RemediationRecord, outcome: DecisionOutcome, remediation: Remediation | None = None
+    record: RemediationRecord,
+    outcome: DecisionOutcome,
+    provider: str,
+    remediation: Remediation | None = None,
 ) -> SlackMessage:
     """The message after a click decided it: the buttons are gone, why it was proposed
-    stays (when Together said), and its thread has more."""
+    stays (when the provider said), and its thread has more."""
+    status = section(decided_status(record, outcome, provider))
     if remediation is not None:
         return SlackMessage(
             text=_fallback(record, remediation, outcome),
-            blocks=[*_body(record, remediation), section(decided_status(record, outcome))],
+            blocks=[*_body(record, remediation, provider), status],
         )
     headline = (
         f":stethoscope: Node *{escape(record.node)}* of *{escape(record.cluster_name)}* "
@@ -157,13 +165,13 @@ def remediation_decided(
     )
     return SlackMessage(
         text=escape(f"Remediation of {record.node} on {record.cluster_name}: {outcome}"),
-        blocks=[section(headline), section(decided_status(record, outcome))],
+        blocks=[section(headline), status],
     )
 
 
-def decided_status(record: RemediationRecord, outcome: DecisionOutcome) -> str:
+def decided_status(record: RemediationRecord, outcome: DecisionOutcome, provider: str) -> str:
     by = f" by {user_ref(record.decided_by)}" if record.decided_by else ""
-    line = f"{_OUTCOME_HEAD[outcome]}{by}"
+    line = f"{_OUTCOME_HEAD[outcome].format(provider=escape(provider))}{by}"
     if record.comment:
         line += f": “{escape(record.comment)}”"
     return line
@@ -175,20 +183,24 @@ def elsewhere_status(remediation: Remediation) -> str:
     return f"{icon} Decided outside gpuops{who}: now *{escape(remediation.state)}*"
 
 
-def decision_note(record: RemediationRecord, outcome: DecisionOutcome, detail: str) -> SlackMessage:
-    head = decided_status(record, outcome)
+def decision_note(
+    record: RemediationRecord, outcome: DecisionOutcome, detail: str, provider: str
+) -> SlackMessage:
+    head = decided_status(record, outcome, provider)
     safe = composed_text(detail)
     return SlackMessage(text=escape(f"{outcome}: {detail}"), blocks=[section(f"{head}\n{safe}")])
 
 
-GONE_TEXT = (
-    "Together no longer has this remediation (it was purged, or its cluster deleted): "
-    "nothing is left to decide or follow."
-)
+def gone_text(provider: str) -> str:
+    """What is said of a remediation the provider no longer has."""
+    return (
+        f"{escape(provider)} no longer has this remediation (it was purged, or its cluster "
+        "deleted): nothing is left to decide or follow."
+    )
 
 
-def remediation_gone(record: RemediationRecord) -> SlackMessage:
-    """The root of a remediation Together no longer has: the buttons are gone."""
+def remediation_gone(record: RemediationRecord, provider: str) -> SlackMessage:
+    """The root of a remediation its provider no longer has: the buttons are gone."""
     headline = (
         f":stethoscope: Node *{escape(record.node)}* of *{escape(record.cluster_name)}* "
         f"(`{escape(record.cluster_id)}`, {escape(record.project)}): remediation "
@@ -196,16 +208,19 @@ def remediation_gone(record: RemediationRecord) -> SlackMessage:
     )
     return SlackMessage(
         text=escape(f"Remediation of {record.node} on {record.cluster_name}: gone"),
-        blocks=[section(headline), section(f":wastebasket: {GONE_TEXT}")],
+        blocks=[section(headline), section(f":wastebasket: {gone_text(provider)}")],
     )
 
 
-def gone_note() -> SlackMessage:
-    return SlackMessage(text=GONE_TEXT, blocks=[section(f":wastebasket: {GONE_TEXT}")])
+def gone_note(provider: str) -> SlackMessage:
+    text = gone_text(provider)
+    return SlackMessage(text=text, blocks=[section(f":wastebasket: {text}")])
 
 
-def reopened_note() -> SlackMessage:
-    text = "Together still shows it awaiting approval, so the last decision was not taken."
+def reopened_note(provider: str) -> SlackMessage:
+    text = (
+        f"{escape(provider)} still shows it awaiting approval, so the last decision was not taken."
+    )
     return SlackMessage(
         text=text, blocks=[section(f":information_source: {text} The buttons are back.")]
     )
@@ -239,14 +254,14 @@ def progress_note(remediation: Remediation) -> SlackMessage:
 
 
 def reject_modal(record_id: str, channel: str, thread_ts: str | None) -> Block:
-    """Ask why, before rejecting (Together keeps the comment with the remediation)."""
+    """Ask why, before rejecting (the provider keeps the comment with the remediation)."""
     return reason_modal(
         REJECT_REMEDIATION_CALLBACK,
         "Reject remediation",
         "Reject",
         {"record": record_id, "channel": channel, "thread_ts": thread_ts},
         None,
-        "Why reject it? (Together keeps this)",
+        "Why reject it? (kept with the remediation)",
         block_id="comment",
         min_length=3,
     )
@@ -278,13 +293,14 @@ def _summary_blocks(summary: ClusterSummary | None) -> list[Block]:
     return [fields_section(summary_pairs(summary)[:10])] if summary is not None else []
 
 
-def _next_steps(project: str, event: HealthEvent) -> list[Block]:
+def _next_steps(
+    project: str, event: HealthEvent, provider: ProviderDescriptor | None
+) -> list[Block]:
     """The form that fits the provider: its one action's, or the choice of its actions;
     none when the provider runs no action on a cluster in this status (say so instead)."""
     summary = event.summary
-    if summary is None:
+    if summary is None or provider is None:
         return []
-    provider = descriptor(summary.provider)
     if not provider.acts_on(summary.status):
         return [
             context(
@@ -293,10 +309,9 @@ def _next_steps(project: str, event: HealthEvent) -> list[Block]:
             )
         ]
     value = f"{project}:{event.cluster_id}"
-    if provider.single_action():
-        button = _button("Update cluster…", OPEN_UPDATE_FORM, value, "primary")
-    else:
-        button = _button("Cluster action…", OPEN_ACTION_FORM, value, "primary")
+    # The action ids are the stable ones of SPEC; the label is the provider's form title.
+    opens = OPEN_UPDATE_FORM if provider.single_action() else OPEN_ACTION_FORM
+    button = _button(f"{provider.form_title}…", opens, value, "primary")
     return [{"type": "actions", "block_id": f"incident:{value}", "elements": [button]}]
 
 
@@ -306,8 +321,11 @@ def _incident_number(event: HealthEvent) -> str:
     return f"Incident {event.incident} of this cluster"
 
 
-def incident_open(project: str, event: HealthEvent) -> SlackMessage:
-    """An incident's root while the cluster is unhealthy (posted, then edited on change)."""
+def incident_open(
+    project: str, event: HealthEvent, provider: ProviderDescriptor | None
+) -> SlackMessage:
+    """An incident's root while the cluster is unhealthy (posted, then edited on change);
+    ``provider`` (the cluster's, None when it is gone) says which form comes next."""
     was = f" (was {escape(event.previous_status)})" if event.previous_status else ""
     line = (
         f":rotating_light: {_cluster_name(event)} in {escape(project)} is "
@@ -317,7 +335,7 @@ def incident_open(project: str, event: HealthEvent) -> SlackMessage:
         section(line),
         *_summary_blocks(event.summary),
         context(f"{_incident_number(event)} · watched by gpuops"),
-        *_next_steps(project, event),
+        *_next_steps(project, event, provider),
     ]
     fallback = f"{event.cluster_id} in {project} is {event.status}"
     return SlackMessage(text=escape(fallback), blocks=blocks)

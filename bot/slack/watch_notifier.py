@@ -9,8 +9,10 @@ import logging
 
 from bot.core.api import RemediationDecision, RemediationRecord
 from bot.core.notifier import NotDelivered
+from bot.core.policy import PolicyHolder
 from bot.core.watch.health import HealthEvent
 from bot.core.watch.notifier import DecisionOutcome, ReservationReminder
+from bot.providers.base import ProviderDescriptor
 from bot.providers.remediations import Remediation
 from bot.slack import watch_blocks as render
 from bot.slack.blocks import SlackMessage
@@ -20,11 +22,19 @@ log = logging.getLogger(__name__)
 
 
 class SlackWatchNotifier:
-    def __init__(self, messenger: Messenger) -> None:
+    def __init__(self, messenger: Messenger, holder: PolicyHolder) -> None:
         self.messenger = messenger
+        self.holder = holder  # the policy in force: each project's provider, as it is named
+
+    def _provider(self, event: HealthEvent) -> ProviderDescriptor | None:
+        summary = event.summary
+        return None if summary is None else self.holder.catalog.descriptor(summary.provider)
+
+    def _title(self, record: RemediationRecord) -> str:
+        return self.holder.current.provider_title(record.project)
 
     async def remediation_pending(self, record: RemediationRecord, remediation: Remediation) -> str:
-        message = render.remediation_pending(record, remediation)
+        message = render.remediation_pending(record, remediation, self._title(record))
         try:
             return await self.messenger.post(record.channel, message)
         except SlackDeliveryError as exc:
@@ -39,26 +49,31 @@ class SlackWatchNotifier:
     ) -> None:
         if record.ts is None:
             return
+        provider = self._title(record)
         if record.decision is not RemediationDecision.AWAITING:
-            await self._edit(record, render.remediation_decided(record, outcome, remediation))
-        await self._reply(record, render.decision_note(record, outcome, detail))
+            decided = render.remediation_decided(record, outcome, provider, remediation)
+            await self._edit(record, decided)
+        await self._reply(record, render.decision_note(record, outcome, detail, provider))
 
     async def remediation_left_elsewhere(
         self, record: RemediationRecord, remediation: Remediation
     ) -> None:
         status = render.elsewhere_status(remediation)
-        await self._edit(record, render.remediation_closed(record, remediation, status))
+        closed = render.remediation_closed(record, remediation, status, self._title(record))
+        await self._edit(record, closed)
 
     async def remediation_reopened(
         self, record: RemediationRecord, remediation: Remediation
     ) -> None:
-        await self._edit(record, render.remediation_pending(record, remediation))
-        await self._reply(record, render.reopened_note())
+        provider = self._title(record)
+        await self._edit(record, render.remediation_pending(record, remediation, provider))
+        await self._reply(record, render.reopened_note(provider))
 
     async def remediation_gone(self, record: RemediationRecord, had_buttons: bool) -> None:
+        provider = self._title(record)
         if had_buttons:
-            await self._edit(record, render.remediation_gone(record))
-        await self._reply(record, render.gone_note())
+            await self._edit(record, render.remediation_gone(record, provider))
+        await self._reply(record, render.gone_note(provider))
 
     async def remediation_progress(
         self, record: RemediationRecord, remediation: Remediation
@@ -67,7 +82,8 @@ class SlackWatchNotifier:
 
     async def incident_opened(self, project: str, channel: str, event: HealthEvent) -> str:
         try:
-            return await self.messenger.post(channel, render.incident_open(project, event))
+            message = render.incident_open(project, event, self._provider(event))
+            return await self.messenger.post(channel, message)
         except SlackDeliveryError as exc:
             raise NotDelivered(exc.code, exc.user_message) from exc
 
@@ -75,7 +91,8 @@ class SlackWatchNotifier:
         self, project: str, channel: str, root: str, event: HealthEvent
     ) -> None:
         with contextlib.suppress(SlackDeliveryError):
-            await self.messenger.update(channel, root, render.incident_open(project, event))
+            message = render.incident_open(project, event, self._provider(event))
+            await self.messenger.update(channel, root, message)
 
     async def incident_recovered(
         self, project: str, channel: str, root: str, event: HealthEvent

@@ -12,7 +12,8 @@ from typing import Any
 
 import yaml
 
-from bot.core.policy import Approvals, Policy, load_policy
+from bot.core.policy import Approvals, Policy
+from tests.support.catalog import load_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBERNETES = ROOT / "deploy" / "kubernetes"

@@ -11,22 +11,23 @@ from typing import get_args
 
 import pytest
 
-from bot.core.policy import project_model
 from bot.providers.base import (
     ProviderAdapter,
     ProviderDescriptor,
+    SupportsProbe,
     SupportsRemediations,
     SupportsReservations,
 )
-from bot.providers.catalog import BUILT_IN, ENTRY_POINT_GROUP, descriptors, provider_changes
 from bot.providers.e2e import ACTIONS, E2EAdapter, E2EClient, build_e2e_transport
 from bot.providers.http import ClientSettings
+from bot.providers.installed import BUILT_IN, ENTRY_POINT_GROUP, load_catalog
 from bot.providers.together import (
     UPDATE_FIELDS,
     TogetherAdapter,
     TogetherClient,
     build_together_transport,
 )
+from tests.support.catalog import CATALOG, project_model
 
 # No call is made: the base URLs are never contacted.
 _UNUSED = "http://127.0.0.1:9/x"
@@ -42,8 +43,8 @@ def _adapters() -> dict[str, ProviderAdapter]:
 
 def test_the_catalogue_says_what_each_adapter_does() -> None:
     adapters = _adapters()
-    assert set(provider_changes()) == set(adapters) == {"together", "e2e"}
-    for provider, changes in provider_changes().items():
+    assert set(CATALOG.provider_changes()) == set(adapters) == {"together", "e2e"}
+    for provider, changes in CATALOG.provider_changes().items():
         adapter = adapters[provider]
         assert changes.provider == adapter.provider == provider
         assert list(changes.actions) == adapter.actions()
@@ -55,7 +56,7 @@ def test_the_catalogue_says_what_each_adapter_does() -> None:
 
 
 def test_command_words_titles_and_field_names() -> None:
-    together, e2e = provider_changes()["together"], provider_changes()["e2e"]
+    together, e2e = CATALOG.provider_changes()["together"], CATALOG.provider_changes()["e2e"]
     assert (together.title, together.command) == ("Together", "update")
     assert (e2e.title, e2e.command) == ("E2E", "action")
     assert tuple(together.field_names()) == UPDATE_FIELDS
@@ -90,7 +91,7 @@ def test_the_built_ins_are_registered_through_the_entry_point_group_too() -> Non
         module, attribute = value.split(":")
         loaded[name] = getattr(import_module(module), attribute)
     assert loaded == {d.name: d for d in BUILT_IN}
-    assert descriptors()[: len(BUILT_IN)] == BUILT_IN
+    assert load_catalog().descriptors[: len(BUILT_IN)] == BUILT_IN
 
 
 def test_remediations_and_reservations_are_capabilities_of_the_together_adapter() -> None:
@@ -99,3 +100,20 @@ def test_remediations_and_reservations_are_capabilities_of_the_together_adapter(
     assert isinstance(adapters["together"], SupportsReservations)
     assert not isinstance(adapters["e2e"], SupportsRemediations)
     assert not isinstance(adapters["e2e"], SupportsReservations)
+
+
+def _capabilities(adapter: ProviderAdapter) -> set[str]:
+    """The optional features an adapter really has."""
+    has = {
+        "remediations": isinstance(adapter, SupportsRemediations),
+        "reservations": isinstance(adapter, SupportsReservations),
+        "probe": isinstance(adapter, SupportsProbe),
+    }
+    return {name for name, present in has.items() if present}
+
+
+@pytest.mark.parametrize("descriptor", BUILT_IN, ids=lambda d: d.name)
+def test_each_descriptor_declares_the_capabilities_its_adapter_has(
+    descriptor: ProviderDescriptor,
+) -> None:
+    assert set(descriptor.capabilities) == _capabilities(_adapters()[descriptor.name])

@@ -213,9 +213,9 @@ async def test_a_refusal_by_grant_asks_the_provider_nothing(core: Core) -> None:
 @pytest.mark.parametrize(
     ("text", "kind", "action", "prefill"),
     [
-        ("update together-prod tc-h200-ondemand", "update", None, {}),
-        ("action e2e-delhi 101 scale_cluster", "action", "scale_cluster", {}),
-        ("action e2e-delhi 101 update_ssh_keys ssh_key_ids=", "action", "update_ssh_keys", {}),
+        ("update together-prod tc-h200-ondemand", "single", None, {}),
+        ("action e2e-delhi 101 scale_cluster", "choice", "scale_cluster", {}),
+        ("action e2e-delhi 101 update_ssh_keys ssh_key_ids=", "choice", "update_ssh_keys", {}),
     ],
 )
 async def test_a_change_without_its_fields_asks_for_a_form(

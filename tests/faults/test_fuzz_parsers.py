@@ -35,6 +35,7 @@ from bot.providers.together import (
     build_together_transport,
 )
 from bot.slack import blocks as render
+from tests.support.catalog import CATALOG
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # Each provider example runs a client over a mock transport in a fresh event loop.
@@ -65,7 +66,7 @@ COMMAND_TEXT = st.one_of(
 @given(COMMAND_TEXT)
 def test_parse_command_raises_only_usage_errors(text: str) -> None:
     try:
-        command = parse_command(text)
+        command = parse_command(text, CATALOG)
     except UsageError as exc:
         assert str(exc).strip(), "a usage error must say what is wrong"
         return

@@ -32,6 +32,7 @@ async def test_the_benchmark_runs_end_to_end_at_concurrency_2(tmp_path: Path) ->
         max_attempts=1,
         calibration_shows=2,
         compare_gpuops=str(Path(sys.executable).parent / "gpuops"),
+        pg_replicas=(),  # the PostgreSQL levels: tests/integration/bench/test_bench_postgres.py
     )
     report = await run_benchmark(config, log=lambda *_: None)
 
@@ -60,6 +61,7 @@ async def test_the_benchmark_runs_end_to_end_at_concurrency_2(tmp_path: Path) ->
     assert {"ready", "peak RSS", "ack p99 ratio @2", "1000 updates @2"} <= set(checks)
     assert {"statements per update @2", "Slack calls per update @2"} <= set(checks)
     assert not checks["1000 updates @2"]["ok"]  # 8 updates: the run reports it as missed
+    assert "postgres" not in report  # left out on request (a missing server fails the run)
 
     text = write(report, tmp_path)
     assert "| 2 | 10 |" in text and "MISSED" in text and "Side by side, same run" in text

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import yaml
 
-from bot.core.policy import Role, load_policy, project_model
+from bot.core.policy import Role
 from bot.local.demo.stack import DEMO_POLICY, DEMO_POLICY_FILE, WATCHED_DEMO_POLICY
+from tests.support.catalog import load_policy, project_model
 
 ROOT = Path(__file__).resolve().parents[2]
 

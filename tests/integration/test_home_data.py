@@ -11,11 +11,12 @@ from slack_sdk.models.views import View
 
 from bot.core.authorizer import Authorizer
 from bot.core.home import STORE_UNAVAILABLE, HomeBuilder, HomeData, HomeLimits
-from bot.core.policy import Policy
+from bot.core.policy import PolicyHolder
 from bot.core.store import RequestState, Store
 from bot.local.demo.stack import DEMO_POLICY, LocalStack
 from bot.local.simulators.base import Fault, FaultKind
 from bot.slack.home import home_view
+from tests.support.catalog import policy_model
 from tests.support.workflow_kit import deny, request, wait_state
 
 BOB, CAROL, DAVE, ERIN, MALLORY = "U02BOB", "U03CAROL", "U04DAVE", "U05ERIN", "U06MALLORY"
@@ -89,7 +90,10 @@ async def test_approver_grant_that_does_not_hold_in_the_request_channel_lists_no
     for grant in loaded["grants"]:
         if grant.get("users") == [BOB]:
             grant["channels"] = ["C0RANDOM"]
-    scoped = Authorizer(Policy.model_validate(loaded), stack.runtime.ops.access.authorizer.groups)
+    scoped = Authorizer(
+        PolicyHolder(policy_model().model_validate(loaded)),
+        stack.runtime.ops.access.authorizer.groups,
+    )
     home = await builder(stack, scoped).build(BOB)
     assert home.approvals == [] and home.approvals_total == 0
     assert home.projects == []  # a grant scoped to channels shows no clusters on Home

@@ -11,7 +11,7 @@ import signal
 import httpx
 import pytest
 
-from bot.core.policy_reload import policy_hash
+from bot.core.policy.reload import policy_hash
 from bot.core.store import RequestState as S
 from bot.local.demo.stack import DEMO_POLICY, LocalStack
 from tests.conftest import StackFactory
@@ -68,7 +68,7 @@ async def test_an_invalid_file_keeps_the_old_policy_and_says_which_key(
     before = reloads("invalid", await metrics_text(stack.base_url))
     path = stack.runtime.settings.gpuops_policy
     path.write_text(DEMO_POLICY.replace("expire_after_minutes: 30", "expire_after_minutes: -1"))
-    with caplog.at_level(logging.ERROR, logger="bot.core.policy_reload"):
+    with caplog.at_level(logging.ERROR, logger="bot.core.policy.reload"):
         assert await stack.runtime.reload_policy() == "invalid"
     assert "approvals.expire_after_minutes" in caplog.text
     assert "stays in force" in caplog.text and stack.runtime.reloader.in_force in caplog.text
@@ -199,7 +199,7 @@ async def test_a_file_written_in_two_parts_is_not_taken_half_and_the_rule_holds(
         )
 
     half = policy_hash(FIRST_PART.encode())
-    with caplog.at_level(logging.INFO, logger="bot.core.policy_reload"), path.open("w") as out:
+    with caplog.at_level(logging.INFO, logger="bot.core.policy.reload"), path.open("w") as out:
         out.write(FIRST_PART)
         out.flush()  # the first part is the file for now
         # Both replicas have judged it (their log names its hash) …

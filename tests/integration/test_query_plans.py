@@ -11,16 +11,26 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import event
 from sqlalchemy.engine import Connection
 
+from bot.core.home import HomeBuilder
 from bot.core.store import RequestState, Store
-from bot.core.store.home_queries import OPEN_STATES, pending_approvals, requests_of
+from bot.core.store.home_queries import (
+    FINISHED_STATES,
+    OPEN_STATES,
+    pending_approvals,
+    requests_of,
+)
+from tests.support.core_harness import Core, core_harness
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
+DAVE, ALICE = "U04DAVE", "U01ALICE"
+SCALED = "tc-h200-ondemand"
 Captured = list[tuple[str, Any]]
 
 
@@ -109,7 +119,24 @@ async def test_channel_timeline_walks_the_project_time_index(store: Store) -> No
 
 
 async def test_home_requests_of_a_person_by_requester_index(store: Store) -> None:
+    await _assert_indexed(store, lambda: requests_of(store, "U1", FINISHED_STATES, 10))
+
+
+async def test_home_open_requests_of_a_person_by_the_state_index(store: Store) -> None:
+    """Not by the requester: that would walk the person's whole history to find none."""
+    statements = await _statements(store, lambda: requests_of(store, "U1", OPEN_STATES, 10))
+    assert len(statements) == 1
     await _assert_indexed(store, lambda: requests_of(store, "U1", OPEN_STATES, 10))
+    assert "ix_gpuops_change_requests_requester" not in await _plan_text(store, *statements[0])
+
+
+async def _plan_text(store: Store, statement: str, params: Any) -> str:
+    async with store._engine.connect() as conn:
+        if store._engine.dialect.name == "postgresql":
+            plan = await conn.exec_driver_sql("EXPLAIN (FORMAT JSON) " + statement, params)
+            return str(plan.scalar_one())
+        rows = await conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, params)
+        return " ".join(str(row[-1]) for row in rows.all())
 
 
 async def test_home_pending_approvals_in_age_order(store: Store) -> None:
@@ -142,3 +169,55 @@ async def test_audit_count_stops_at_its_bound(store: Store) -> None:
     assert await store.count_audit(project="p1", up_to=3) == 3
     assert await store.count_audit(project="p1", up_to=10) == 4
     assert await store.count_audit(project="p1") == 4
+
+
+# Every statement of the paths bench-scale measures (bench/scale.py), run for real through
+# the composed core: none scans a table or sorts what an index already orders.
+
+
+@pytest.fixture
+async def core(database_url: str, tmp_path: Path) -> AsyncIterator[Core]:
+    async with core_harness(tmp_path, database_url=database_url) as harness:
+        await harness.answer(DAVE, f"update together-prod {SCALED} num_gpus=16 reason=plans")
+        yield harness
+
+
+async def test_every_statement_of_a_sweeper_round_is_indexed(core: Core) -> None:
+    await _assert_indexed(core.store, core.workflow.sweep_once)
+
+
+async def test_every_statement_of_a_scheduler_tick_is_indexed(core: Core) -> None:
+    await _assert_indexed(core.store, core.workflow.scheduler.run_due)
+
+
+async def test_every_statement_of_the_audit_command_is_indexed(core: Core) -> None:
+    await _assert_indexed(core.store, lambda: core.command(ALICE, "audit together-prod"))
+    await _assert_indexed(core.store, lambda: core.command(ALICE, "audit"))
+
+
+async def test_every_statement_of_a_home_build_is_indexed(core: Core) -> None:
+    builder = HomeBuilder(core.access.authorizer, core.store, core.access.adapter_for)
+    await _assert_indexed(core.store, lambda: builder.build(DAVE))
+    await _assert_indexed(core.store, lambda: builder.build(ALICE))
+
+
+async def test_quiet_channel_timeline_starts_from_the_channels_requests(store: Store) -> None:
+    """A channel that is no project's notify channel reads the requests made there (the
+    channel index), then their entries: only the channel's own events are sorted, never
+    the projects' trail."""
+    call = lambda: store.channel_events(  # noqa: E731
+        channel="C1",
+        projects=["together-prod", "e2e-delhi"],
+        notify_projects=[],
+        since=NOW - timedelta(days=7),
+        until=NOW,
+    )
+    for statement, params in await _statements(store, call):
+        if store._engine.dialect.name == "postgresql":
+            problems = await _postgres_problems(store, statement, params)
+            problems = [p for p in problems if p not in {"Sort", "Incremental Sort"}]
+        else:
+            problems = await _sqlite_problems(store, statement, params)
+            problems = [p for p in problems if p != "USE TEMP B-TREE FOR ORDER BY"]
+        assert not problems, f"{statement}\n{problems}"
+        assert "gpuops_change_requests.channel" in statement

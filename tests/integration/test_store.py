@@ -619,18 +619,19 @@ async def test_a_refused_step_is_never_claimed_and_a_claimed_one_never_refused(
     """A step the store could not claim is recorded as refused before Slack is told: a
     later delivery of it cannot claim it, and a refusal held while another delivery claimed
     it records nothing (that delivery ends it)."""
+    from bot.core.lifecycle.builder_steps import claim, refuse
     from bot.core.store.builder_steps import StepOutcome, StepState, StepStore
 
     steps = StepStore(store)
-    refused = await steps.refuse("Fx0REFUSED", "U1", "C1", {"error": "the store was down"})
+    refused = await refuse(steps, "Fx0REFUSED", "U1", "C1", {"error": "the store was down"})
     assert refused is not None and refused.state is StepState.COMPLETING
     assert (refused.outcome, refused.payload) == (
         StepOutcome.ERROR,
         {"error": "the store was down"},
     )
-    assert await steps.claim("Fx0REFUSED", "U1", "C1") is False
-    assert await steps.refuse("Fx0REFUSED", "U1", "C1", {"error": "again"}) is None
-    assert await steps.claim("Fx0CLAIMED", "U1", "C1") is True
-    assert await steps.refuse("Fx0CLAIMED", "U1", "C1", {"error": "held"}) is None
+    assert await claim(steps, "Fx0REFUSED", "U1", "C1") is False
+    assert await refuse(steps, "Fx0REFUSED", "U1", "C1", {"error": "again"}) is None
+    assert await claim(steps, "Fx0CLAIMED", "U1", "C1") is True
+    assert await refuse(steps, "Fx0CLAIMED", "U1", "C1", {"error": "held"}) is None
     claimed = await steps.get("Fx0CLAIMED")
     assert claimed is not None and claimed.state is StepState.RUNNING and claimed.payload is None

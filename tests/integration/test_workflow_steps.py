@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy import text
 
 from bot.core.ask.change import ChangeAsk
+from bot.core.lifecycle.builder_steps import claim
 from bot.core.store import RequestState as S
 from bot.core.store import StepTaken
 from bot.core.store.builder_steps import StepState
@@ -296,7 +297,7 @@ async def test_reconcile_fails_a_step_that_never_got_its_request(sqlite_stack: L
     stack = sqlite_stack
     run = stack.slack.start_function(STEP, inputs(*GROW_H200))
     steps = stack.runtime.steps.steps
-    assert await steps.claim(run.execution_id, DAVE, CHANNEL)
+    assert await claim(steps, run.execution_id, DAVE, CHANNEL)
     completer = stack.runtime.steps.completer
     assert await completer.reconcile() == 0  # it may still be on its way
     completer.clock = lambda: datetime.now(UTC) + timedelta(minutes=11)

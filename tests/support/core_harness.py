@@ -27,13 +27,14 @@ from bot.core.answers import Notice, Reply
 from bot.core.ask.change import ChangeAsk
 from bot.core.authorizer import Authorizer
 from bot.core.home_refresh import FanOutNotifier
-from bot.core.policy import Policy, load_policy
+from bot.core.policy import Policy, PolicyHolder
 from bot.core.requests.decisions import Decision, NeedsBreakGlass
 from bot.core.requests.schedule import Schedule
 from bot.core.requests.workflow import ChangeWorkflow
 from bot.core.service import CommandOutcome, CommandService
 from bot.core.store import ChangeRequestRecord, Store
 from bot.local.demo.stack import DEMO_POLICY, USERGROUPS
+from tests.support.catalog import load_policy
 from tests.support.core_fleet import (
     ScriptedAdapter,
     ScriptedE2E,
@@ -240,9 +241,9 @@ class Core:
         return [event for _, event, _ in await self.trail(request_id)]
 
     def reload(self, policy_yaml: str) -> None:
-        """Put a new policy in force as a SIGHUP reload does (the authorizer serves it)."""
+        """Put a new policy in force as a SIGHUP reload does (the holder swaps it)."""
         self.policy_path.write_text(policy_yaml, encoding="utf-8")
-        self.access.authorizer.policy = load_policy(self.policy_path)
+        self.access.authorizer.holder.swap(load_policy(self.policy_path))
 
     async def replica(self, instance_id: str) -> ChangeWorkflow:
         """Another replica's workflow (the same settings) on the same store, providers,
@@ -258,7 +259,6 @@ def _workflow(
     access: Access, notifier: RecordingNotifier, instance_id: str, clock: ManualClock, **kw: Any
 ) -> ChangeWorkflow:
     return ChangeWorkflow(
-        policy=access.policy,
         access=access,
         store=access.store,
         notifier=FanOutNotifier(notifier, []),
@@ -309,7 +309,7 @@ async def core_harness(
     groups = StaticGroups(USERGROUPS)
     providers = ScriptedProviders(policy, clock)
     access = Access(
-        policy=policy, authorizer=Authorizer(policy, groups), store=store, adapter_for=providers
+        authorizer=Authorizer(PolicyHolder(policy), groups), store=store, adapter_for=providers
     )
     notifier = RecordingNotifier()
     workflow = _workflow(access, notifier, instance_id, clock, **dict(workflow_settings))

@@ -18,9 +18,9 @@ from pydantic import BaseModel
 from bot import cli
 from bot.config import Settings
 from bot.core.ask import grammar
-from bot.core.policy import Policy, project_model
-from bot.providers import catalog
+from bot.core.policy import Policy, policy_schema
 from handlers import register_all
+from tests.support.catalog import CATALOG
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,7 +49,7 @@ def registrations() -> list[tuple[str, str]]:
 
 def commands() -> list[str]:
     """Each /gpu command's usage line and each keyword of the grammar (``reason=``, ``at=``…)."""
-    usages = list(grammar.USAGE.values())
+    usages = list(grammar.usage(CATALOG).values())
     keywords = {f"{name}=" for name in grammar._TEXTS}
     keywords |= set(re.findall(r"``([a-z_]+=)", grammar.__doc__ or ""))
     return usages + sorted(keywords)
@@ -74,7 +74,7 @@ def cli_words() -> list[str]:
 def settings() -> list[str]:
     """Every environment variable: the settings' and each provider's own."""
     names = [name.upper() for name in Settings.model_fields]
-    for descriptor in catalog.descriptors():
+    for descriptor in CATALOG:
         names.append(descriptor.base_url_variable)
         for field in descriptor.section.model_fields.values():
             if isinstance(field.default, str) and field.default.isupper():
@@ -104,15 +104,15 @@ def policy_keys() -> set[str]:
     """Every key a policy file may have, at any depth, for every provider's projects."""
     seen: set[type[BaseModel]] = set()
     keys = set(_keys(Policy, seen))
-    for descriptor in catalog.descriptors():
-        keys |= set(_keys(project_model(descriptor.name), seen))
+    for descriptor in CATALOG:
+        keys |= set(_keys(policy_schema(CATALOG).project_model(descriptor.name), seen))
     return keys
 
 
 def provider_words() -> set[str]:
     """Each provider's actions, change kinds and fields (the forms' block and action ids)."""
     words: set[str] = set()
-    for descriptor in catalog.descriptors():
+    for descriptor in CATALOG:
         words |= set(descriptor.changes.actions) | set(descriptor.kinds)
         words |= set(descriptor.changes.field_names())
     return words

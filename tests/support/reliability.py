@@ -5,6 +5,7 @@ waits for what the bot does after it has acked."""
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -209,6 +210,20 @@ def ephemerals(stack: LocalStack, user: str) -> list[Ephemeral]:
     return stack.slack.ephemerals_for(user)
 
 
+_FIRST_CTE = re.compile(r"WITH\s+\w+\s+AS\s*\(\s*", re.IGNORECASE)
+
+
+def _leads_with(statement: str, prefix: str) -> bool:
+    """``statement`` starts with ``prefix``, or its first CTE does (PostgreSQL runs a
+    transition as a WITH chain whose first part is the request row's write)."""
+    text = (
+        _FIRST_CTE.sub("", statement.lstrip(), count=1)
+        if statement.lstrip()[:4].upper() == "WITH"
+        else statement.lstrip()
+    )
+    return text.upper().startswith(prefix.upper())
+
+
 class StoreOutage:
     """An outage of one replica's store on either backend: while it is on, every
     transaction that Store opens raises StoreUnavailable (the error its own ``_begin``
@@ -234,7 +249,7 @@ class StoreOutage:
         armed = [True]  # once: the listener stays (removing it while it runs is refused)
 
         def after(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-            if armed[0] and statement.lstrip().upper().startswith(statement_prefix.upper()):
+            if armed[0] and _leads_with(statement, statement_prefix):
                 armed[0] = False
                 self.down = True
 
@@ -247,7 +262,7 @@ class StoreOutage:
         armed = [True]
 
         def after(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-            if armed[0] and statement.lstrip().upper().startswith(statement_prefix.upper()):
+            if armed[0] and _leads_with(statement, statement_prefix):
                 armed[0] = False
                 self._lose_answer = True
 
@@ -266,7 +281,7 @@ class StoreOutage:
         def after(conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
             if self._losing is None or self._lose_in is not None:
                 return
-            if statement.lstrip().upper().startswith(statement_prefix.upper()):
+            if _leads_with(statement, statement_prefix):
                 self._lose_in = conn
 
         event.listen(self.store.engine.sync_engine, "after_cursor_execute", after)

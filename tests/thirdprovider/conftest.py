@@ -10,8 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from bot.providers import catalog
-
 ENTRY_POINTS = "[gpuops.providers]\nlumen = tests.thirdprovider.descriptor:DESCRIPTOR\n"
 
 
@@ -28,12 +26,10 @@ def lumen_site(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def lumen_registered(lumen_site: Path) -> Iterator[Path]:
-    """This process's catalog, read again with the distribution on ``sys.path``; read
-    again without it afterwards."""
+    """The distribution on ``sys.path`` (a catalog loaded meanwhile lists Lumen); off it
+    afterwards."""
     sys.path.insert(0, str(lumen_site))
-    catalog.descriptors.cache_clear()
     try:
         yield lumen_site
     finally:
         sys.path.remove(str(lumen_site))
-        catalog.descriptors.cache_clear()

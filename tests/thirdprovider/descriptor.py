@@ -65,4 +65,5 @@ DESCRIPTOR = ProviderDescriptor(
     connect=connect,
     size=size,
     size_limit="max_gpus",
+    form_title="Resize cluster",
 )

@@ -9,24 +9,25 @@ from pathlib import Path
 import pytest
 
 from bot.local.demo.stack import DEMO_POLICY
-from bot.providers import catalog
+from bot.providers import catalog, installed
 from bot.providers.base import ProviderDescriptor
 from tests.support.process_kit import base_env, run_gpuops
 from tests.thirdprovider.descriptor import DESCRIPTOR
 
 
 def test_the_entry_point_group_adds_lumen_beside_the_built_ins(lumen_registered: Path) -> None:
-    names = [d.name for d in catalog.descriptors()]
-    assert names == ["together", "e2e", "lumen"]
-    assert catalog.descriptor("lumen") is DESCRIPTOR
-    assert catalog.by_verb("resize") is DESCRIPTOR
-    assert catalog.provider_changes()["lumen"].actions == ("resize",)
+    loaded = installed.load_catalog()
+    assert loaded.names == ("together", "e2e", "lumen")
+    assert loaded.descriptor("lumen") is DESCRIPTOR
+    assert loaded.by_verb("resize") is DESCRIPTOR
+    assert loaded.provider_changes()["lumen"].actions == ("resize",)
 
 
 def test_without_the_distribution_lumen_is_unknown() -> None:
-    assert [d.name for d in catalog.descriptors()] == ["together", "e2e"]
+    loaded = installed.load_catalog()
+    assert loaded.names == ("together", "e2e")
     with pytest.raises(KeyError, match="unknown provider 'lumen' \\(known: together, e2e\\)"):
-        catalog.descriptor("lumen")
+        loaded.descriptor("lumen")
 
 
 @pytest.mark.parametrize(
@@ -47,7 +48,7 @@ def test_without_the_distribution_lumen_is_unknown() -> None:
 )
 def test_a_name_or_verb_already_taken_is_refused(clash: ProviderDescriptor, says: str) -> None:
     with pytest.raises(catalog.CatalogError, match=says):
-        catalog.check([*catalog.BUILT_IN, clash])
+        catalog.check([*installed.BUILT_IN, clash])
 
 
 def test_an_entry_point_that_is_not_a_descriptor_is_refused(
@@ -57,11 +58,11 @@ def test_an_entry_point_that_is_not_a_descriptor_is_refused(
     entry_points.write_text("[gpuops.providers]\nlumen = tests.thirdprovider.descriptor:size\n")
     monkeypatch.syspath_prepend(str(lumen_site))
     with pytest.raises(catalog.CatalogError, match="is not a ProviderDescriptor"):
-        catalog.registered()
+        installed.registered()
 
 
 def test_a_built_in_registered_through_the_group_as_well_is_listed_once() -> None:
-    assert catalog.check([*catalog.BUILT_IN, *catalog.BUILT_IN]) == catalog.BUILT_IN
+    assert catalog.check([*installed.BUILT_IN, *installed.BUILT_IN]) == installed.BUILT_IN
 
 
 def _broken_site(tmp_path: Path) -> Path:
@@ -88,7 +89,7 @@ def test_an_entry_point_that_cannot_be_loaded_is_named_with_its_package(
 ) -> None:
     monkeypatch.syspath_prepend(str(_broken_site(tmp_path)))
     with pytest.raises(catalog.CatalogError) as refused:
-        catalog.registered()
+        installed.registered()
     assert str(refused.value) == BROKEN_SAYS
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from bot.providers import catalog
+from bot.providers import installed
 from tests.thirdprovider.conftest import ENTRY_POINTS
 from tests.thirdprovider.descriptor import DESCRIPTOR, LumenSection
 
@@ -22,8 +22,8 @@ def _snippet(language: str) -> str:
 
 def test_the_entry_point_is_the_one_the_catalog_reads_and_the_tests_register() -> None:
     toml = _snippet("toml")
-    assert f'[project.entry-points."{catalog.ENTRY_POINT_GROUP}"]' in toml
-    assert f"[{catalog.ENTRY_POINT_GROUP}]" in ENTRY_POINTS
+    assert f'[project.entry-points."{installed.ENTRY_POINT_GROUP}"]' in toml
+    assert f"[{installed.ENTRY_POINT_GROUP}]" in ENTRY_POINTS
     assert toml.splitlines()[1].split(" = ")[0] == DESCRIPTOR.name == "lumen"
 
 

@@ -13,6 +13,7 @@ from bot.core.ask.grammar import ChangeCommand, UsageError, parse_change
 from bot.core.builder_steps.start import StepStart, form_needs
 from bot.redact import redact
 from bot.slack.builder_steps import error_text, plain_text
+from tests.support.catalog import CATALOG
 
 
 def UpdateCommand(**given: Any) -> ChangeCommand:
@@ -27,7 +28,7 @@ def ActionCommand(**given: Any) -> ChangeCommand:
 
 def test_a_together_change_is_read_as_update_fields() -> None:
     command = parse_change(
-        "update", "together-prod", "c-1", "num_gpus=16 cluster_type=KUBERNETES", ""
+        "update", "together-prod", "c-1", "num_gpus=16 cluster_type=KUBERNETES", "", CATALOG
     )
     assert command == UpdateCommand(
         project="together-prod",
@@ -37,7 +38,9 @@ def test_a_together_change_is_read_as_update_fields() -> None:
 
 
 def test_an_e2e_change_is_an_action_and_its_fields() -> None:
-    command = parse_change("action", "e2e-delhi", "101", "scale_cluster additional_nodes=2", "")
+    command = parse_change(
+        "action", "e2e-delhi", "101", "scale_cluster additional_nodes=2", "", CATALOG
+    )
     assert command == ActionCommand(
         project="e2e-delhi",
         cluster_id="101",
@@ -47,26 +50,28 @@ def test_an_e2e_change_is_an_action_and_its_fields() -> None:
 
 
 def test_the_reason_input_is_the_reason_and_is_held_to_its_limit() -> None:
-    given = parse_change("update", "p", "c", 'num_gpus=16 reason="in change"', "  ")
+    given = parse_change("update", "p", "c", 'num_gpus=16 reason="in change"', "  ", CATALOG)
     assert given.reason == "in change"
-    taken = parse_change("update", "p", "c", 'num_gpus=16 reason="in change"', "capacity form")
+    taken = parse_change(
+        "update", "p", "c", 'num_gpus=16 reason="in change"', "capacity form", CATALOG
+    )
     assert taken.reason == "capacity form"
     with pytest.raises(UsageError, match="at most 500 characters"):
-        parse_change("update", "p", "c", "num_gpus=16", "x" * 501)
+        parse_change("update", "p", "c", "num_gpus=16", "x" * 501, CATALOG)
 
 
 def test_project_and_cluster_are_checked_as_on_the_command_line() -> None:
     with pytest.raises(UsageError, match="is not a valid cluster id"):
-        parse_change("update", "together-prod", "c 1", "num_gpus=16", "")
+        parse_change("update", "together-prod", "c 1", "num_gpus=16", "", CATALOG)
 
 
 def test_what_a_step_lacks_where_a_command_opens_a_form() -> None:
-    update = FormRequest(kind="update", project="p", cluster_id="c", channel="C1")
+    update = FormRequest(kind="single", project="p", cluster_id="c", channel="C1")
     assert "names no field" in form_needs(update, [])
-    no_action = FormRequest(kind="action", project="p", cluster_id="c", channel="C1")
+    no_action = FormRequest(kind="choice", project="p", cluster_id="c", channel="C1")
     assert "names no action" in form_needs(no_action, [])
     scale = FormRequest(
-        kind="action", project="p", cluster_id="c", channel="C1", action="scale_cluster"
+        kind="choice", project="p", cluster_id="c", channel="C1", action="scale_cluster"
     )
     assert form_needs(scale, ["additional_nodes"]).startswith(
         "`scale_cluster` needs `additional_nodes`: give them in the step's `change`"

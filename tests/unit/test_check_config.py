@@ -10,6 +10,7 @@ import pytest
 
 from bot.check_config import run_check_config
 from bot.config import Settings
+from tests.support.catalog import CATALOG
 
 POLICY = """\
 projects:
@@ -53,7 +54,7 @@ def environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 def run(tmp_path: Path, policy_text: str) -> tuple[int, str]:
     (tmp_path / "policy.yml").write_text(policy_text)
     out = io.StringIO()
-    code = run_check_config(Settings(), out)
+    code = run_check_config(Settings(), CATALOG, out)
     return code, out.getvalue()
 
 
@@ -103,7 +104,7 @@ def test_missing_slack_settings_are_errors(tmp_path: Path, monkeypatch: pytest.M
 
 def test_missing_policy_file(tmp_path: Path) -> None:
     out = io.StringIO()
-    assert run_check_config(Settings(gpuops_policy=tmp_path / "absent.yml"), out) == 1
+    assert run_check_config(Settings(gpuops_policy=tmp_path / "absent.yml"), CATALOG, out) == 1
     assert "absent.yml: policy file not found" in out.getvalue()
 
 
@@ -203,6 +204,19 @@ def test_the_watch_settings_are_shown(tmp_path: Path) -> None:
     )
 
 
+def test_the_watch_line_says_only_what_the_provider_has(tmp_path: Path) -> None:
+    # E2E has neither remediations nor reservations (its descriptor says so): the watcher
+    # follows its status only, whatever the watch keys say.
+    watched = POLICY.replace(
+        "    location: Delhi\n",
+        "    location: Delhi\n    notify_channel: C0GPUAUDIT\n    watch: {every_seconds: 60}\n",
+    )
+    code, text = run(tmp_path, watched)
+    assert code == 0, text
+    line = next(line for line in text.splitlines() if line.strip().startswith("e2e-delhi"))
+    assert line.rstrip().endswith("every 60 s: status")
+
+
 def test_a_missing_token_names_the_command_check_config(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -254,7 +268,7 @@ def test_the_approval_rules_and_the_freezes_are_shown_with_the_active_one_flagge
     (tmp_path / "policy.yml").write_text(GUARDED)
     out = io.StringIO()
     friday_noon = datetime(2026, 12, 25, 12, 0, tzinfo=UTC)
-    assert run_check_config(Settings(), out, now=friday_noon) == 0, out.getvalue()
+    assert run_check_config(Settings(), CATALOG, out, now=friday_noon) == 0, out.getvalue()
     lines = _rows(out.getvalue())
     assert "PROJECTS KINDS APPROVERS GROUPS" in lines
     assert "together-prod decommission, change_type 2 S0ONCALL, S0PLATFORM" in lines
@@ -277,7 +291,7 @@ def test_a_weekly_freeze_in_force_is_flagged_until_its_end(tmp_path: Path) -> No
     (tmp_path / "policy.yml").write_text(GUARDED)
     out = io.StringIO()
     sunday = datetime(2027, 1, 10, 9, 30, tzinfo=UTC)
-    assert run_check_config(Settings(), out, now=sunday) == 0, out.getvalue()
+    assert run_check_config(Settings(), CATALOG, out, now=sunday) == 0, out.getvalue()
     weekend = next(line for line in _rows(out.getvalue()) if line.startswith("weekend "))
     assert weekend.endswith("ACTIVE until 2027-01-10 23:00 UTC")
     year_end = next(line for line in _rows(out.getvalue()) if line.startswith("year-end "))

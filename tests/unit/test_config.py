@@ -8,6 +8,7 @@ import pytest
 
 from bot.config import ConfigError, Settings, load_settings
 from bot.providers.http import ClientSettings
+from tests.support.catalog import CATALOG
 
 ENV_VARS = (
     "SLACK_BOT_TOKEN",
@@ -48,7 +49,7 @@ def test_defaults_match_the_spec() -> None:
     assert s.slack_api_url == "https://slack.com/api/"
     assert s.gpuops_policy == Path("policy.yml")
     assert s.gpuops_database_url == "sqlite:///gpuops.db"
-    assert s.base_urls() == {
+    assert s.base_urls(CATALOG) == {
         "together": "https://api.together.ai/v1",
         "e2e": "https://api.e2enetworks.com/myaccount/api/v1/gpu",
     }
@@ -117,7 +118,7 @@ def test_invalid_values_name_the_variable(
 ) -> None:
     monkeypatch.setenv(variable, value)
     with pytest.raises(ConfigError) as caught:
-        load_settings()
+        load_settings(CATALOG)
     assert expected in str(caught.value)
     assert "hunter22" not in str(caught.value)
 
@@ -126,7 +127,7 @@ def test_postgres_url_is_accepted_and_its_password_is_masked_and_secret(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("GPUOPS_DATABASE_URL", "postgresql+asyncpg://gpuops:hunter22@db:5432/gpuops")
-    s = load_settings()
+    s = load_settings(CATALOG)
     assert "hunter22" not in repr(s)
     assert "gpuops:***@db" in repr(s)
     assert "hunter22" in s.secret_values()

@@ -37,7 +37,7 @@ def test_every_exception_in_bot_derives_from_the_root() -> None:
     assert {
         "bot.providers.errors.ProviderError",
         "bot.core.store.errors.StoreUnavailable",
-        "bot.core.policy.PolicyError",
+        "bot.core.policy.loading.PolicyError",
         "bot.slack.messenger.SlackDeliveryError",
         "bot.config.ConfigError",
     } <= found.keys()

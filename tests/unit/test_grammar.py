@@ -16,6 +16,7 @@ from bot.core.ask.grammar import (
     UsageError,
     parse_command,
 )
+from tests.support.catalog import CATALOG
 
 
 def UpdateCommand(**given: Any) -> ChangeCommand:
@@ -93,7 +94,7 @@ def ActionCommand(**given: Any) -> ChangeCommand:
     ],
 )
 def test_parses(text: str, expected: object) -> None:
-    assert parse_command(text) == expected
+    assert parse_command(text, CATALOG) == expected
 
 
 @pytest.mark.parametrize(
@@ -142,24 +143,24 @@ def test_parses(text: str, expected: object) -> None:
 )
 def test_usage_errors_say_what_is_wrong(text: str, says: str) -> None:
     with pytest.raises(UsageError) as exc:
-        parse_command(text)
+        parse_command(text, CATALOG)
     assert says in str(exc.value)
 
 
 def test_override_is_a_text_like_reason_not_a_field() -> None:
     command = parse_command(
-        'action e2e-delhi 101 restart_cluster override="incident 7" reason="hang"'
+        'action e2e-delhi 101 restart_cluster override="incident 7" reason="hang"', CATALOG
     )
     assert isinstance(command, ChangeCommand)
     assert (command.override, command.reason, command.fields) == ("incident 7", "hang", {})
     with pytest.raises(UsageError, match="in 10 to 500 characters; yours has 501"):
-        parse_command(f'update p c num_gpus=8 override="{"x" * 501}"')
+        parse_command(f'update p c num_gpus=8 override="{"x" * 501}"', CATALOG)
 
 
 @pytest.mark.parametrize("given", ["x", "  short  ", ""])
 def test_an_override_keeps_break_glass_rule_of_10_to_500_characters(given: str) -> None:
     with pytest.raises(UsageError) as exc:
-        parse_command(f'update p c num_gpus=8 override="{given}"')
+        parse_command(f'update p c num_gpus=8 override="{given}"', CATALOG)
     assert str(exc.value) == (
         f"an override must say why it cannot wait in 10 to 500 characters; yours has "
         f'{len(given.strip())}. Send the command again with `override="why"`.'
@@ -167,7 +168,7 @@ def test_an_override_keeps_break_glass_rule_of_10_to_500_characters(given: str) 
 
 
 def test_policy_takes_at_most_a_project() -> None:
-    assert parse_command("policy") == PolicyCommand()
-    assert parse_command("policy e2e-delhi") == PolicyCommand(project="e2e-delhi")
+    assert parse_command("policy", CATALOG) == PolicyCommand()
+    assert parse_command("policy e2e-delhi", CATALOG) == PolicyCommand(project="e2e-delhi")
     with pytest.raises(UsageError, match="`policy` takes at most a project"):
-        parse_command("policy a b")
+        parse_command("policy a b", CATALOG)

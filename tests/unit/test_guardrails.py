@@ -12,10 +12,11 @@ import pytest
 
 from bot.core.guardrails.approvals import Requirement, requirement_for, who_to_ask
 from bot.core.guardrails.checks import ChangeSize, limit_refusal
-from bot.core.guardrails.config import Freeze, Limits
 from bot.core.guardrails.describe import describe_project
 from bot.core.guardrails.freezes import active_freeze, freezes_soon, frozen_text
-from bot.core.policy import Policy, PolicyError, Role, load_policy
+from bot.core.policy import PolicyError, Role
+from bot.core.policy.guardrails import Freeze, Limits
+from tests.support.catalog import load_policy, policy_model
 
 TOGETHER = "projects:\n  together-prod:\n    provider: together\n"
 
@@ -163,7 +164,7 @@ def test_limits(size: ChangeSize, expected: str | None) -> None:
 
 
 def test_the_first_matching_rule_decides_and_no_match_is_one_approver() -> None:
-    policy = Policy.model_validate(
+    policy = policy_model().model_validate(
         {
             "projects": {"p": {"provider": "together"}},
             "approvals": {
@@ -185,7 +186,7 @@ def test_the_first_matching_rule_decides_and_no_match_is_one_approver() -> None:
 
 
 def test_a_prompt_asks_the_grants_approvers_or_the_rules_groups() -> None:
-    policy = Policy.model_validate(
+    policy = policy_model().model_validate(
         {
             "projects": {"p": {"provider": "together"}, "q": {"provider": "together"}},
             "grants": [

@@ -12,23 +12,16 @@ import pytest
 import yaml
 
 from bot.core.authorizer import Authorizer
-from bot.core.policy import (
-    KINDS_BY_PROVIDER,
-    GrantRow,
-    Policy,
-    PolicyError,
-    Role,
-    describe_grants,
-    load_policy,
-    project_model,
-)
-from bot.providers.catalog import descriptor
+from bot.core.policy import GrantRow, Policy, PolicyError, PolicyHolder, Role, describe_grants
 from bot.providers.e2e import E2ESection
 from bot.providers.together import TogetherSection
+from tests.support.catalog import CATALOG, load_policy, project_model
 
-TOGETHER_KINDS = KINDS_BY_PROVIDER["together"]
-E2E_KINDS = KINDS_BY_PROVIDER["e2e"]
-DEFAULT_APPROVAL = {name: descriptor(name).approval_by_default for name in ("together", "e2e")}
+TOGETHER_KINDS = CATALOG.kinds("together")
+E2E_KINDS = CATALOG.kinds("e2e")
+DEFAULT_APPROVAL = {
+    name: CATALOG.descriptor(name).approval_by_default for name in ("together", "e2e")
+}
 TogetherProject = project_model("together")
 E2EProject = project_model("e2e")
 
@@ -109,7 +102,7 @@ class FakeGroups:
 
 @pytest.fixture
 def auth(policy: Policy) -> Authorizer:
-    return Authorizer(policy, FakeGroups())
+    return Authorizer(PolicyHolder(policy), FakeGroups())
 
 
 # --- loading and validation --------------------------------------------------------------
@@ -317,7 +310,7 @@ async def test_resolver_failure_means_that_group_grants_nothing(
     policy: Policy, caplog: pytest.LogCaptureFixture
 ) -> None:
     groups = FakeGroups(broken={"S0BROKEN", "S0PLATFORM"})
-    auth = Authorizer(policy, groups)
+    auth = Authorizer(PolicyHolder(policy), groups)
     with caplog.at_level(logging.WARNING, logger="bot.core.authorizer"):
         assert await auth.role_for("U04DAVE", "together-dev", None) is None
         assert await auth.role_for("U03CAROL", "e2e-delhi", None) is None
@@ -328,7 +321,7 @@ async def test_resolver_failure_means_that_group_grants_nothing(
 
 async def test_groups_are_resolved_only_when_needed(policy: Policy) -> None:
     groups = FakeGroups()
-    await Authorizer(policy, groups).role_for("U01ALICE", "e2e-delhi", None)
+    await Authorizer(PolicyHolder(policy), groups).role_for("U01ALICE", "e2e-delhi", None)
     assert groups.calls == ["S0PLATFORM"]  # S0BROKEN's grant does not cover e2e-delhi
 
 

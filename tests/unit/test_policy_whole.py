@@ -12,13 +12,14 @@ from typing import cast
 import pytest
 import yaml
 
-from bot.core.policy import Policy, parse_policy
-from bot.core.policy_notices import tell_kept
-from bot.core.policy_reload import PolicyKept, PolicyReloader
-from bot.core.policy_sections import lost_sections, where_lost
+from bot.core.policy import Policy, PolicyHolder
+from bot.core.policy.notices import tell_kept
+from bot.core.policy.reload import PolicyKept, PolicyReloader
+from bot.core.policy.sections import lost_sections, where_lost
 from bot.core.store import Store, StoreUnavailable
 from bot.local.demo.stack import DEMO_POLICY
 from bot.metrics import REGISTRY
+from tests.support.catalog import parse_policy
 from tests.support.core_notifier import RecordingNotifier
 from tests.support.guard_kit import guard_policy
 
@@ -123,7 +124,12 @@ class Reloaded:
 
 def reloader(path: Path, seen: Reloaded, sleep: SteppedSleep) -> PolicyReloader:
     return PolicyReloader(
-        path, seen.apply, policy(path.read_text()), kept=seen.tell, quiet_seconds=2, sleep=sleep
+        path,
+        seen.apply,
+        PolicyHolder(policy(path.read_text())),
+        kept=seen.tell,
+        quiet_seconds=2,
+        sleep=sleep,
     )
 
 
@@ -163,7 +169,7 @@ async def test_a_settled_file_that_drops_a_section_is_refused_and_told(
     try:
         path.write_text(RULES_CUT)
         (await sleep.next(10)).set()
-        with caplog.at_level(logging.ERROR, logger="bot.core.policy_reload"):
+        with caplog.at_level(logging.ERROR, logger="bot.core.policy.reload"):
             (await sleep.next(2)).set()  # settled: the same file after the quiet period
             await sleep.next(10)
     finally:
@@ -175,7 +181,7 @@ async def test_a_settled_file_that_drops_a_section_is_refused_and_told(
     assert (
         kept.problems[0].startswith("approvals.rules: absent") and "rules: []" in kept.problems[0]
     )
-    [line] = [r for r in caplog.records if r.name == "bot.core.policy_reload"]
+    [line] = [r for r in caplog.records if r.name == "bot.core.policy.reload"]
     assert "refused (section_lost)" in line.getMessage() and "\n" not in line.getMessage()
     assert line.exc_info is None
     assert metric("gpuops_policy_kept_total", reason="section_lost") == before + 1

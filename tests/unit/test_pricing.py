@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 from bot.core.pricing import change_price_line, scale_price_line
 from bot.providers.e2e.models import E2EClusterDetail
+from bot.providers.e2e.pricing import e2e_node_price
 from bot.providers.e2e.summary import to_summary
-from bot.providers.pricing import NodePrice, e2e_node_price, money
+from bot.providers.pricing import NodePrice, money
 
 HOURLY_INR = {"sku_type": "hourly", "committed_days": 0, "unit_price": 12.3, "currency": "INR"}
 

@@ -8,8 +8,8 @@ from bot.core.answers import HelpCard
 from bot.core.policy import Role
 from bot.core.requests.view import RequestView
 from bot.providers.base import ClusterSummary, Fact, FieldSpec
-from bot.providers.catalog import provider_changes
 from bot.slack import blocks as render
+from tests.support.catalog import CATALOG, CHANGES
 
 HOSTILE = "<!channel> <@U0EVIL> <https://evil.example|click me> & <!here>"
 
@@ -155,8 +155,10 @@ def test_update_modal_uses_field_names_as_block_and_action_ids_and_prefills() ->
         specs,
         {"num_gpus": 16, "cluster_type": "SLURM"},
         {"project": "p", "cluster_id": "c", "channel": "C1"},
+        title="Update cluster",
     )
     assert view["callback_id"] == "gpu_update"
+    assert view["title"]["text"] == "Update cluster"
     inputs = {b["block_id"]: b for b in view["blocks"] if b["type"] == "input"}
     assert inputs["num_gpus"]["element"]["action_id"] == "num_gpus"
     assert inputs["num_gpus"]["element"]["initial_value"] == "16"
@@ -177,6 +179,7 @@ def test_action_modal_has_the_action_select_and_the_actions_fields() -> None:
         specs,
         {},
         {"project": "e"},
+        title="Cluster action",
     )
     assert view["callback_id"] == "gpu_action"
     blocks = {b.get("block_id"): b for b in view["blocks"]}
@@ -200,8 +203,10 @@ def test_composed_notices_link_bare_channels_but_nothing_else() -> None:
 
 
 def test_help_lists_what_each_provider_says_it_can_change() -> None:
-    text = render.help_message(HelpCard(roles={"together-prod": Role.operator})).text
-    together, e2e = provider_changes()["together"], provider_changes()["e2e"]
+    text = render.help_message(
+        HelpCard(roles={"together-prod": Role.operator}, changes=CHANGES)
+    ).text
+    together, e2e = CATALOG.provider_changes()["together"], CATALOG.provider_changes()["e2e"]
     assert (
         '`/gpu update <project> <cluster_id> [field=value …] [reason="…"]` — Together: '
         + ", ".join(together.field_names())
@@ -214,5 +219,7 @@ def test_help_lists_what_each_provider_says_it_can_change() -> None:
     ) in text
     for name in [*together.field_names(), *e2e.actions]:
         assert name in text
-    viewer = render.help_message(HelpCard(roles={"together-prod": Role.viewer})).text
+    viewer = render.help_message(
+        HelpCard(roles={"together-prod": Role.viewer}, changes=CHANGES)
+    ).text
     assert "/gpu update" not in viewer and "/gpu action" not in viewer

@@ -8,6 +8,7 @@ import pytest
 
 from bot.core.ask.grammar import ChangeCommand, UsageError, parse_command
 from bot.core.requests.schedule import ScheduleError, parse_at, parse_in, when_text
+from tests.support.catalog import CATALOG
 
 NOW = datetime(2026, 12, 1, 17, 0, tzinfo=UTC)
 
@@ -50,10 +51,12 @@ def test_the_words_say_when_and_how_soon() -> None:
 
 
 def test_the_command_takes_one_run_time() -> None:
-    command = parse_command("action e2e-delhi 101 restart_workers in=3h reason=nccl")
+    command = parse_command("action e2e-delhi 101 restart_workers in=3h reason=nccl", CATALOG)
     assert isinstance(command, ChangeCommand) and command.schedule is not None
     assert command.schedule.after == timedelta(hours=3) and command.fields == {}
     with pytest.raises(UsageError, match="give one run time"):
-        parse_command("update together-prod tc-1 num_gpus=16 in=3h at=2026-12-01T20:00:00Z")
+        parse_command(
+            "update together-prod tc-1 num_gpus=16 in=3h at=2026-12-01T20:00:00Z", CATALOG
+        )
     with pytest.raises(UsageError, match="RFC 3339"):
-        parse_command("update together-prod tc-1 num_gpus=16 at=tomorrow")
+        parse_command("update together-prod tc-1 num_gpus=16 at=tomorrow", CATALOG)

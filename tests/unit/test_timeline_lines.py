@@ -15,6 +15,11 @@ from bot.core.timeline import event_line, md
 AT = datetime(2026, 12, 1, 9, 21, 4, tzinfo=UTC)
 
 
+def _together(project: str | None) -> str:
+    """The demo's remediations are Together's (the provider that has them)."""
+    return "Together"
+
+
 def event(event_name: str, *, request: bool = True, **fields: Any) -> ChannelEvent:
     entry = AuditEntry(
         id=7,
@@ -131,19 +136,21 @@ def event(event_name: str, *, request: bool = True, **fields: Any) -> ChannelEve
     ],
 )
 def test_each_kind_of_event_has_its_line(made: ChannelEvent, expected: str) -> None:
-    assert event_line(made) == f"2026-12-01 09:21:04Z · {expected} · `#{'ab' * 5}`"
+    assert event_line(made, _together) == f"2026-12-01 09:21:04Z · {expected} · `#{'ab' * 5}`"
 
 
 def test_every_listed_event_has_a_line() -> None:
     for name in REQUEST_EVENTS:
-        assert event_line(event(name, outcome="x", detail={"reason": "r"})) is not None, name
+        assert (
+            event_line(event(name, outcome="x", detail={"reason": "r"}), _together) is not None
+        ), name
     for name in WATCH_EVENTS:
-        assert event_line(event(name, request=False, outcome="x")) is not None, name
+        assert event_line(event(name, request=False, outcome="x"), _together) is not None, name
 
 
 def test_a_refused_click_or_command_is_not_the_channels_story() -> None:
     click = event("refused", outcome="not_authorized", detail={"reason": "no", "command": ""})
-    assert event_line(click) is None
+    assert event_line(click, _together) is None
 
 
 def test_user_text_is_one_inert_line() -> None:

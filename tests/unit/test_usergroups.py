@@ -15,9 +15,10 @@ from aiohttp import web
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.core.authorizer import Authorizer, one_authorization
-from bot.core.policy import Policy, Role, load_policy
+from bot.core.policy import Policy, PolicyHolder, Role
 from bot.local.slack import FakeSlack as StandIn
 from bot.slack.usergroups import REQUEST_TEAM, SlackUserGroupResolver
+from tests.support.catalog import load_policy
 from tests.unit.test_policy import POLICY
 
 
@@ -164,7 +165,7 @@ async def test_authorizer_with_slack_groups(
 ) -> None:
     fake, client = slack
     fake.groups["S0PLATFORM"] = ["U03CAROL"]
-    auth = Authorizer(policy, SlackUserGroupResolver(client))
+    auth = Authorizer(PolicyHolder(policy), SlackUserGroupResolver(client))
     assert await auth.role_for("U03CAROL", "e2e-delhi", None) is Role.viewer
     assert await auth.role_for("U04DAVE", "together-dev", None) is None  # S0BROKEN unknown to Slack
 
@@ -194,7 +195,7 @@ async def test_a_cached_group_is_read_without_a_task(
     fake, client = slack
     fake.groups["S0PLATFORM"] = ["U03CAROL"]
     resolver = SlackUserGroupResolver(client)
-    auth = Authorizer(policy, resolver)
+    auth = Authorizer(PolicyHolder(policy), resolver)
     assert await auth.role_for("U03CAROL", "e2e-delhi", None) is Role.viewer  # fills the cache
     assert resolver.cached("S0PLATFORM") == frozenset({"U03CAROL"})
     loop = asyncio.get_running_loop()
@@ -216,7 +217,7 @@ async def test_one_authorization_decides_a_permission_once(
     fake, client = slack
     fake.groups["S0PLATFORM"] = ["U03CAROL"]
     resolver = SlackUserGroupResolver(client, ttl_seconds=0)  # every decision looks it up
-    auth = Authorizer(policy, resolver)
+    auth = Authorizer(PolicyHolder(policy), resolver)
     with one_authorization():
         for _ in range(3):
             assert (await auth.check("U03CAROL", "e2e-delhi", None, Role.viewer)).allowed

@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pydantic import ValidationError
 
+from bot.core.policy.watch import WatchConfig, parse_horizon, parse_horizons
 from bot.core.watch.backoff import PollBackoff
-from bot.core.watch.config import WatchConfig
 from bot.core.watch.health import (
     GONE,
     ClusterHealth,
@@ -23,7 +23,7 @@ from bot.core.watch.health import (
 )
 from bot.core.watch.keys import incident_key, recovery_key, remediation_key, reminder_key
 from bot.core.watch.remediations import _bounded_gather
-from bot.core.watch.reminders import due, parse_horizon, parse_horizons, remaining_text
+from bot.core.watch.reminders import due, remaining_text
 from bot.providers.base import ClusterSummary, ProviderName
 from bot.providers.errors import (
     ProviderAuthError,
@@ -31,6 +31,7 @@ from bot.providers.errors import (
     ProviderServerError,
     ProviderTimeout,
 )
+from tests.support.catalog import CATALOG
 
 STEADY_TOGETHER = {"Ready", "Degraded", "Paused", "OnDemandComputePaused"}
 
@@ -57,7 +58,7 @@ def _run(
     events: list[HealthEvent] = []
     for status in statuses:
         listed = [] if status is None else [_cluster(status)]
-        memory, new = observe(memory, listed, changing)
+        memory, new = observe(memory, listed, changing, catalog=CATALOG)
         events.extend(new)
     return memory, events
 
@@ -77,7 +78,7 @@ def _run(
     ],
 )
 def test_healthy_sets(provider: ProviderName, status: str, healthy: bool) -> None:
-    assert is_healthy(provider, status) is healthy
+    assert is_healthy(CATALOG, provider, status) is healthy
 
 
 def test_degraded_then_restored_is_one_incident_and_one_recovery() -> None:
@@ -161,9 +162,11 @@ def test_disappearing_during_an_incident_edits_it() -> None:
 
 def test_clusters_are_followed_independently() -> None:
     memory: dict[str, ClusterHealth] = {}
-    memory, _ = observe(memory, [_cluster("Running", "1", "e2e"), _cluster("Running", "2", "e2e")])
+    memory, _ = observe(
+        memory, [_cluster("Running", "1", "e2e"), _cluster("Running", "2", "e2e")], catalog=CATALOG
+    )
     memory, events = observe(
-        memory, [_cluster("Failed", "1", "e2e"), _cluster("Running", "2", "e2e")]
+        memory, [_cluster("Failed", "1", "e2e"), _cluster("Running", "2", "e2e")], catalog=CATALOG
     )
     assert [(e.cluster_id, e.kind) for e in events] == [("1", EventKind.OPENED)]
     restored = ClusterHealth.model_validate_json(memory["1"].model_dump_json())

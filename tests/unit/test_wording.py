@@ -16,6 +16,7 @@ from bot.providers.together.adapter import TogetherAdapter
 from bot.providers.together.rules import parse_update
 from bot.slack.blocks import help_message
 from bot.slack.watch_blocks import progress_words
+from tests.support.catalog import CHANGES
 from tests.support.together_kit import client_for
 
 
@@ -75,5 +76,5 @@ def test_an_unreadable_time_is_answered_with_a_future_example() -> None:
 
 
 def test_the_help_example_time_is_in_the_future() -> None:
-    text = help_message(HelpCard({"together-prod": Role.operator})).text
+    text = help_message(HelpCard({"together-prod": Role.operator}, CHANGES)).text
     assert all(when > datetime.now(UTC) for when in _examples(text))

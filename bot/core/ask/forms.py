@@ -19,11 +19,11 @@ from bot.core.guardrails.freezes import freezes_soon, frozen_text
 from bot.core.policy import Role
 from bot.core.registry import MissingCredential
 from bot.core.requests.schedule import Schedule, ScheduleError, parse_at
-from bot.providers import catalog
 from bot.providers.base import ClusterState, ClusterSummary, FieldSpec, unknown_field
 
-# "update": the form of a provider with one action (its verb); "action": one to choose in.
-FormKind = Literal["update", "action"]
+# "single": the form of a provider with one action (its verb asks for it); "choice": the form
+# of one whose actions are chosen in it. (Slack's callback ids for them are SPEC's.)
+FormKind = Literal["single", "choice"]
 SUBMIT_TIMEOUT = 2.0  # seconds to re-fetch a cluster while the surface waits to acknowledge
 _CONTEXT_KEYS = ("project", "cluster_id", "channel")
 
@@ -62,6 +62,7 @@ class FormView:
     specs: list[FieldSpec]
     values: dict[str, Any]
     metadata: dict[str, Any]
+    title: str  # the provider's form title (its descriptor's)
     freeze: str | None = None  # for an admin during a freeze: what the override input says
 
 
@@ -204,21 +205,21 @@ class Forms:
         """The form a change command asks for when it lacks parameters; None when the
         command line says everything (the change is requested straight away). For a command
         whose fields its action takes (``unknown_fields``: bot.core.ask.reading reads both)."""
-        provider = catalog.by_verb(command.name)
-        kind: FormKind = "update" if provider and provider.single_action() else "action"
+        provider = self.access.catalog.by_verb(command.name)
+        kind: FormKind = "single" if provider and provider.single_action() else "choice"
         action = command.action
         fields = command.fields
         missing = action is not None and any(
             s.required and not fields.get(s.name) for s in self.fields_of(command.project, action)
         )
-        if action is not None and not missing and (fields or kind == "action"):
+        if action is not None and not missing and (fields or kind == "choice"):
             return None
         return FormRequest(
             kind=kind,
             project=command.project,
             cluster_id=command.cluster_id,
             channel=channel,
-            action=None if kind == "update" else action,
+            action=None if kind == "single" else action,
             prefill=dict(fields),
             reason=command.reason,
         )
@@ -242,7 +243,7 @@ class Forms:
         """The action form again after the person chose ``action``, keeping what they typed."""
         meta = parse_metadata(metadata_raw)
         request = FormRequest(
-            kind="action",
+            kind="choice",
             project=meta.get("project", ""),
             cluster_id=meta.get("cluster_id", ""),
             channel=meta.get("channel", ""),
@@ -253,13 +254,13 @@ class Forms:
                 user, request.channel, request.project, request.cluster_id
             )
         except Refusal as refusal:
-            return FormMessage("action", refusal.message, request.metadata())
+            return FormMessage("choice", refusal.message, request.metadata())
         typed = {
             k: v
             for k, v in values.items()
             if v and k not in ("action", "reason", "override", "run_at")
         }
-        view = self._view("action", state, action, typed, request.metadata())
+        view = self._view("choice", state, action, typed, request.metadata())
         freeze = await self._freeze_for(user, request.project, request.channel)
         return replace(view, freeze=freeze)
 
@@ -272,8 +273,8 @@ class Forms:
         metadata: Mapping[str, Any],
     ) -> FormView:
         adapter = self.access.adapter_for(state.summary.project)
-        actions = [] if kind == "update" else list(adapter.actions())
-        single = adapter.actions()[0] if kind == "update" else None
+        actions = [] if kind == "single" else list(adapter.actions())
+        single = adapter.actions()[0] if kind == "single" else None
         specs = self.fields_of(state.summary.project, single or action or "")
         return FormView(
             kind=kind,
@@ -283,6 +284,7 @@ class Forms:
             specs=specs,
             values={**state.current, **prefill},
             metadata={**metadata, "shown": shown_values(state.current, specs)},
+            title=self.access.catalog.descriptor(state.summary.provider).form_title,
         )
 
     async def _state_for_submit(
@@ -315,9 +317,9 @@ class Forms:
         meta = parse_metadata(metadata_raw)
         project, cluster_id, channel = (meta.get(k, "") for k in _CONTEXT_KEYS)
         if not (project and cluster_id and channel):
-            where = "action" if kind == "action" else "reason"  # a block every form has
+            where = "action" if kind == "choice" else "reason"  # a block every form has
             return SubmissionErrors({where: "This form lost its context; run the command again."})
-        if kind == "update":
+        if kind == "single":
             action = self._single_action(project)  # "": the project is gone (refused below)
         else:
             action = values.get("action") or ""
@@ -340,7 +342,7 @@ class Forms:
                         for name in missing
                     }
                 )
-            if kind == "update" and not inputs:
+            if kind == "single" and not inputs:
                 return SubmissionErrors(
                     {
                         self._first_field(kind, specs): "Nothing changed: every field is the "
@@ -381,7 +383,7 @@ class Forms:
         """The one action of the project's provider (its update form's); "" when the
         project is no longer in the policy."""
         try:
-            provider = catalog.descriptor(self.access.provider_of(project))
+            provider = self.access.catalog.descriptor(self.access.provider_of(project))
         except KeyError:
             return ""
         return provider.single_action() or ""
@@ -389,7 +391,7 @@ class Forms:
     @staticmethod
     def _first_field(kind: FormKind, specs: list[FieldSpec]) -> str:
         """Where a form shows an error of no field of its own: its first input."""
-        return "action" if kind == "action" or not specs else specs[0].name
+        return "action" if kind == "choice" or not specs else specs[0].name
 
     def _schedule(self, run_at: str | None) -> Schedule | None:
         if not run_at or not run_at.strip():

@@ -29,8 +29,8 @@ from pydantic import BaseModel, Field
 from bot.core.ask.justification import justification_problem
 from bot.core.requests.schedule import Schedule, ScheduleError, parse_at, parse_in
 from bot.errors import GpuopsError
-from bot.providers import catalog
 from bot.providers.base import ProviderDescriptor
+from bot.providers.catalog import Catalog
 
 MAX_AUDIT_LIMIT = 100
 DEFAULT_AUDIT_LIMIT = 20
@@ -49,15 +49,25 @@ def change_usage(provider: ProviderDescriptor) -> str:
     return f'/gpu {provider.verb} <project> <cluster_id>{action} [field=value …] [reason="…"]'
 
 
+# The usage of gpuops's own commands; a provider's change verb comes from its descriptor.
 USAGE = {
     "help": "/gpu help",
     "list": "/gpu list [project] [page=N]",
     "show": "/gpu show <project> <cluster_id>",
-    **{d.verb: change_usage(d) for d in catalog.descriptors()},
     "audit": "/gpu audit [project] [limit] [page=N]",
     "timeline": "/gpu timeline [since]",
     "policy": "/gpu policy [project]",
 }
+_BEFORE_THE_VERBS = ("help", "list", "show")
+
+
+def usage(catalog: Catalog) -> dict[str, str]:
+    """Every command's usage by its word: gpuops's own, with each provider's change verb of
+    ``catalog`` after ``show``."""
+    words = {w: u for w, u in USAGE.items() if w in _BEFORE_THE_VERBS}
+    words.update((d.verb, change_usage(d)) for d in catalog)
+    words.update((w, u) for w, u in USAGE.items() if w not in _BEFORE_THE_VERBS)
+    return words
 
 
 class UsageError(GpuopsError, ValueError):
@@ -210,7 +220,9 @@ def _page(words: list[str], usage: str) -> tuple[list[str], int]:
     return rest, int(value)
 
 
-def parse_command(text: str) -> Command:
+def parse_command(text: str, catalog: Catalog) -> Command:
+    """The command ``text`` says, with the change verbs of ``catalog``'s providers (or
+    UsageError saying what would fit)."""
     words = _split(text.strip())
     if not words or words[0].lower() == "help":
         return HelpCommand()
@@ -246,7 +258,7 @@ def parse_command(text: str) -> Command:
             raise UsageError(f"`policy` takes at most a project. Usage: `{USAGE['policy']}`")
         project = _token(args[0], "project", USAGE["policy"]) if args else None
         return PolicyCommand(project=project)
-    raise _unknown_verb(verb)
+    raise _unknown_verb(verb, usage(catalog))
 
 
 def _extra_words(extra: list[str]) -> str:
@@ -256,22 +268,23 @@ def _extra_words(extra: list[str]) -> str:
     return f"unexpected extra word{plural} {words} after the cluster id"
 
 
-def _unknown_verb(verb: str) -> UsageError:
+def _unknown_verb(verb: str, usages: dict[str, str]) -> UsageError:
     """The refusal of a verb no command has, with the verb it was probably meant as (as a
     mistyped field gets one, with the same closeness) or, when none is near, every usage."""
-    close = difflib.get_close_matches(verb, list(USAGE), n=1, cutoff=0.75)
+    close = difflib.get_close_matches(verb, list(usages), n=1, cutoff=0.75)
     if close:
         meant = close[0]
         return UsageError(
-            f"unknown command `{verb[:40]}` — did you mean `{meant}`? Usage: `{USAGE[meant]}`"
+            f"unknown command `{verb[:40]}` — did you mean `{meant}`? Usage: `{usages[meant]}`"
         )
     return UsageError(
-        f"unknown command `{verb[:40]}`. Try one of: " + ", ".join(f"`{u}`" for u in USAGE.values())
+        f"unknown command `{verb[:40]}`. Try one of: "
+        + ", ".join(f"`{u}`" for u in usages.values())
     )
 
 
 def parse_change(
-    verb: str, project: str, cluster_id: str, change: str, reason: str
+    verb: str, project: str, cluster_id: str, change: str, reason: str, catalog: Catalog
 ) -> ChangeCommand:
     """A change given in parts (a workflow step's inputs), read as ``/gpu {verb} {project}
     {cluster_id} {change}`` is (a provider's verb); a non-empty ``reason`` is the reason."""

@@ -33,7 +33,7 @@ class Reader:
     def read(self, channel: str, text: str) -> ReadCommand:
         """``/gpu text`` typed in ``channel``."""
         try:
-            command = parse_command(text)
+            command = parse_command(text, self.forms.access.catalog)
         except UsageError as exc:
             return ReadCommand(text, usage=str(exc))
         return self._with_form(channel, text, command)
@@ -44,7 +44,9 @@ class Reader:
         """A change given in parts (a workflow step's inputs); its text is how it is audited."""
         text = f"step {verb} {project} {cluster_id} {change}"
         try:
-            command = parse_change(verb, project, cluster_id, change, reason)
+            command = parse_change(
+                verb, project, cluster_id, change, reason, self.forms.access.catalog
+            )
         except UsageError as exc:
             return ReadCommand(text, usage=str(exc))
         return self._with_form(channel, text, command)

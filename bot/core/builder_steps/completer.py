@@ -5,7 +5,7 @@ ends a step when its request reaches a final state; ``reconcile`` finishes what 
 an unreachable chat service left open. The ``StepPort`` tells the chat platform.
 
 Every end is recorded before the platform is told (a step the store could not claim is
-recorded as refused, ``StepStore.refuse``): an execution told it failed is known to the
+recorded as refused, ``lifecycle.refuse``): an execution told it failed is known to the
 store, so a later delivery of it runs nothing. An end the store cannot take yet is held in
 memory and written, then told, once the store answers (``retry_held_forever``)."""
 
@@ -19,6 +19,7 @@ from typing import Protocol
 
 from bot.core.answers import Notice, Reply, error
 from bot.core.builder_steps.start import StepStart
+from bot.core.lifecycle import builder_steps as lifecycle
 from bot.core.notifier import RequestEvent, Tone
 from bot.core.requests.view import plan_lines, state_words
 from bot.core.store import (
@@ -142,14 +143,14 @@ class StepCompleter:
             outcome, payload = StepOutcome.ERROR, _withdrawn_payload(record)
         else:
             outcome, payload = StepOutcome.SUCCESS, outputs_of(record)
-        claimed = await self.steps.begin_completion(step.execution_id, outcome, payload)
+        claimed = await lifecycle.begin_completion(self.steps, step.execution_id, outcome, payload)
         if claimed is not None:
             await self._send(claimed)
 
     async def fail(self, execution_id: str, reply: Reply) -> None:
         """End a running step with the answer a person would have seen."""
-        claimed = await self.steps.begin_completion(
-            execution_id, StepOutcome.ERROR, _error_payload(reply)
+        claimed = await lifecycle.begin_completion(
+            self.steps, execution_id, StepOutcome.ERROR, _error_payload(reply)
         )
         if claimed is not None:
             await self._send(claimed)
@@ -159,8 +160,12 @@ class StepCompleter:
         until the store takes it). A delivery of it that claimed it meanwhile ends it."""
 
         async def write() -> None:
-            refused = await self.steps.refuse(
-                start.execution_id, start.requester, start.channel, _error_payload(reply)
+            refused = await lifecycle.refuse(
+                self.steps,
+                start.execution_id,
+                start.requester,
+                start.channel,
+                _error_payload(reply),
             )
             if refused is not None:
                 await self._send(refused)
@@ -193,7 +198,7 @@ class StepCompleter:
             log.warning("step %s could not be ended: %s", step.execution_id, exc.reason)
 
         async def completed() -> None:
-            await self.steps.completed(step.execution_id)
+            await lifecycle.completed(self.steps, step.execution_id)
 
         await self._or_hold(f"workflow step {step.execution_id} completed", completed)
 
@@ -226,7 +231,9 @@ class StepCompleter:
         now = self.clock()
         for step in await self.steps.unfinished():
             if step.state is StepState.COMPLETING:
-                retaken = await self.steps.retake_completion(step.execution_id, now - RETRY_AFTER)
+                retaken = await lifecycle.retake_completion(
+                    self.steps, step.execution_id, now - RETRY_AFTER
+                )
                 if retaken is not None:
                     await self._send(retaken)
                     ended += 1

@@ -10,11 +10,11 @@ from bot.core.answers import STORE_UNAVAILABLE_TEXT, Notice, Reply, error
 from bot.core.ask.forms import FormRequest
 from bot.core.builder_steps.completer import StepCompleter
 from bot.core.builder_steps.start import StepStart, form_needs
+from bot.core.lifecycle import builder_steps as lifecycle
 from bot.core.service import CommandService
 from bot.core.store import StepTaken, StoreUnavailable
 from bot.core.store.builder_steps import StepStore
 from bot.metrics import COMMANDS
-from bot.providers import catalog
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,9 @@ class BuilderSteps:
 
     async def run(self, start: StepStart) -> None:
         try:
-            claimed = await self.steps.claim(start.execution_id, start.requester, start.channel)
+            claimed = await lifecycle.claim(
+                self.steps, start.execution_id, start.requester, start.channel
+            )
         except StoreUnavailable as exc:
             log.warning("refused workflow step %s: %s", start.execution_id, exc)
             await self.completer.refuse(start, error(_STORE_DOWN_AT_START))
@@ -80,10 +82,11 @@ class BuilderSteps:
         if problem is not None:
             COMMANDS.labels("step", "refused").inc()
             return error(problem)
+        catalog = self.ops.access.catalog
         try:
             provider = catalog.descriptor(self.ops.access.provider_of(start.project))
         except KeyError:  # not in the policy: refused as any change of it is
-            provider = catalog.descriptors()[0]
+            provider = catalog.descriptors[0]
         read = self.ops.reader.read_change(
             start.channel,
             provider.verb,

@@ -38,7 +38,7 @@ class StepStart:
 
 def form_needs(form: FormRequest, required: list[str]) -> str:
     """What a step's ``change`` lacks where a command would open a form."""
-    if form.kind == "update":
+    if form.kind == "single":
         return (
             "The step's `change` names no field: give `field=value …`, e.g. `num_gpus=16` "
             "(a workflow step opens no form)."

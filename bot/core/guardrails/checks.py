@@ -8,10 +8,9 @@ from decimal import Decimal
 
 from pydantic import BaseModel, ConfigDict
 
-from bot.core.guardrails.config import Limits, Prices
+from bot.core.policy.guardrails import Limits, Prices
 from bot.core.pricing import scale_price_line
-from bot.providers.base import ChangePlan, ClusterState
-from bot.providers.catalog import descriptor
+from bot.providers.base import ChangePlan, ClusterState, ProviderDescriptor
 from bot.providers.pricing import NodePrice, money
 
 OLD_PRICES = timedelta(days=90)
@@ -39,12 +38,15 @@ class ChangeSize(BaseModel):
 
 
 def size_of(
-    state: ClusterState, plan: ChangePlan, prices: Prices | None, today: date
+    provider: ProviderDescriptor,
+    state: ClusterState,
+    plan: ChangePlan,
+    prices: Prices | None,
+    today: date,
 ) -> ChangeSize:
     """The size (and price) change of a planned change on a fetched cluster: the provider
     counts the size; the price is the plan's node price (a provider with a price API) or
     the policy's table per GPU-hour (one without)."""
-    provider = descriptor(plan.provider)
     counted = provider.size(state, plan)
     size = ChangeSize(gpu_type=state.summary.gpu_type, **counted.model_dump())
     if provider.price_table:

@@ -6,8 +6,7 @@ from datetime import datetime
 
 from bot.core.guardrails.checks import OLD_PRICES
 from bot.core.guardrails.freezes import freezes_soon, when
-from bot.core.policy import KINDS_BY_PROVIDER, Policy, Role
-from bot.providers.catalog import descriptor
+from bot.core.policy import Policy, Role
 from bot.providers.pricing import money
 
 
@@ -24,7 +23,7 @@ def _approvals(policy: Policy, project: str) -> list[str]:
         who = "approver" if rule.approvers == 1 else "approvers"
         groups = f" from group {' or '.join(rule.usergroups)}" if rule.usergroups else ""
         lines.append(f"{kind}: {rule.approvers} {who}{groups} (approval rule)")
-    free = sorted(KINDS_BY_PROVIDER[policy.project(project).provider] - set(risky))
+    free = sorted(policy.catalog.kinds(policy.project(project).provider) - set(risky))
     if free:
         lines.append(f"no approval: {', '.join(free)}")
     return lines
@@ -48,7 +47,7 @@ def _limits(policy: Policy, project: str) -> list[str]:
 
 def _prices(policy: Policy, project: str, now: datetime) -> list[str]:
     config = policy.project(project)
-    if not descriptor(config.provider).price_table:
+    if not config.descriptor.price_table:
         return ["prices: from each cluster's plan"]
     prices = config.price_table
     if prices is None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
-from bot.core.guardrails.config import WEEKDAYS, Freeze, WeeklyWindow
+from bot.core.policy.guardrails import WEEKDAYS, Freeze, WeeklyWindow
 
 LOOK_AHEAD = timedelta(days=7)
 

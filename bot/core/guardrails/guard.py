@@ -57,7 +57,7 @@ class Guard:
 
     def size(self, state: ClusterState, plan: ChangePlan, now: datetime) -> ChangeSize:
         config = self.access.policy.project(plan.project)
-        return size_of(state, plan, config.price_table, now.date())
+        return size_of(config.descriptor, state, plan, config.price_table, now.date())
 
     def check(
         self, project: str, kinds: list[str], size: ChangeSize, now: datetime, *, overridden: bool

@@ -15,9 +15,8 @@ from bot.core.access import Access
 from bot.core.answers import Reply
 from bot.core.ask.change import ChangeAsk
 from bot.core.notifier import Notifier
-from bot.core.policy import Policy
-from bot.core.policy_notices import tell_kept
-from bot.core.policy_reload import PolicyKept
+from bot.core.policy.notices import tell_kept
+from bot.core.policy.reload import PolicyKept
 from bot.core.requests.decisions import Decision, Decisions, NeedsBreakGlass
 from bot.core.requests.deps import RequestDeps
 from bot.core.requests.execution import Execution
@@ -44,7 +43,6 @@ class ChangeWorkflow:
     def __init__(
         self,
         *,
-        policy: Policy,
         access: Access,
         store: Store,
         notifier: Notifier,
@@ -56,7 +54,6 @@ class ChangeWorkflow:
         schedule_grace_seconds: float = 600.0,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
-        access.authorizer.policy = policy
         self.deps = RequestDeps(
             store=store,
             access=access,
@@ -138,7 +135,7 @@ class ChangeWorkflow:
 
     async def policy_kept(self, kept: PolicyKept) -> int:
         """A policy file was refused: the notify channels it concerns hear it once
-        (bot.core.policy_notices); how many this replica told."""
+        (bot.core.policy.notices); how many this replica told."""
         return await tell_kept(self.deps.store, self.deps.notifier, kept)
 
     async def sweep_forever(self, every: float) -> None:

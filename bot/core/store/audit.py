@@ -20,12 +20,12 @@ before writing the entry.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Insert, Select, Text, bindparam, func, select, update
+from sqlalchemy import CTE, ColumnElement, Insert, Select, Text, bindparam, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from bot.core.store.chain import (
@@ -49,39 +49,74 @@ _HASHED_COLUMNS = HASHED_FIELDS
 _STAMP_FORMAT = 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'  # chain.stamp's, in PostgreSQL's to_char
 
 
-def _bound(key: str) -> Any:
-    return bindparam(f"b_{key}", type_=audit.c[key].type)
+def _bound(key: str, prefix: str = "b_") -> Any:
+    return bindparam(f"{prefix}{key}", type_=audit.c[key].type)
 
 
-def _text(key: str) -> Any:
-    return bindparam(f"b_{key}", type_=Text())
+def _text(key: str, prefix: str = "b_") -> Any:
+    return bindparam(f"{prefix}{key}", type_=Text())
 
 
-def _postgres_append() -> Select[Any]:
+def postgres_append_ctes(after: Sequence[CTE] = (), prefix: str = "b_") -> tuple[CTE, CTE]:
+    """The append as two CTEs, ``appended`` (the entry) and ``head_moved`` (the chain
+    head), for a statement of its own or one that writes business rows first: with
+    ``after``, the head is locked (``FOR UPDATE``) only once those CTEs have run, and
+    only when the first returned a row, so a transition waits for the head last and holds
+    it only for the append itself and the commit that follows. Parameters are named
+    ``prefix`` + the audit column (and ``before_at``, ``before_prev``, ``after_prev``)."""
+    gates: list[ColumnElement[bool]] = [audit_chain.c.name == CHAIN_NAME]
+    if after:
+        gates.append(select(1).select_from(after[0]).exists())
+        gates.extend(
+            select(func.count()).select_from(cte).scalar_subquery() >= 0 for cte in after[1:]
+        )
     head = (
         select(audit_chain.c.last_hash, func.clock_timestamp().label("at"))
-        .where(audit_chain.c.name == CHAIN_NAME)
-        .with_for_update()
+        .where(*gates)
+        .with_for_update(of=audit_chain)
         .cte("head")
     )
     stamped = func.to_char(func.timezone("UTC", head.c.at), _STAMP_FORMAT)
     canonical = (
-        _text("before_at") + stamped + _text("before_prev") + head.c.last_hash + _text("after_prev")
+        _text("before_at", prefix)
+        + stamped
+        + _text("before_prev", prefix)
+        + head.c.last_hash
+        + _text("after_prev", prefix)
     )
     hashed = func.encode(func.sha256(func.convert_to(canonical, "UTF8")), "hex")
-    values = select(head.c.at, *(_bound(key) for key in _HASHED_COLUMNS), head.c.last_hash, hashed)
+    values = select(
+        head.c.at, *(_bound(key, prefix) for key in _HASHED_COLUMNS), head.c.last_hash, hashed
+    )
     columns = ["at", *_HASHED_COLUMNS, "prev_hash", "hash"]
     appended = audit.insert().from_select(columns, values).returning(*audit.c).cte("appended")
     moved = (
         update(audit_chain)
-        .where(audit_chain.c.name == CHAIN_NAME)
+        .where(audit_chain.c.name == CHAIN_NAME, select(1).select_from(appended).exists())
         .values(
             entries=audit_chain.c.entries + 1,
             last_id=select(appended.c.id).scalar_subquery(),
             last_hash=select(appended.c.hash).scalar_subquery(),
         )
-        .cte("moved")
+        .cte("head_moved")
     )
+    return appended, moved
+
+
+def append_params(row: AuditRow, prefix: str = "b_") -> dict[str, Any]:
+    """The parameters of a PostgreSQL append of ``row`` (``postgres_append_ctes``)."""
+    fields: dict[str, Any] = row.model_dump()
+    fields["detail"] = stored_detail(row.detail)
+    pieces = canonical_pieces(fields)
+    params = {f"{prefix}{key}": fields[key] for key in _HASHED_COLUMNS}
+    params[f"{prefix}before_at"] = pieces.before_at
+    params[f"{prefix}before_prev"] = pieces.before_prev
+    params[f"{prefix}after_prev"] = pieces.after_prev
+    return params
+
+
+def _postgres_append() -> Select[Any]:
+    appended, moved = postgres_append_ctes()
     return select(appended).add_cte(moved)
 
 
@@ -122,20 +157,20 @@ async def head_hash_in(conn: AsyncConnection) -> str:
 async def append_entry(conn: AsyncConnection, row: AuditRow, dialect: str) -> AuditEntry:
     """Append ``row`` at the end of the chain inside the caller's transaction (see the
     module docstring): the head stays taken until that transaction ends."""
+    if dialect == "postgresql":
+        params = append_params(row)
+        entry = (await conn.execute(_APPEND["postgresql"], params)).mappings().one()
+        return AuditEntry.model_validate(dict(entry))
     fields: dict[str, Any] = row.model_dump()
     fields["detail"] = stored_detail(row.detail)
     pieces = canonical_pieces(fields)
-    params = {f"b_{key}": fields[key] for key in _HASHED_COLUMNS}
-    params["b_after_prev"] = pieces.after_prev
-    if dialect == "postgresql":
-        params["b_before_at"], params["b_before_prev"] = pieces.before_at, pieces.before_prev
-        entry = (await conn.execute(_APPEND["postgresql"], params)).mappings().one()
-    else:
-        at = utcnow()
-        params["b_at"] = at
-        params["b_before_prev"] = pieces.before_at + stamp(at) + pieces.before_prev
-        entry = (await conn.execute(_APPEND["sqlite"], params)).mappings().one()
-        await conn.execute(_MOVE_HEAD, {"b_hash": entry["hash"], "b_last_id": entry["id"]})
+    sqlite_params = {f"b_{key}": fields[key] for key in _HASHED_COLUMNS}
+    sqlite_params["b_after_prev"] = pieces.after_prev
+    at = utcnow()
+    sqlite_params["b_at"] = at
+    sqlite_params["b_before_prev"] = pieces.before_at + stamp(at) + pieces.before_prev
+    entry = (await conn.execute(_APPEND["sqlite"], sqlite_params)).mappings().one()
+    await conn.execute(_MOVE_HEAD, {"b_hash": entry["hash"], "b_last_id": entry["id"]})
     return AuditEntry.model_validate(dict(entry))
 
 
@@ -175,7 +210,14 @@ class AuditMixin(StoreBase):
             statement = statement.where(audit.c.project == project)
         if request_id is not None:
             statement = statement.where(audit.c.request_id == request_id)
-        statement = statement.order_by(audit.c.id.desc()).limit(limit)
+        if project is not None and request_id is None:
+            # Chain order is time order: walking ix_gpuops_audit_project_at backwards hands
+            # the newest over without sorting the project's whole trail (PostgreSQL sorted
+            # ix_gpuops_audit_project's rows by id).
+            statement = statement.order_by(audit.c.at.desc(), audit.c.id.desc())
+        else:
+            statement = statement.order_by(audit.c.id.desc())
+        statement = statement.limit(limit)
         async with self._begin() as conn:
             rows = (await conn.execute(statement)).mappings().all()
         return [AuditEntry.model_validate(dict(row)) for row in rows]

@@ -3,21 +3,21 @@ linked to the change request they made, completed once.
 
 Like the change requests, every deciding write is one statement whose ON CONFLICT or WHERE
 clause is the decision, so the database picks the one winner among replicas and
-redeliveries. The link to the request is written in the request's own transaction
-(``RequestsMixin.create_request``): a step never loses the request it made. A step refused
-before it could be claimed is recorded as refused (``refuse``) before Slack is told, so a
-later delivery of the same execution finds it and runs nothing.
+redeliveries: the moves of a step's lifecycle (``bot.core.lifecycle.builder_steps``) are
+written by ``bot.core.store.lifecycles``; this module reads steps. The link to the request
+is written in the request's own transaction (``RequestsMixin.create_request``): a step never
+loses the request it made. A step refused before it could be claimed is recorded as refused
+before Slack is told, so a later delivery of the same execution finds it and runs nothing.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from bot.core.store.db import Store
@@ -61,32 +61,6 @@ class StepStore:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    async def claim(self, execution_id: str, requester: str, channel: str) -> bool:
-        """True for the one caller (across replicas and redeliveries) that runs the step."""
-        statement = self._new_step(
-            execution_id, requester, channel, state=StepState.RUNNING.value
-        ).returning(workflow_steps.c.execution_id)
-        async with self.store._begin() as conn:
-            return (await conn.execute(statement)).first() is not None
-
-    async def refuse(
-        self, execution_id: str, requester: str, channel: str, payload: Mapping[str, Any]
-    ) -> StepRecord | None:
-        """Record a step that was never claimed as refused, ready to be completed with
-        ``payload``: its completion for the one caller that wins; None when the execution
-        is known already (claimed, refused or completed: whoever holds it ends it)."""
-        statement = self._new_step(
-            execution_id,
-            requester,
-            channel,
-            state=StepState.COMPLETING.value,
-            outcome=StepOutcome.ERROR.value,
-            payload=dict(payload),
-        ).returning(*workflow_steps.c)
-        async with self.store._begin() as conn:
-            row = (await conn.execute(statement)).mappings().first()
-        return None if row is None else StepRecord.model_validate(dict(row))
-
     def _new_step(
         self, execution_id: str, requester: str, channel: str, **values: Any
     ) -> postgresql.Insert | sqlite.Insert:
@@ -112,33 +86,6 @@ class StepStore:
         """The step that made this change request, if one did."""
         return await self._one(workflow_steps.c.request_id == request_id)
 
-    async def begin_completion(
-        self, execution_id: str, outcome: StepOutcome, payload: Mapping[str, Any]
-    ) -> StepRecord | None:
-        """Claim the completion of a running step with what Slack is to be told; None when
-        another caller completes (or completed) it."""
-        return await self._move(
-            execution_id,
-            {StepState.RUNNING},
-            StepState.COMPLETING,
-            outcome=outcome.value,
-            payload=dict(payload),
-        )
-
-    async def retake_completion(self, execution_id: str, before: datetime) -> StepRecord | None:
-        """Take over a completion left unfinished since before ``before`` (its replica died,
-        or Slack could not be reached): the one caller that wins sends it again."""
-        return await self._move(
-            execution_id,
-            {StepState.COMPLETING},
-            StepState.COMPLETING,
-            workflow_steps.c.updated_at < before,
-        )
-
-    async def completed(self, execution_id: str) -> None:
-        """The step is over."""
-        await self._move(execution_id, {StepState.COMPLETING}, StepState.COMPLETED)
-
     async def unfinished(self, limit: int = 200) -> list[StepRecord]:
         """Steps not completed yet, oldest first."""
         statement = (
@@ -154,26 +101,4 @@ class StepStore:
     async def _one(self, condition: Any) -> StepRecord | None:
         async with self.store._begin() as conn:
             row = (await conn.execute(select(workflow_steps).where(condition))).mappings().first()
-        return None if row is None else StepRecord.model_validate(dict(row))
-
-    async def _move(
-        self,
-        execution_id: str,
-        from_states: Collection[StepState],
-        to: StepState,
-        *conditions: Any,
-        **values: Any,
-    ) -> StepRecord | None:
-        statement = (
-            update(workflow_steps)
-            .where(
-                workflow_steps.c.execution_id == execution_id,
-                workflow_steps.c.state.in_([s.value for s in from_states]),
-                *conditions,
-            )
-            .values(state=to.value, updated_at=_now(), **values)
-            .returning(*workflow_steps.c)
-        )
-        async with self.store._begin() as conn:
-            row = (await conn.execute(statement)).mappings().first()
         return None if row is None else StepRecord.model_validate(dict(row))

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
+    CTE,
     ColumnElement,
     Delete,
     Update,
@@ -96,16 +97,23 @@ def _take_lease(insert: Any) -> Any:
     ).returning(leases)
 
 
-def _lock_cluster(insert: Any) -> Any:
-    statement = insert.values(
-        provider=bindparam("b_provider"),
-        project=bindparam("b_project"),
-        cluster_id=bindparam("b_cluster"),
-        request_id=bindparam("b_request_id"),
-        locked_at=_NOW,
-        lease_name=bindparam("b_lease_name"),
-        calls_until=bindparam("b_calls_until", type_=cluster_locks.c.calls_until.type),
-    )
+def _lock_cluster(insert: Any, after: CTE | None = None) -> Any:
+    """The lock's upsert; with ``after`` (a CTE), it writes only if that returned a row
+    (the execution lease, taken in the same statement), and after it."""
+    binds = {
+        "provider": bindparam("b_provider", type_=cluster_locks.c.provider.type),
+        "project": bindparam("b_project", type_=cluster_locks.c.project.type),
+        "cluster_id": bindparam("b_cluster", type_=cluster_locks.c.cluster_id.type),
+        "request_id": bindparam("b_request_id", type_=cluster_locks.c.request_id.type),
+        "locked_at": _NOW,
+        "lease_name": bindparam("b_lease_name", type_=cluster_locks.c.lease_name.type),
+        "calls_until": bindparam("b_calls_until", type_=cluster_locks.c.calls_until.type),
+    }
+    if after is None:
+        statement = insert.values(**binds)
+    else:
+        source = select(*(value.label(name) for name, value in binds.items())).select_from(after)
+        statement = insert.from_select(list(binds), source)
     excluded = statement.excluded
     same_request = cluster_locks.c.request_id == excluded.request_id
     return statement.on_conflict_do_update(
@@ -129,6 +137,47 @@ def _lock_cluster(insert: Any) -> Any:
         },
         where=same_request | _lock_is_stale(),
     ).returning(cluster_locks.c.request_id)
+
+
+def postgres_lock_cte(after: CTE | None) -> CTE:
+    """PostgreSQL's lock upsert as a CTE (``locked``), after ``after`` if given."""
+    locked: CTE = _lock_cluster(postgresql.insert(cluster_locks), after).cte("locked")
+    return locked
+
+
+def postgres_lease_cte() -> CTE:
+    """PostgreSQL's lease upsert as a CTE (``lease``: the lease row if taken)."""
+    lease: CTE = _take_lease(postgresql.insert(leases)).cte("lease")
+    return lease
+
+
+def postgres_unlock_cte(after: CTE) -> CTE:
+    """Free the cluster (``b_*``) from ``b_request_id`` once ``after`` returned a row."""
+    return (
+        delete(cluster_locks)
+        .where(
+            *_cluster_is(),
+            cluster_locks.c.request_id == bindparam("b_request_id"),
+            select(1).select_from(after).exists(),
+        )
+        .returning(cluster_locks.c.request_id)
+        .cte("unlocked")
+    )
+
+
+def postgres_release_cte(after: CTE) -> CTE:
+    """Give lease ``b_name`` of ``b_holder`` up once ``after`` returned a row."""
+    return (
+        update(leases)
+        .where(
+            leases.c.name == bindparam("b_name"),
+            leases.c.holder == bindparam("b_holder"),
+            select(1).select_from(after).exists(),
+        )
+        .values(expires_at=RELEASED)
+        .returning(leases.c.name)
+        .cte("released")
+    )
 
 
 _TAKE_LEASE = {

@@ -68,6 +68,7 @@ change_requests = Table(
     Index("ix_gpuops_change_requests_requester", "requester", "updated_at", "id"),
     Index("ix_gpuops_change_requests_requester_run_at", "requester", "run_at"),
     Index("ix_gpuops_change_requests_state_created", "state", "created_at", "id"),
+    Index("ix_gpuops_change_requests_channel", "channel", "project"),
     Index(
         "ux_gpuops_change_requests_revert_slot",
         "revert_slot",

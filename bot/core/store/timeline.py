@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import Select, and_, or_, select
 
 from bot.core.store.engine import StoreBase, require_aware
 from bot.core.store.records import AuditEntry
@@ -81,6 +82,8 @@ class TimelineMixin(StoreBase):
         require_aware("until", until)
         if not projects:
             return []
+        if not notify_projects:  # only the requests made here: start from them
+            return await self._own_events(channel, projects, since, until, after, limit)
         requests = and_(
             audit.c.event.in_(sorted(REQUEST_EVENTS)),
             or_(
@@ -107,6 +110,39 @@ class TimelineMixin(StoreBase):
             .order_by(audit.c.at, audit.c.id)
             .limit(limit)
         )
+        return await self._events(statement, after)
+
+    async def _own_events(
+        self,
+        channel: str,
+        projects: Collection[str],
+        since: datetime,
+        until: datetime,
+        after: tuple[datetime, int] | None,
+        limit: int,
+    ) -> list[ChannelEvent]:
+        """The events of the requests made in ``channel`` (none is mirrored there): read
+        from those requests (ix_gpuops_change_requests_channel, then each one's entries),
+        so the cost follows the channel's own requests, not the projects' whole trail. The
+        page is sorted by time: the channel's events, not the trail, are what is sorted."""
+        statement = (
+            select(audit, change_requests.c.cluster_name, change_requests.c.action)
+            .select_from(change_requests.join(audit, audit.c.request_id == change_requests.c.id))
+            .where(
+                change_requests.c.channel == channel,
+                change_requests.c.project.in_(sorted(projects)),
+                audit.c.event.in_(sorted(REQUEST_EVENTS)),
+                audit.c.at >= since,
+                audit.c.at < until,
+            )
+            .order_by(audit.c.at, audit.c.id)
+            .limit(limit)
+        )
+        return await self._events(statement, after)
+
+    async def _events(
+        self, statement: Select[Any], after: tuple[datetime, int] | None
+    ) -> list[ChannelEvent]:
         if after is not None:
             at, entry_id = after
             statement = statement.where(

@@ -20,14 +20,14 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict
 
 from bot.providers.base import ClusterSummary, ProviderName
-from bot.providers.catalog import descriptor
+from bot.providers.catalog import Catalog
 
 GONE = "(gone)"  # the status recorded for a cluster that is no longer listed
 
 
-def is_healthy(provider: ProviderName, status: str) -> bool:
+def is_healthy(catalog: Catalog, provider: ProviderName, status: str) -> bool:
     """Whether a status is in the provider's healthy set (case and spaces ignored)."""
-    return status.strip().lower() in descriptor(provider).healthy_statuses
+    return status.strip().lower() in catalog.descriptor(provider).healthy_statuses
 
 
 class Condition(enum.StrEnum):
@@ -67,9 +67,9 @@ class HealthEvent:
 
 
 def condition_of(
-    summary: ClusterSummary, *, changing_by_gpuops: bool, seen_healthy: bool
+    catalog: Catalog, summary: ClusterSummary, *, changing_by_gpuops: bool, seen_healthy: bool
 ) -> Condition:
-    if is_healthy(summary.provider, summary.status):
+    if is_healthy(catalog, summary.provider, summary.status):
         return Condition.HEALTHY
     if not summary.steady and (changing_by_gpuops or not seen_healthy):
         return Condition.CHANGING
@@ -80,14 +80,17 @@ def observe(
     remembered: Mapping[str, ClusterHealth],
     clusters: Iterable[ClusterSummary],
     changing_by_gpuops: frozenset[str] = frozenset(),
+    *,
+    catalog: Catalog,
 ) -> tuple[dict[str, ClusterHealth], list[HealthEvent]]:
     """The new memory and the events of one poll. ``changing_by_gpuops`` holds the ids of
-    clusters with a gpuops change in flight."""
+    clusters with a gpuops change in flight; ``catalog`` says each provider's healthy
+    statuses."""
     memory: dict[str, ClusterHealth] = {}
     events: list[HealthEvent] = []
     for summary in clusters:
         before = remembered.get(summary.cluster_id)
-        after, event = _step(before, summary, summary.cluster_id in changing_by_gpuops)
+        after, event = _step(catalog, before, summary, summary.cluster_id in changing_by_gpuops)
         memory[summary.cluster_id] = after
         if event is not None:
             events.append(event)
@@ -100,10 +103,12 @@ def observe(
 
 
 def _step(
-    before: ClusterHealth | None, summary: ClusterSummary, changing: bool
+    catalog: Catalog, before: ClusterHealth | None, summary: ClusterSummary, changing: bool
 ) -> tuple[ClusterHealth, HealthEvent | None]:
     seen_healthy = before.seen_healthy if before is not None else False
-    condition = condition_of(summary, changing_by_gpuops=changing, seen_healthy=seen_healthy)
+    condition = condition_of(
+        catalog, summary, changing_by_gpuops=changing, seen_healthy=seen_healthy
+    )
     incident = before.incident if before is not None else 0
     was_open = before.open if before is not None else False
     previous = before.status if before is not None else ""

@@ -58,7 +58,7 @@ class IncidentDesk:
         stored = await self.store.recall(memory_name(project))
         remembered = {key: ClusterHealth.model_validate(value) for key, value in stored.items()}
         changing = await self._changing_by_gpuops(project)
-        memory, events = observe(remembered, allowed, changing)
+        memory, events = observe(remembered, allowed, changing, catalog=self.access.catalog)
         for event in events:
             if not await self._tell(project, channel, event):
                 previous = remembered.get(event.cluster_id)

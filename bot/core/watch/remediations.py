@@ -1,8 +1,9 @@
-"""Together node remediations in the notify channel (SPEC §7.1): post each one newly
-awaiting approval once, follow it until it ends, and let one approver's click decide it.
+"""Node remediations (a provider capability) in the notify channel (SPEC §7.1): post each
+one newly awaiting approval once, follow it until it ends, and let one approver's click
+decide it; every word about the provider is its descriptor's title.
 
 A decision is sent at most once: the click that moves the stored record from ``awaiting``
-to ``deciding`` (compare-and-set) is the only one that calls Together; approve and reject
+to ``deciding`` (compare-and-set) is the only one that calls the provider; approve and reject
 are never retried once they may have been processed."""
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from typing import Any, Literal, TypeVar
 
 from bot.core.access import Access, Refusal
 from bot.core.answers import Notice, Reply, error, notice, store_unavailable
+from bot.core.lifecycle import remediations as lifecycle
+from bot.core.lifecycle.remediations import Move
 from bot.core.notifier import NotDelivered
 from bot.core.policy import Role
 from bot.core.store import StoreUnavailable
@@ -68,7 +71,8 @@ _UNKNOWN = error("I do not know that remediation (was it posted by another gpuop
 
 
 class RemediationDesk:
-    """Posting, following and deciding the remediations of watched Together projects."""
+    """Posting, following and deciding the remediations of watched projects whose
+    provider has them."""
 
     def __init__(
         self,
@@ -85,6 +89,10 @@ class RemediationDesk:
         self.backlog = StoreBacklog()
         self.listings_per_poll = LISTINGS_PER_POLL
         self._next_cluster: dict[str, str] = {}  # per project: where the next poll goes on
+
+    def _title(self, project: str) -> str:
+        """How people name the project's provider (its descriptor's title)."""
+        return self.access.policy.provider_title(project)
 
     # ---- polling -----------------------------------------------------------------------
 
@@ -128,7 +136,8 @@ class RemediationDesk:
         self, project: str, channel: str, cluster_name: str, remediation: Remediation
     ) -> None:
         key = remediation_key(project, remediation.id)
-        claimed = await self.store.claim_remediation(
+        claimed = await lifecycle.claim(
+            self.store,
             key,
             NewRemediationRecord(
                 project=project,
@@ -148,24 +157,18 @@ class RemediationDesk:
             ts = await self.notifier.remediation_pending(record, remediation)
         except NotDelivered as exc:
             log.warning("could not post remediation %s: %s", remediation.id, exc.reason)
-            give_up = functools.partial(self.store.give_up_remediation, claim, record.id)
+            give_up = functools.partial(lifecycle.give_back, self.store, claim, record)
             await self.backlog.attempt(f"giving back remediation {remediation.id}", give_up)
             return
-        posted = functools.partial(self.store.remediation_posted, claim, record.id, ts)
+        move = Move(
+            lifecycle.POST,
+            "gpuops",
+            "posted",
+            detail={"remediation": remediation.id, "node": remediation.node, "record": record.id},
+        )
+        posted = functools.partial(lifecycle.posted, self.store, claim, record, ts, move)
         await self.backlog.attempt(f"recording where remediation {remediation.id} is", posted)
         WATCH_ALERTS.labels("remediation").inc()
-        audit = functools.partial(
-            self.access.audit,
-            "gpuops",
-            "remediation_posted",
-            project=project,
-            cluster_id=remediation.cluster_id,
-            outcome="posted",
-            remediation=remediation.id,
-            node=remediation.node,
-            record=record.id,
-        )
-        await self.backlog.attempt(f"auditing remediation {remediation.id}", audit)
 
     async def _follow_one(self, client: RemediationDecisions, record: RemediationRecord) -> None:
         """Follow one; a remediation gone at Together is closed, and one whose follow-up
@@ -181,26 +184,16 @@ class RemediationDesk:
             log.warning("could not follow remediation %s: %s", record.remediation_id, exc)
 
     async def _gone(self, record: RemediationRecord) -> None:
-        closing = {
-            RemediationDecision.AWAITING,
-            RemediationDecision.DECIDING,
-            RemediationDecision.UNKNOWN,
-        }
         had_buttons = record.decision is RemediationDecision.AWAITING
-        if record.decision in closing:
-            updated = await self.store.decide_remediation(
-                record.id,
-                from_decisions={record.decision},
-                to=RemediationDecision.ELSEWHERE,
-                provider_state=GONE_STATE,
-            )
-        else:
-            updated = await self.store.set_remediation(record.id, provider_state=GONE_STATE)
+        closing = lifecycle.gone(record.decision)
+        seen = record.decision if closing is lifecycle.GONE else None
+        updated = await self._seen(
+            record, closing, "gone", seen=seen, fields={"provider_state": GONE_STATE}
+        )
         if updated is None:
             return
-        log.info("remediation %s is gone at Together: closed", record.remediation_id)
+        log.info("remediation %s is gone at its provider: closed", record.remediation_id)
         await self.notifier.remediation_gone(updated, had_buttons)
-        await self._audit_seen(record, "remediation_gone", "gone")
 
     async def _follow(self, client: RemediationDecisions, record: RemediationRecord) -> None:
         remediation = await client.get(record.cluster_id, record.instance_id, record.remediation_id)
@@ -215,20 +208,15 @@ class RemediationDesk:
         if updated is None:
             return
         if record.provider_state == RemediationState.PENDING_APPROVAL:
-            moved = await self.store.decide_remediation(
-                record.id,
-                from_decisions={RemediationDecision.AWAITING},
-                to=RemediationDecision.ELSEWHERE,
+            moved = await self._seen(
+                record,
+                lifecycle.LEFT_ELSEWHERE,
+                remediation.state,
+                reviewed_by=remediation.reviewed_by or "",
             )
             if moved is not None:
                 REMEDIATION_DECISIONS.labels("elsewhere").inc()
                 await self.notifier.remediation_left_elsewhere(moved, remediation)
-                await self._audit_seen(
-                    record,
-                    "remediation_decided_elsewhere",
-                    remediation.state,
-                    reviewed_by=remediation.reviewed_by or "",
-                )
                 updated = moved
         if remediation.state != RemediationState.PENDING_APPROVAL:
             await self.notifier.remediation_progress(updated, remediation)
@@ -238,53 +226,60 @@ class RemediationDesk:
     ) -> RemediationRecord | None:
         """A decision whose answer was lost (or whose sender died), and Together no longer
         awaits one: it was decided, by that call or another. Said so, buttons removed."""
+        provider = self._title(record.project)
         text = (
-            f"Together no longer awaits a decision (it is {remediation.state} now). A "
+            f"{provider} no longer awaits a decision (it is {remediation.state} now). A "
             "decision started here was cut off before its answer was recorded, so which "
-            "decision Together took is not known here."
+            f"decision {provider} took is not known here."
         )
-        settled = await self.store.decide_remediation(
-            record.id,
-            from_decisions={record.decision},
-            to=RemediationDecision.ALREADY_DECIDED,
-            decided_by=None,  # not known: "already decided at Together" says it all
+        settled = await self._seen(
+            record,
+            lifecycle.TAKEN_UNSEEN,
+            remediation.state,
+            seen=record.decision,
+            fields={"decided_by": None},  # not known: "already decided at Together" says it all
         )
         if settled is None:
             return None
         REMEDIATION_DECISIONS.labels("already_decided").inc()
         await self.notifier.remediation_decided(settled, "already_decided", text)
-        await self._audit_seen(record, "remediation_decided_unseen", remediation.state)
         return settled
 
     async def _reopen(self, record: RemediationRecord, remediation: Remediation) -> None:
         """A decision whose answer was lost (or whose sender died), and a poll since shows
         Together never took it (still awaiting approval): the buttons come back. A second
         decision cannot act twice: Together refuses one on a remediation no longer pending."""
-        reopened = await self.store.decide_remediation(
-            record.id,
-            from_decisions={record.decision},
-            to=RemediationDecision.AWAITING,
-            decided_by=None,
-            comment=None,
+        reopened = await self._seen(
+            record,
+            lifecycle.REOPEN,
+            "awaiting",
+            seen=record.decision,
+            fields={"decided_by": None, "comment": None},
         )
         if reopened is None:
             return
         await self.notifier.remediation_reopened(reopened, remediation)
-        await self._audit_seen(record, "remediation_reopened", "awaiting")
 
-    async def _audit_seen(
-        self, record: RemediationRecord, event: str, outcome: str, **detail: str
-    ) -> None:
-        """Audit what gpuops itself saw happen to a posted remediation."""
-        await self.access.audit(
+    async def _seen(
+        self,
+        record: RemediationRecord,
+        transition: lifecycle.Transition,
+        outcome: str,
+        *,
+        seen: RemediationDecision | None = None,
+        fields: dict[str, str | None] | None = None,
+        **detail: str,
+    ) -> RemediationRecord | None:
+        """Move it for what gpuops itself saw happen to it, audited as gpuops's."""
+        move = Move(
+            transition,
             "gpuops",
-            event,
-            project=record.project,
-            cluster_id=record.cluster_id,
-            outcome=outcome,
-            remediation=record.remediation_id,
-            **detail,
+            outcome,
+            seen=seen,
+            fields=fields or {},
+            detail={"remediation": record.remediation_id, **detail},
         )
+        return await lifecycle.apply(self.store, record, move)
 
     # ---- deciding ----------------------------------------------------------------------
 
@@ -316,23 +311,25 @@ class RemediationDesk:
             return store_unavailable()
         if isinstance(won, Reply):
             return won
-        await self._audit_click(user, won, verb, "sending")
         return await self._send(user, won, verb, comment)
 
     async def _win(
         self, user: str, channel: str, record_id: str, verb: Verb, comment: str | None
     ) -> RemediationRecord | Reply:
-        """The record if this click won the decision (compare-and-set), else the answer."""
+        """The record if this click won the decision (compare-and-set, audited as being
+        sent), else the answer."""
         record = await self._decidable(user, channel, record_id, verb)
         if isinstance(record, Reply):
             return record
-        won = await self.store.decide_remediation(
-            record.id,
-            from_decisions={RemediationDecision.AWAITING},
-            to=RemediationDecision.DECIDING,
-            decided_by=user,
-            comment=comment,
+        click = Move(
+            lifecycle.CLICK,
+            user,
+            "sending",
+            verb=verb,
+            fields={"decided_by": user, "comment": comment},
+            detail=_click_detail(record),
         )
+        won = await lifecycle.apply(self.store, record, click)
         if won is None:
             return await self._lost(user, record, verb)
         return won
@@ -385,6 +382,7 @@ class RemediationDesk:
     ) -> Reply:
         client = self.remediations_for(record.project)
         ref = RemediationRef(record.remediation_id, record.cluster_id, record.instance_id)
+        provider = self._title(record.project)
         try:
             if verb == "approve":
                 result = await client.approve(ref, comment=comment)
@@ -394,15 +392,14 @@ class RemediationDesk:
             ending = _Ending(
                 RemediationDecision.ALREADY_DECIDED,
                 "already_decided",
-                "Already decided at Together: someone decided it first.",
+                f"Already decided at {provider}: someone decided it first.",
             )
         except ProviderError as exc:
-            ending = _failure(exc)
+            ending = _failure(exc, provider)
         else:
             decision, outcome, done = _DONE[verb]
-            ending = _Ending(
-                decision, outcome, f"{done}; Together says {result.state}.", result.state, result
-            )
+            said = f"{done}; {provider} says {result.state}."
+            ending = _Ending(decision, outcome, said, result.state, result)
         if ending.remediation is None and ending.decision is not RemediationDecision.AWAITING:
             ending = replace(ending, remediation=await self._read_quietly(client, ref))
         return await self._finish(user, record, verb, ending)
@@ -427,24 +424,30 @@ class RemediationDesk:
         if ending.decision is RemediationDecision.AWAITING:
             fields.update(decided_by=None, comment=None)
         text = ending.text
+        move = Move(
+            lifecycle.sent(ending.decision),
+            user,
+            ending.outcome,
+            verb=verb,
+            fields=fields,
+            detail=_click_detail(record, text),
+        )
         try:
-            final = await self.store.decide_remediation(
-                record.id,
-                from_decisions={RemediationDecision.DECIDING},
-                to=ending.decision,
-                **fields,
-            )
+            final = await lifecycle.apply(self.store, record, move)
         except StoreUnavailable as exc:
             # Sent (or refused) already: said as it is, and recorded once the store is back.
             log.warning("remediation %s: its decision kept for the store: %s", record.id, exc)
+            text += " " + _KEPT
+            kept = replace(move, detail=_click_detail(record, text))
             self.backlog.keep(
                 f"recording the decision on remediation {record.remediation_id}",
-                functools.partial(self._record_decision, record.id, ending.decision, fields),
+                functools.partial(self._record_decision, record, kept),
             )
             final = record.model_copy(update={"decision": ending.decision, **fields})
-            text += " " + _KEPT
+        else:
+            if final is None:  # moved meanwhile: what the call did is audited still
+                await self._audit_click(user, record, verb, ending.outcome, detail=text)
         REMEDIATION_DECISIONS.labels(ending.outcome).inc()
-        await self._audit_click(user, final or record, verb, ending.outcome, detail=text)
         await self.notifier.remediation_decided(
             final or record, ending.outcome, text, ending.remediation
         )
@@ -452,12 +455,8 @@ class RemediationDesk:
             return error(text)
         return notice(text)
 
-    async def _record_decision(
-        self, record_id: str, decision: RemediationDecision, fields: dict[str, str | None]
-    ) -> None:
-        await self.store.decide_remediation(
-            record_id, from_decisions={RemediationDecision.DECIDING}, to=decision, **fields
-        )
+    async def _record_decision(self, record: RemediationRecord, move: Move) -> None:
+        await lifecycle.apply(self.store, record, move)
 
     async def _audit_click(
         self,
@@ -475,12 +474,19 @@ class RemediationDesk:
             project=record.project,
             cluster_id=record.cluster_id,
             outcome=outcome,
-            remediation=record.remediation_id,
-            node=record.node,
-            record=record.id,
-            detail=detail,
+            **_click_detail(record, detail),
         )
         await self.backlog.attempt(f"auditing a {verb} of {record.remediation_id}", audit)
+
+
+def _click_detail(record: RemediationRecord, detail: str = "") -> dict[str, str]:
+    """What a click's audit entry says of the remediation (``detail``: what it was told)."""
+    return {
+        "remediation": record.remediation_id,
+        "node": record.node,
+        "record": record.id,
+        "detail": detail,
+    }
 
 
 @dataclass(frozen=True)
@@ -499,18 +505,18 @@ def _answer_lost(record: RemediationRecord) -> bool:
     return record.decision is RemediationDecision.DECIDING and stale
 
 
-def _failure(exc: ProviderError) -> _Ending:
+def _failure(exc: ProviderError, provider: str) -> _Ending:
     if exc.may_have_applied:
         return _Ending(
             RemediationDecision.UNKNOWN,
             "unknown",
-            f"Together may or may not have taken it ({exc.user_message}); it is not sent "
-            "again, and its thread will follow what Together reports.",
+            f"{provider} may or may not have taken it ({exc.user_message}); it is not sent "
+            f"again, and its thread will follow what {provider} reports.",
         )
     return _Ending(
         RemediationDecision.AWAITING,
         "failed",
-        f"Together did not take it: {exc.user_message}. The buttons are back; try again.",
+        f"{provider} did not take it: {exc.user_message}. The buttons are back; try again.",
     )
 
 

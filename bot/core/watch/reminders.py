@@ -1,5 +1,5 @@
-"""Reservation reminder horizons (policy ``reservation_reminders``: ``24h``, ``1h``,
-``30m``) and which of them are due for a reservation end time (SPEC §7.2).
+"""Which reservation reminder horizons (policy ``reservation_reminders``: ``24h``, ``1h``,
+``30m``, parsed by the policy) are due for a reservation end time (SPEC §7.2).
 
 When several horizons fall due at one poll (the watcher started late, or the end time was
 moved closer), only the tightest is posted; the wider ones are skipped, not posted late.
@@ -7,39 +7,11 @@ moved closer), only the tightest is posted; the wider ones are skipped, not post
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-_HORIZON = re.compile(r"^\s*(\d+)\s*([dhm])\s*$", re.IGNORECASE)
-_UNITS = {"d": timedelta(days=1), "h": timedelta(hours=1), "m": timedelta(minutes=1)}
-
-
-@dataclass(frozen=True, order=True)
-class Horizon:
-    """A reminder horizon: ``text`` as written in the policy, ``before`` the end."""
-
-    before: timedelta
-    text: str
-
-
-def parse_horizon(text: str) -> Horizon:
-    """``24h`` → 24 hours before the end; ``30m``, ``2d`` likewise. ValueError otherwise."""
-    match = _HORIZON.match(text) if isinstance(text, str) else None
-    if match is None:
-        raise ValueError(f"{text!r} is not a reminder horizon like 24h, 1h or 30m")
-    amount = int(match.group(1))
-    if amount == 0:
-        raise ValueError(f"{text!r}: a reminder horizon must be more than zero")
-    unit = match.group(2).lower()
-    return Horizon(before=amount * _UNITS[unit], text=f"{amount}{unit}")
-
-
-def parse_horizons(texts: Iterable[str]) -> list[Horizon]:
-    """Distinct horizons, widest first."""
-    unique = {h.before: h for h in (parse_horizon(t) for t in texts)}
-    return sorted(unique.values(), reverse=True)
+from bot.core.policy.watch import Horizon
 
 
 @dataclass(frozen=True)

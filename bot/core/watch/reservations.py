@@ -16,11 +16,12 @@ from datetime import UTC, datetime
 
 from bot.core.access import Access
 from bot.core.notifier import NotDelivered
+from bot.core.policy.watch import Horizon
 from bot.core.store.watch import Held, WatchStore
 from bot.core.watch.backlog import StoreBacklog
 from bot.core.watch.keys import reminder_key
 from bot.core.watch.notifier import ReservationReminder, WatchNotifier
-from bot.core.watch.reminders import Horizon, due, remaining_text
+from bot.core.watch.reminders import due, remaining_text
 from bot.metrics import WATCH_ALERTS
 from bot.providers.base import ClusterSummary
 

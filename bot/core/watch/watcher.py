@@ -18,10 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bot.core.fleet import FleetSnapshots
-from bot.core.policy import Policy
+from bot.core.policy import Policy, PolicyHolder
+from bot.core.policy.watch import WatchConfig
 from bot.core.store import Store, StoreUnavailable
 from bot.core.watch.backoff import PollBackoff
-from bot.core.watch.config import WatchConfig
 from bot.core.watch.incidents import IncidentDesk
 from bot.core.watch.remediations import RemediationDesk
 from bot.core.watch.reservations import ReminderDesk
@@ -70,7 +70,7 @@ class Watcher:
     def __init__(
         self,
         *,
-        policy: Policy,
+        holder: PolicyHolder,
         store: Store,
         adapter_for: Callable[[str], ProviderAdapter],
         remediations: RemediationDesk,
@@ -80,14 +80,15 @@ class Watcher:
         every_override: float | None = None,
         fleet: FleetSnapshots | None = None,
     ) -> None:
-        self.policy = policy
+        self.holder = holder
         self.store = store
         self.adapter_for = adapter_for
         self.remediations = remediations
         self.incidents = incidents
         self.reminders = reminders
         self.instance_id = instance_id
-        self.projects = watched_projects(policy, every_override)
+        # What to poll and how often: the start-up policy's ``watch`` (until a restart).
+        self.projects = watched_projects(holder.current, every_override)
         # Each poll refreshes the project's fleet snapshot, which the list and Home share.
         self.fleet = fleet or FleetSnapshots(adapter_for)
         for watched in self.projects:
@@ -97,6 +98,11 @@ class Watcher:
         self.lease_seconds = interval * 1.5
         self.holding = False
         self.stopping = False  # no new polls once a shutdown began
+
+    @property
+    def policy(self) -> Policy:
+        """The policy in force (its holder's)."""
+        return self.holder.current
 
     async def run_forever(self) -> None:
         """Hold the lease (or wait for it) and poll what is due, until cancelled."""

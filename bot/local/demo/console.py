@@ -62,6 +62,7 @@ from bot.local.slack.models import (
 )
 from bot.local.slack.sender import SenderInputError, SenderResult
 from bot.metrics import WATCH_POLLS
+from bot.providers.installed import load_catalog
 
 TOUR = """\
 gpuops demo — a local Slack workspace with the gpuops bot, over simulated Together AI and
@@ -799,7 +800,7 @@ async def ask(prompt: str) -> str:
 def policy_banner(path: Path, logs: Path | None = None) -> str:
     """Which policy the demo runs with (``path``, the file the bot reads and reloads), what
     in it a newcomer trips over, and where the bot's log lines go (``logs``)."""
-    policy = load_policy(path)
+    policy = load_policy(path, load_catalog())
     projects = ", ".join(
         f"{name} ({project.provider}{', watched' if project.watch else ''})"
         for name, project in policy.projects.items()

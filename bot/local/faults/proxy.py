@@ -136,6 +136,7 @@ class FaultProxy:
         self.listen_host = listen_host
         self._port = listen_port
         self._server: asyncio.Server | None = None
+        self._serving: asyncio.Task[None] | None = None
         self._links: set[_Link] = set()
         self._handlers: set[asyncio.Task[object]] = set()
         self._mode = FaultMode.FORWARD
@@ -174,8 +175,23 @@ class FaultProxy:
         )
         self._port = self._server.sockets[0].getsockname()[1]
 
+    def listen_now(self) -> None:
+        """Listen again on the same port, synchronously (e.g. from a log handler that saw a
+        client refused): a connection made from now on waits in the kernel's backlog until
+        the loop serves it."""
+        if self._server is not None or (self._serving is not None and not self._serving.done()):
+            return
+        sock = socket.create_server((self.listen_host, self._port))
+        self._port = sock.getsockname()[1]
+        self._serving = asyncio.get_running_loop().create_task(self._serve(sock))
+
+    async def _serve(self, sock: socket.socket) -> None:
+        self._server = await asyncio.start_server(self._accept, sock=sock)
+
     async def close(self) -> None:
         """Stop listening, reset every connection, and wait until each is wound up."""
+        if self._serving is not None:
+            await self._serving
         self.refuse()
         self.drop()
         self._flowing.set()

@@ -16,12 +16,19 @@ import enum
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-ErrorBody = Callable[[int, str], dict[str, Any]]
+
+class ErrorBody(Protocol):
+    """A simulator's error shape for ``status`` and ``message``; with ``field``, the shape
+    its provider uses for a validation error naming that request field."""
+
+    def __call__(
+        self, status: int, message: str, *, field: str | None = None
+    ) -> dict[str, Any]: ...
 
 
 class FaultKind(enum.StrEnum):
@@ -33,6 +40,7 @@ class FaultKind(enum.StrEnum):
     APPLY_THEN_FAIL = "apply_then_fail"  # apply the change, then answer `status`
     APPLY_THEN_DROP = "apply_then_drop"  # apply the change, then close without an answer
     ERRORS_TRUE = "errors_true"  # HTTP 200 with {"errors": true, ...} (E2E), not applied
+    FIELD_ERROR = "field_error"  # `status` (400/422) naming request field `field`, not applied
 
 
 FAULT_KINDS = tuple(kind.value for kind in FaultKind)
@@ -50,6 +58,7 @@ class Fault(BaseModel):
     retry_after: int = 1
     times: int = 1  # how many requests it hits; -1 = every request until cleared
     message: str = "injected fault"
+    field: str | None = None  # the request field a field_error names
 
 
 @dataclass
@@ -110,6 +119,10 @@ async def fault_before(fault: Fault | None, error_body: ErrorBody) -> web.Stream
     if fault.kind is FaultKind.HANG:
         await asyncio.sleep(fault.seconds or 3600)
         return json_response(504, error_body(504, "hung"))
+    if fault.kind is FaultKind.FIELD_ERROR:
+        return json_response(
+            fault.status, error_body(fault.status, fault.message, field=fault.field)
+        )
     if fault.kind is FaultKind.ERRORS_TRUE:
         return json_response(200, {"errors": True, "message": fault.message})
     raise AssertionError(f"unhandled fault kind {fault.kind}")

@@ -136,7 +136,9 @@ def envelope(status: int, message: str, errors: dict[str, Any]) -> dict[str, Any
     return {"code": status, "data": {}, "errors": errors, "message": message}
 
 
-def _fault_body(status: int, message: str) -> dict[str, Any]:
+def _fault_body(status: int, message: str, *, field: str | None = None) -> dict[str, Any]:
+    if field is not None:  # a validation error: DRF's errors keyed by the field
+        return envelope(status, "Validation failed", {field: [message]})
     if status == 429:
         return {"errors": message, "status_code": 429}
     return envelope(status, message, {"detail": [message]})

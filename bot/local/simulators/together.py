@@ -90,8 +90,10 @@ def _ts(value: datetime) -> str:
     return value.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-def error_body(status: int, message: str, code: str | None = None) -> dict[str, Any]:
-    """Together's error shape."""
+def error_body(
+    status: int, message: str, code: str | None = None, *, field: str | None = None
+) -> dict[str, Any]:
+    """Together's error shape (``ErrorData``: ``param`` names the request field at fault)."""
     if status == 429:
         kind = "rate_limit_error"
     elif status >= 500:
@@ -101,6 +103,8 @@ def error_body(status: int, message: str, code: str | None = None) -> dict[str, 
     error: dict[str, Any] = {"message": message, "type": kind}
     if code is not None:
         error["code"] = code
+    if field is not None:
+        error["param"] = field
     return {"error": error}
 
 

@@ -99,6 +99,9 @@ class SlackFiles:
 
     def __init__(self, base_url: Callable[[], str], max_file_bytes: int = SLACK_MAX_FILE_BYTES):
         self._base_url = base_url
+        self.upload_base_url: str | None = None
+        """Where upload URLs point, when not at the stand-in itself (real Slack's are on
+        another host than its Web API): a test puts a fault proxy there."""
         self.max_file_bytes = max_file_bytes
         self.files: dict[str, UploadedFile] = {}
         self._tickets: dict[str, str] = {}  # upload URL token → file id, until used
@@ -126,7 +129,8 @@ class SlackFiles:
         token = secrets.token_urlsafe(24)
         self.files[file.id] = file
         self._tickets[token] = file.id
-        return {"upload_url": f"{self._base_url()}/upload/v1/{token}", "file_id": file.id}
+        base = self.upload_base_url or self._base_url()
+        return {"upload_url": f"{base}/upload/v1/{token}", "file_id": file.id}
 
     # -- 2. the upload -------------------------------------------------------------------
 

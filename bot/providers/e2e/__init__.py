@@ -1,5 +1,5 @@
-"""E2E Networks TIR training clusters: wire models, HTTP client, action rules (SPEC §1.2) and
-the provider-neutral adapter, one module each."""
+"""E2E Networks TIR training clusters: wire models, HTTP client, action rules (SPEC §1.2),
+the node price of its plans and the provider-neutral adapter, one module each."""
 
 from bot.providers.e2e.adapter import (
     CHANGES,

@@ -59,6 +59,7 @@ MAX_PAGES = 200
 class _Failure:
     status: int | None
     message: str
+    field: str | None = None
 
 
 def _errors_say_failure(errors: Any) -> bool:
@@ -85,6 +86,18 @@ def _error_texts(errors: Any) -> list[str]:
     return lines
 
 
+_NOT_FIELDS = frozenset({"detail", "non_field_errors", "auth"})
+
+
+def _error_field(body: Mapping[str, Any]) -> str | None:
+    """The first request field a DRF-style ``errors`` object names (``{"page_no": […]}``);
+    its ``detail``, ``non_field_errors`` and ``auth`` are not fields."""
+    errors = body.get("errors")
+    if not isinstance(errors, dict):
+        return None
+    return next((str(k) for k, v in errors.items() if k not in _NOT_FIELDS and v), None)
+
+
 def _provider_message(body: Mapping[str, Any], fallback: str) -> str:
     """What the user is shown: the provider's message/detail, plus any error details
     the message does not already say."""
@@ -107,8 +120,9 @@ def _failure_of(response: httpx.Response, body: Any) -> _Failure | None:
     http_status = response.status_code
     fallback = response.reason_phrase or "no message"  # the error text adds the status
     if not 200 <= http_status < 300:
-        message = _provider_message(body, fallback) if isinstance(body, dict) else fallback
-        return _Failure(http_status, message)
+        if not isinstance(body, dict):
+            return _Failure(http_status, fallback)
+        return _Failure(http_status, _provider_message(body, fallback), _error_field(body))
     if not isinstance(body, dict):
         return None
     codes = [lenient_int(body.get(key)) for key in ("code", "status_code")]
@@ -116,7 +130,8 @@ def _failure_of(response: httpx.Response, body: Any) -> _Failure | None:
     failed = status is not None or "detail" in body or _errors_say_failure(body.get("errors"))
     if not failed:
         return None
-    return _Failure(status, _provider_message(body, "the provider reported a failure"))
+    message = _provider_message(body, "the provider reported a failure")
+    return _Failure(status, message, _error_field(body))
 
 
 def _error_from(failure: _Failure, response: httpx.Response, *, is_action: bool) -> ProviderError:
@@ -127,6 +142,7 @@ def _error_from(failure: _Failure, response: httpx.Response, *, is_action: bool)
         failure.message,
         retry_after=parse_retry_after(response.headers.get("Retry-After"), 3600.0),
         may_have_applied=is_action,
+        field=failure.field,
     )
 
 

@@ -88,4 +88,6 @@ DESCRIPTOR = ProviderDescriptor(
     connect=connect,
     size=size,
     size_limit="max_nodes",
+    capabilities=frozenset({"probe"}),
+    form_title="Cluster action",
 )

@@ -16,7 +16,8 @@ from bot.providers.e2e.models import (
     E2EImageVersion,
     E2ESkuPlan,
 )
-from bot.providers.pricing import e2e_node_price, money
+from bot.providers.e2e.pricing import e2e_node_price
+from bot.providers.pricing import money
 
 # -- summaries ------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ outcome = await adapter.apply(plan)
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -37,6 +38,9 @@ from bot.providers.together.models import PROVIDER, UPDATE_FIELDS, ClusterType, 
 from bot.providers.together.remediations import RemediationClient
 from bot.providers.together.rules import check_update, classify, parse_update, shown
 from bot.providers.together.summary import cluster_state, to_summary
+
+# Clusters summarized between two turns of the event loop (a long list is not one block).
+SUMMARIES_PER_TURN = 100
 
 
 # -- the adapter ---------------------------------------------------------------------------
@@ -116,7 +120,15 @@ class TogetherAdapter:
         self._now = now
 
     async def list_clusters(self) -> list[ClusterSummary]:
-        return [to_summary(c, self.project) for c in await self.client.list_clusters()]
+        listed = await self.client.list_clusters()
+        summaries: list[ClusterSummary] = []
+        for start in range(0, len(listed), SUMMARIES_PER_TURN):
+            summaries += [
+                to_summary(c, self.project) for c in listed[start : start + SUMMARIES_PER_TURN]
+            ]
+            if len(listed) > SUMMARIES_PER_TURN:
+                await asyncio.sleep(0)  # thousands of clusters: the loop is free between
+        return summaries
 
     async def probe_replies(self) -> list[BaseModel]:
         """The list's clusters, then each one's own GET (SupportsProbe): reads only."""

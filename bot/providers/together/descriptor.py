@@ -77,4 +77,6 @@ DESCRIPTOR = ProviderDescriptor(
     size=size,
     size_limit="max_gpus",
     price_table=True,  # Together has no price API (SPEC §8)
+    capabilities=frozenset({"remediations", "reservations", "probe"}),
+    form_title="Update cluster",
 )

@@ -36,7 +36,11 @@ from bot.core.store.migrations.columns import (
 )
 from bot.core.store.migrations.indexes import REVERT_HELD as REVERT_HELD
 from bot.core.store.migrations.indexes import REVERT_HELD_STATES as REVERT_HELD_STATES
-from bot.core.store.migrations.indexes import v12_one_revert, v14_ordered_indexes
+from bot.core.store.migrations.indexes import (
+    v12_one_revert,
+    v14_ordered_indexes,
+    v15_channel_index,
+)
 from bot.core.store.migrations.tables import v1_initial_tables, v3_watch_tables, v6_workflow_steps
 from bot.core.store.migrations.triggers import v11_single_statement_transitions
 from bot.core.store.migrations.types import Migration as Migration
@@ -76,6 +80,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(12, "change requests: one revert per request", v12_one_revert),
     Migration(13, "change requests: the notify channel's copy ts", v13_mirror_ts),
     Migration(14, "indexes in read order: timeline, Home, schedule", v14_ordered_indexes),
+    Migration(15, "change requests: index by channel", v15_channel_index),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -46,6 +46,17 @@ def v14_ordered_indexes(conn: Connection) -> None:
         conn.execute(text(statement))
 
 
+def v15_channel_index(conn: Connection) -> None:
+    # A quiet channel's timeline starts from the requests made there, not from every event
+    # of its projects in the window (issue 34: that grew with the whole history).
+    conn.execute(
+        text(
+            "CREATE INDEX ix_gpuops_change_requests_channel"
+            " ON gpuops_change_requests (channel, project)"
+        )
+    )
+
+
 def v12_one_revert(conn: Connection) -> None:
     # Two replicas pressed Revert at once and each opened one: a request's revert slot,
     # unique among its reverts under way or done, is taken in the transaction that opens

@@ -61,14 +61,13 @@ class ExecutionMixin(FastPathMixin):
         values = transition_values(RequestState.EXECUTING, updates)
         try:
             async with self._begin() as conn:
-                if self._one_statement:
-                    asked = StartAsked(lease_name, holder, ttl_seconds, max_call_seconds, fence)
-                    started = await self._start_in_one(conn, request_id, values, asked, audit)
-                    if started is not None:
-                        return started
-                # Not started by the one statement (or PostgreSQL): find out why, step by
-                # step; what the statement took (a lease kept while the cluster is busy) is
-                # taken again here, idempotently.
+                asked = StartAsked(lease_name, holder, ttl_seconds, max_call_seconds, fence)
+                started = await self._start_in_one(conn, request_id, values, asked, audit, cluster)
+                if started is not None:
+                    return started
+                # Not started by the one statement: find out why, step by step; what the
+                # statement took (a lease kept while the cluster is busy) is taken again
+                # here, idempotently.
                 lease = fence or await take_lease_in(
                     conn, self._dialect, lease_name, holder, ttl_seconds
                 )
@@ -199,13 +198,13 @@ class ExecutionMixin(FastPathMixin):
         marked by recovery is corrected. FENCED or MISSING write nothing."""
         values = transition_values(to, {"result_message": result_message})
         async with self._begin() as conn:
-            if self._one_statement:
-                won = await self._finish_in_one(conn, request_id, fence, values, from_states, audit)
-                if won is not None:
-                    return OutcomeRecorded.RECORDED, won
-                status, done = await self._outcome_missed(conn, request_id, values)
-            else:
-                status, done = await self._outcome_in(conn, request_id, fence, values, from_states)
+            won = await self._finish_in_one(
+                conn, request_id, fence, values, from_states, audit, cluster
+            )
+            if won is not None:
+                return OutcomeRecorded.RECORDED, won
+            # The statement wrote nothing (it writes all or nothing): find out why.
+            status, done = await self._outcome_missed(conn, request_id, values)
             if status not in (OutcomeRecorded.FENCED, OutcomeRecorded.MISSING):
                 await unlock_in(conn, cluster, request_id)
                 if fence is not None:

@@ -114,23 +114,30 @@ class OpeningMixin(FastPathMixin):
                 if audit is not None:
                     named = {"request_id": params["id"], "project": values["project"]}
                     entry = audit.model_copy(update={**named, "cluster_id": values["cluster_id"]})
-                row = await self._insert_in(conn, params, entry, now)
+                row = await self._insert_in(conn, params, entry, now, step)
                 if row is None:
                     continue
-                if step is not None:
-                    await self._link_step(conn, step, str(row["id"]), now)
             record = ChangeRequestRecord.model_validate(dict(row))
             return record, others
         raise RuntimeError(f"no free request id after {_REQUEST_ID_ATTEMPTS} attempts")
 
     async def _insert_in(
-        self, conn: AsyncConnection, params: dict[str, Any], entry: AuditRow | None, now: datetime
+        self,
+        conn: AsyncConnection,
+        params: dict[str, Any],
+        entry: AuditRow | None,
+        now: datetime,
+        step: str | None,
     ) -> Any:
-        """The new row (None: its id is taken), with ``entry`` appended: on SQLite by the
-        INSERT's trigger, in that one statement."""
-        statement = INSERT[self._dialect]
-        if entry is None or not self._one_statement:
-            row = (await conn.execute(statement, params)).mappings().first()
+        """The new row (None: its id is taken), linked to ``step``, with ``entry`` appended:
+        in the INSERT's one statement (SQLite: by its trigger; PostgreSQL: a WITH chain),
+        or, to a step on PostgreSQL, after the link, so the chain head is taken last."""
+        if entry is not None and self._dialect == "postgresql" and step is None:
+            return await self._open_in_one(conn, params, entry)
+        if entry is None or (step is not None and self._dialect == "postgresql"):
+            row = (await conn.execute(INSERT[self._dialect], params)).mappings().first()
+            if row is not None and step is not None:
+                await self._link_step(conn, step, str(row["id"]), now)
             if row is not None and entry is not None:
                 await self._append(conn, entry)
             return row
@@ -139,9 +146,12 @@ class OpeningMixin(FastPathMixin):
         async def insert(prev_hash: str) -> tuple[Any, TriggerWork]:
             work = TriggerWork(audit=audit_work(audited, now, prev_hash))
             written = {**params, "last_transition": work.as_column()}
-            return (await conn.execute(statement, written)).mappings().first(), work
+            return (await conn.execute(INSERT["sqlite"], written)).mappings().first(), work
 
-        return await self._in_one(conn, insert)
+        row = await self._in_one(conn, insert)
+        if row is not None and step is not None:
+            await self._link_step(conn, step, str(row["id"]), now)
+        return row
 
     async def _beside_in(
         self, conn: AsyncConnection, values: Mapping[str, Any], beside: Collection[RequestState]

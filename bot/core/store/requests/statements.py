@@ -103,7 +103,7 @@ _LEASE_TOKEN = (
 
 
 @functools.lru_cache(maxsize=128)
-def _update(
+def update_statement(
     columns: tuple[str, ...],
     *,
     states: tuple[str, ...] | None,
@@ -159,8 +159,31 @@ async def update_row_in(
     lease_of: str | None = None,
 ) -> Any:
     """The row as the update left it (with ``lease_of``: and that lease's token), or None."""
+    statement, params = update_call(
+        request_id,
+        values,
+        from_states=from_states,
+        fence=fence,
+        expected_version=expected_version,
+        now=now,
+        lease_of=lease_of,
+    )
+    return (await conn.execute(statement, params)).mappings().first()
+
+
+def update_call(
+    request_id: str,
+    values: Mapping[str, Any],
+    *,
+    from_states: Collection[RequestState] | None = None,
+    fence: Lease | None = None,
+    expected_version: int | None = None,
+    now: datetime | None = None,
+    lease_of: str | None = None,
+) -> tuple[Update, dict[str, Any]]:
+    """The request row's update (``update_statement``) and its parameters."""
     fields = {**values, "updated_at": now or utcnow()}
-    statement = _update(
+    statement = update_statement(
         tuple(sorted(fields)),
         states=None if from_states is None else state_values(from_states),
         fenced=fence is not None,
@@ -175,7 +198,7 @@ async def update_row_in(
         params["expected_version"] = expected_version
     if lease_of is not None:
         params["lease_of"] = lease_of
-    return (await conn.execute(statement, params)).mappings().first()
+    return statement, params
 
 
 async def get_in(conn: AsyncConnection, request_id: str) -> ChangeRequestRecord | None:

@@ -41,10 +41,9 @@ class WritesMixin(FastPathMixin, ReadsMixin):
             raise ValueError("from_states must name at least one state")
         values = transition_values(to, updates)
         async with self._begin() as conn:
-            done = await update_in(conn, request_id, values, from_states=from_states, fence=fence)
-            if done is not None and audit is not None:
-                await self._append(conn, audit)
-        return done
+            return await self._move_in(
+                conn, request_id, values, audit, from_states=from_states, fence=fence
+            )
 
     async def update_fields(
         self, request_id: str, *, fence: Lease | None = None, **updates: Any
@@ -96,15 +95,13 @@ class WritesMixin(FastPathMixin, ReadsMixin):
     ) -> ChangeRequestRecord | None:
         """Write ``values`` and ``audit`` (named after the request) in one transaction if the
         request is still pending at the version ``seen`` has; None when it moved meanwhile."""
+        named = {"request_id": seen.id, "project": seen.project, "cluster_id": seen.cluster_id}
         async with self._begin() as conn:
-            won = await update_in(
+            return await self._move_in(
                 conn,
                 seen.id,
                 values,
+                audit.model_copy(update=named),
                 from_states=(RequestState.PENDING,),
                 expected_version=seen.version,
             )
-            if won is not None:
-                named = {"request_id": won.id, "project": won.project, "cluster_id": won.cluster_id}
-                await self._append(conn, audit.model_copy(update=named))
-        return won

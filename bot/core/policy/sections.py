@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from bot.core.policy import Policy
+from bot.core.policy.model import Policy
 
 # The sections, by key, each with the sections inside it (checked when both files have it).
 Sections = Mapping[str, "Sections"]

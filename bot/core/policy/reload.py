@@ -2,7 +2,7 @@
 
 A policy file is taken only whole: a change is read once it has settled (two reads a quiet
 period apart find the same file, no write between them), it must parse and validate, and it
-must not drop a section the policy in force has unless it says so (bot.core.policy_sections).
+must not drop a section the policy in force has unless it says so (bot.core.policy.sections).
 Otherwise it is refused: the old policy stays in force, one log line and ``/metrics`` say
 why, and ``kept`` is told (the notify channels of the projects it concerns hear it). Each
 log line names a short hash of the policy in force. SIGHUP is the operator saying the file
@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
-from bot.core.policy import Policy, PolicyError, parse_policy
-from bot.core.policy_sections import lost_sections, where_lost
+from bot.core.policy.holder import PolicyHolder
+from bot.core.policy.loading import PolicyError, parse_policy
+from bot.core.policy.model import Policy
+from bot.core.policy.sections import lost_sections, where_lost
 from bot.errors import GpuopsError
 from bot.metrics import POLICY_FILE_REFUSED, POLICY_KEPT, POLICY_RELOADS
 
@@ -107,14 +109,15 @@ def _removal_hint(key: str) -> str:
 
 
 class PolicyReloader:
-    """Reloads ``path`` into ``apply`` (which may raise PolicyRejected) when asked or when
-    the file's content changes and settles; ``kept`` hears of each file refused."""
+    """Reloads ``path`` into ``holder`` when asked or when the file's content changes and
+    settles: ``apply`` readies a valid new policy (it may raise PolicyRejected), then the
+    holder swaps it in; ``kept`` hears of each file refused."""
 
     def __init__(
         self,
         path: Path,
         apply: Callable[[Policy], None],
-        policy: Policy,
+        holder: PolicyHolder,
         *,
         after: Callable[[], Awaitable[object]] | None = None,
         kept: Callable[[PolicyKept], Awaitable[object]] | None = None,
@@ -123,7 +126,7 @@ class PolicyReloader:
     ) -> None:
         self.path = path
         self.apply = apply
-        self.policy = policy  # the policy in force (what a new file must not silently drop)
+        self.holder = holder  # the policy in force (what a new file must not silently drop)
         self.after = after  # once a new policy is in force (its failure is logged, not raised)
         self.kept = kept  # once a file is refused (its failure is logged, not raised)
         self.quiet_seconds = quiet_seconds
@@ -134,6 +137,11 @@ class PolicyReloader:
         self._lock = asyncio.Lock()
         self.outcomes: deque[ReloadOutcome] = deque(maxlen=OUTCOMES_KEPT)
         log.info("policy %s in force (hash %s)", path, self.in_force)
+
+    @property
+    def policy(self) -> Policy:
+        """The policy in force (the holder's)."""
+        return self.holder.current
 
     async def reload(self) -> ReloadResult:
         """Read the file now (SIGHUP); what came of it."""
@@ -171,7 +179,7 @@ class PolicyReloader:
             "policy %s reloaded: hash %s in force (was %s)", self.path, digest, self.in_force
         )
         self.in_force = digest
-        self.policy = policy
+        self.holder.swap(policy)
         return ReloadOutcome("reloaded", digest), None
 
     def _whole(self, content: bytes | None) -> Policy:
@@ -180,7 +188,7 @@ class PolicyReloader:
         if content is None:
             raise _Refused("unreadable", [f"{self.path}: cannot read the policy file"], every)
         try:
-            policy = parse_policy(content.decode("utf-8"), self.path)
+            policy = parse_policy(content.decode("utf-8"), self.path, self.holder.catalog)
         except UnicodeDecodeError:
             raise _Refused("invalid", [f"{self.path}: not UTF-8 text"], every) from None
         except PolicyError as exc:

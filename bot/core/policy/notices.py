@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 
 from bot.core.notifier import Notifier
-from bot.core.policy_reload import PolicyKept
+from bot.core.policy.reload import PolicyKept
 from bot.core.store import Store
 from bot.core.store.errors import StoreUnavailable
 
