@@ -32,10 +32,10 @@ RUN --mount=type=cache,target=/root/.cache/pip \
 COPY README.md LICENSE ./
 COPY bot ./bot
 COPY handlers ./handlers
-# The simulators, the Slack stand-in and the demo (bot/local) are not part of a server.
+# The simulators, the Slack stand-in and the demo (bot/local) are not in the package
+# (pyproject's wheel target excludes them): a server gets none of their files.
 RUN --mount=type=cache,target=/root/.cache/pip \
     /opt/gpuops/bin/pip install --cert "$PIP_CERT" --no-deps . \
-    && rm -rf /opt/gpuops/lib/python3*/site-packages/bot/local \
     && /opt/gpuops/bin/python -m compileall -q /opt/gpuops/lib
 
 FROM ${BASE_IMAGE}

@@ -81,7 +81,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--open", default="10,1k,10k", help="open and scheduled requests")
     parser.add_argument("--watch-every", type=float, default=15.0, help="watch interval, s")
     parser.add_argument("--watch-rounds", type=int, default=2)
-    parser.add_argument("--startup-runs", type=int, default=2, help="the quickest is kept")
+    parser.add_argument("--startup-runs", type=int, default=3, help="the quickest is kept")
     parser.add_argument("--reps", type=int, default=9, help="runs of each figure (median)")
     parser.add_argument(
         "--backend",

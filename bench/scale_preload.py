@@ -163,12 +163,19 @@ async def preload(
                 .where(audit_chain.c.name == CHAIN_NAME)
                 .values(entries=entries_so_far, last_id=next_id - 1, last_hash=prev)
             )
+    if total == 0:
+        return time.perf_counter() - started
     if store._engine.dialect.name == "sqlite":
         async with store._engine.connect() as conn:
             await conn.exec_driver_sql("ANALYZE")
     else:
         async with store._engine.connect() as conn:
             await conn.execution_options(isolation_level="AUTOCOMMIT")
+            # The ids were given: the identity goes on after the last of them.
+            await conn.exec_driver_sql(
+                "SELECT setval(pg_get_serial_sequence('gpuops_audit', 'id'),"
+                " (SELECT max(id) FROM gpuops_audit))"
+            )
             await conn.exec_driver_sql("ANALYZE")
     return time.perf_counter() - started
 

@@ -23,7 +23,7 @@ from bot.core.policy import (
     load_policy,
     unmeetable_rules,
 )
-from bot.core.policy.guardrails import Freeze
+from bot.core.policy.guardrails import ApprovalRule, Freeze
 from bot.core.policy.watch import WatchConfig
 from bot.core.registry import AdapterRegistry
 from bot.providers.base import ProviderDescriptor, SupportsProbe
@@ -138,6 +138,8 @@ async def _slack_checks(settings: Settings, policy: Policy | None) -> list[Onlin
         ]
         for channel, projects in _notify_channels(policy).items():
             checks.append(await _membership(client, channel, projects))
+        if policy is not None:
+            checks += await _group_rule_checks(client, policy, identity.team_id)
         return checks
     finally:
         await session.close()
@@ -174,6 +176,67 @@ async def _membership(client: AsyncWebClient, channel: str, projects: list[str])
     if not info.get("is_member"):
         return OnlineCheck(False, what, f"the bot is not a member: {invite}")
     return OnlineCheck(True, what, "the bot is a member")
+
+
+async def _group_rule_checks(
+    client: AsyncWebClient, policy: Policy, team: str | None
+) -> list[OnlineCheck]:
+    """Each approval rule drawing its approvers from user groups: whether the groups have
+    as many members as the rule needs approvers (``usergroups.users.list``, with the team:
+    an org-level token needs it)."""
+    checks = []
+    members: dict[str, frozenset[str] | str] = {}  # a group's members, or why unknown
+    for i, rule in enumerate(policy.approvals.rules):
+        if not rule.usergroups:
+            continue
+        for group in rule.usergroups:
+            if group not in members:
+                members[group] = await _group_members(client, group, team)
+        found = [(g, members[g]) for g in rule.usergroups]
+        checks.append(_group_rule_verdict(i, rule, found))
+    return checks
+
+
+def _group_rule_verdict(
+    index: int, rule: ApprovalRule, found: list[tuple[str, frozenset[str] | str]]
+) -> OnlineCheck:
+    what = (
+        f"approvals.rules[{index}] ({rule.approvers} approvers from {', '.join(rule.usergroups)})"
+    )
+    unknown = [f"{g}: {m}" for g, m in found if isinstance(m, str)]
+    if unknown:
+        return OnlineCheck(False, what, "; ".join(unknown))
+    count = len({u for _, m in found if not isinstance(m, str) for u in m})
+    if count < rule.approvers:
+        return OnlineCheck(
+            False,
+            what,
+            f"the groups have {count} member(s): no request it matches can ever be approved "
+            "(add members or lower approvers)",
+        )
+    return OnlineCheck(
+        True,
+        what,
+        f"the groups have {count} member(s) (a member's own request has one fewer: the "
+        "requester cannot approve it, and this count does not leave them out)",
+    )
+
+
+async def _group_members(
+    client: AsyncWebClient, group: str, team: str | None
+) -> frozenset[str] | str:
+    """A user group's members, or what Slack answered instead."""
+    try:
+        answer = await client.usergroups_users_list(usergroup=group, team_id=team)
+    except SlackApiError as exc:
+        code = str(exc.response.get("error") or exc.response.status_code)
+        if code == "missing_scope":
+            return "the app lacks the scope usergroups:read: reinstall it from manifest.yml"
+        return f"Slack answered usergroups.users.list with {code}"
+    except Exception as exc:  # a connection failure is this check's result, not a crash
+        return f"Slack unreachable ({type(exc).__name__})"
+    users = answer.get("users")
+    return frozenset(str(u) for u in users) if isinstance(users, list) else frozenset()
 
 
 async def _provider_checks(settings: Settings, policy: Policy) -> list[OnlineCheck]:

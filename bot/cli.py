@@ -50,10 +50,22 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+LOCAL_TOOLS_MISSING = (
+    "gpuops: the {what} is not part of this installation ({module} is missing): the local "
+    "tools (simulators, Slack stand-in, demo) are not in the gpuops package; run it from a "
+    "checkout of the repository (make demo)"
+)
+
+
 async def _simulate(host: str, port: int, transition_seconds: float) -> None:
-    from bot.local.simulators.base import FAULT_USAGE
-    from bot.local.simulators.e2e import E2ESimulator
-    from bot.local.simulators.together import TogetherSimulator
+    try:
+        from bot.local.simulators.base import FAULT_USAGE
+        from bot.local.simulators.e2e import E2ESimulator
+        from bot.local.simulators.together import TogetherSimulator
+    except ModuleNotFoundError as missing:  # e.g. the container image, a server only
+        raise SystemExit(
+            LOCAL_TOOLS_MISSING.format(what="simulator", module=missing.name)
+        ) from None
 
     together = TogetherSimulator(transition_seconds=transition_seconds)
     e2e = E2ESimulator(transition_seconds=transition_seconds)
@@ -212,10 +224,7 @@ def _demo(script: str | None, tour: bool, socket: bool) -> int:
     try:
         from bot.local.demo.console import run_demo
     except ModuleNotFoundError as missing:  # e.g. the container image, a server only
-        raise SystemExit(
-            f"gpuops: the demo is not part of this installation ({missing.name} is missing); "
-            "install gpuops with its demo extra: pip install 'gpuops[demo]'"
-        ) from None
+        raise SystemExit(LOCAL_TOOLS_MISSING.format(what="demo", module=missing.name)) from None
     return asyncio.run(run_demo(script=script, tour=tour, socket=socket))
 
 

@@ -9,9 +9,9 @@ from typing import Any
 from slack_bolt.async_app import AsyncApp
 
 from bot.core.api import CommandService, NeedsBreakGlass, Reply
-from bot.slack import blocks as render
 from bot.slack.interactions import ResponseUrl
 from bot.slack.messenger import Messenger, SlackDeliveryError
+from bot.slack.render import forms
 from handlers.clicks import DECISIONS, Click, ask_break_glass, on_click
 from handlers.payloads import BlockAction, parse, state_values
 
@@ -62,7 +62,7 @@ async def _ask_why_deny(ops: CommandService, click: Click) -> None:
     if refused is not None:
         await click.answer(refused, about="a refused deny")
         return
-    view = render.deny_modal(click.value, click.channel, click.thread_ts)
+    view = forms.deny_modal(click.value, click.channel, click.thread_ts)
     await click.open_form(view, "deny", ResponseUrl(click.respond))
 
 
@@ -78,7 +78,7 @@ async def handle_action_select(ack: Any, body: dict[str, Any], context: Any) -> 
     form = await ops.forms.with_action(
         action.user.id, action.view.private_metadata, selected, state_values(action.view)
     )
-    view = render.change_form(form)
+    view = forms.change_form(form)
     try:
         await messenger.update_view(action.view.id, view, hash=action.view.hash)
     except SlackDeliveryError as exc:

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.core.api import Decision, Reply
-from bot.slack import blocks as render
 from bot.slack.interactions import Respond, ResponseUrl, Route, Whisper, open_form, tell
 from bot.slack.messenger import Messenger
+from bot.slack.render import forms, primitives
 from handlers.payloads import BlockAction, parse
 
 # The request buttons, in a request's thread and on the Home tab alike.
@@ -52,10 +52,10 @@ class Click:
         whisper = Whisper(self.messenger, self.channel, self.user, self.thread_ts)
         return whisper, ResponseUrl(self.respond)
 
-    async def answer(self, reply: Reply | render.SlackMessage, *, about: str) -> None:
+    async def answer(self, reply: Reply | primitives.SlackMessage, *, about: str) -> None:
         await tell(reply, *self.privately, about=about)
 
-    async def open_form(self, view: render.Block, name: str, *routes: Route) -> None:
+    async def open_form(self, view: primitives.Block, name: str, *routes: Route) -> None:
         """Open a modal on the click's trigger; if it cannot open, say why by ``routes``
         (by default, to the person alone)."""
         await open_form(
@@ -74,7 +74,7 @@ def on_click(handle: ClickHandler) -> Callable[..., Awaitable[None]]:
         await ack()
         action = parse(BlockAction, body)
         if action is None or action.channel_id is None or not action.actions[0].value:
-            unreadable = render.error(UNREADABLE)
+            unreadable = primitives.error(UNREADABLE)
             await tell(unreadable, ResponseUrl(respond), about="an unreadable click")
             return
         value = str(action.actions[0].value)
@@ -95,5 +95,5 @@ async def ask_break_glass(
 ) -> None:
     """An admin approving their own request is asked why first; ``routes`` tell them if
     the form cannot open."""
-    view = render.break_glass_modal(request_id, channel)
+    view = forms.break_glass_modal(request_id, channel)
     await open_form(messenger, action.trigger_id, view, "break-glass", *routes)

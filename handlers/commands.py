@@ -17,9 +17,9 @@ from bot.core.api import (
     error,
     store_unavailable,
 )
-from bot.slack import blocks as render
 from bot.slack.interactions import ResponseUrl, tell
 from bot.slack.messenger import Messenger, OpenedView, SlackDeliveryError
+from bot.slack.render import answers, forms
 from bot.slack.timeline import TimelineSender
 from handlers.payloads import SlashCommand, parse
 
@@ -78,8 +78,8 @@ async def open_loading(
             error("Slack sent no trigger to open a form; pass the fields on the command line."),
         )
         return None
-    callback = render.FORM_CALLBACKS[request.kind]
-    loading = render.loading_modal(callback, "gpuops", request.metadata())
+    callback = forms.FORM_CALLBACKS[request.kind]
+    loading = forms.loading_modal(callback, "gpuops", request.metadata())
     try:
         return await messenger.open(command.trigger_id, loading)
     except SlackDeliveryError as exc:
@@ -98,12 +98,12 @@ async def fill_form(
 ) -> None:
     """Replace the loading view with the form, or with the answer that stands in its place
     (a refusal: also answered in the channel, where it stays once the form is closed)."""
-    callback = render.FORM_CALLBACKS[wanted.kind]
+    callback = forms.FORM_CALLBACKS[wanted.kind]
     if isinstance(outcome, FormRequest):
-        view = render.change_form(await ops.forms.open(command.user_id, outcome))
+        view = forms.change_form(await ops.forms.open(command.user_id, outcome))
     else:
         await deliver(respond, outcome)
-        view = render.reply_modal(callback, render.reply_message(outcome), wanted.metadata())
+        view = forms.reply_modal(callback, answers.reply_message(outcome), wanted.metadata())
     try:
         await messenger.update_view(loading.id, view, hash=loading.hash)
     except SlackDeliveryError as exc:
@@ -168,7 +168,7 @@ async def open_modal(
     command: SlashCommand,
     request: FormRequest,
 ) -> None:
-    callback = render.FORM_CALLBACKS[request.kind]
+    callback = forms.FORM_CALLBACKS[request.kind]
     if not command.trigger_id:
         await deliver(
             respond,
@@ -177,9 +177,9 @@ async def open_modal(
         return
     try:
         opened = await messenger.open(
-            command.trigger_id, render.loading_modal(callback, "gpuops", request.metadata())
+            command.trigger_id, forms.loading_modal(callback, "gpuops", request.metadata())
         )
-        view = render.change_form(await ops.forms.open(command.user_id, request))
+        view = forms.change_form(await ops.forms.open(command.user_id, request))
         await messenger.update_view(opened.id, view, hash=opened.hash)
     except SlackDeliveryError as exc:
         await deliver(respond, form_failed(exc))

@@ -8,10 +8,10 @@ from typing import Any
 from slack_bolt.async_app import AsyncApp
 
 from bot.core.api import HomeActions, HomeRefresher, NeedsBreakGlass, Reply
-from bot.slack import blocks as render
 from bot.slack.home import SHOW_ACTION_ID
 from bot.slack.interactions import DirectMessage, open_form, tell
 from bot.slack.messenger import Messenger
+from bot.slack.render import forms
 from handlers.clicks import DECISIONS, ask_break_glass
 from handlers.payloads import BlockAction, parse
 
@@ -73,7 +73,7 @@ async def _ask_why_deny(
     if refused is not None:
         await tell(refused, by_dm, about="a refused Home deny")
         return True
-    view = render.deny_modal(request_id, channel, None)
+    view = forms.deny_modal(request_id, channel, None)
     await open_form(messenger, action.trigger_id, view, "deny", by_dm)
     return False
 

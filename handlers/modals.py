@@ -18,10 +18,10 @@ from bot.core.api import (
     error,
     store_unavailable,
 )
-from bot.slack import blocks as render
 from bot.slack.deadline import Deadline
 from bot.slack.interactions import DirectMessage, Whisper, modal_metadata, tell
 from bot.slack.messenger import Messenger, SlackDeliveryError
+from bot.slack.render import answers, forms
 from handlers.payloads import ViewSubmission, parse, state_values
 
 log = logging.getLogger(__name__)
@@ -30,10 +30,10 @@ ANSWER_MARGIN = 1.0  # seconds kept for answering itself on a busy loop (measure
 
 
 def register(app: AsyncApp) -> None:
-    for callback_id in render.FORM_CALLBACKS.values():
+    for callback_id in forms.FORM_CALLBACKS.values():
         app.view(callback_id)(handle_change_submission)
-    app.view(render.BREAK_GLASS_CALLBACK)(handle_break_glass)
-    app.view(render.DENY_CALLBACK)(handle_deny)
+    app.view(forms.BREAK_GLASS_CALLBACK)(handle_break_glass)
+    app.view(forms.DENY_CALLBACK)(handle_deny)
 
 
 async def handle_change_submission(ack: Any, body: dict[str, Any], context: Any) -> None:
@@ -54,7 +54,7 @@ async def handle_change_submission(ack: Any, body: dict[str, Any], context: Any)
     checking = asyncio.create_task(
         ops.check_submission(
             submission.user.id,
-            render.form_kind(submission.view.callback_id),
+            forms.form_kind(submission.view.callback_id),
             submission.view.private_metadata,
             state_values(submission.view),
         )
@@ -67,7 +67,7 @@ async def handle_change_submission(ack: Any, body: dict[str, Any], context: Any)
     # tell the person through it (and ephemerally) once they end.
     await ack(
         response_action="update",
-        view=render.checking_modal(submission.view.callback_id, "gpuops", {}),
+        view=forms.checking_modal(submission.view.callback_id, "gpuops", {}),
     )
     try:
         result = await checking
@@ -77,7 +77,7 @@ async def handle_change_submission(ack: Any, body: dict[str, Any], context: Any)
         await show(messenger, submission.view.id, _answer_view(submission, failed))
         return
     if isinstance(result, SubmissionErrors):
-        again = render.form_with_problems(raw_view, result.errors)
+        again = forms.form_with_problems(raw_view, result.errors)
         if not await show(messenger, submission.view.id, again):  # closed meanwhile
             problems = "; ".join(result.errors.values())
             await whisper_or_dm(
@@ -91,7 +91,7 @@ async def handle_change_submission(ack: Any, body: dict[str, Any], context: Any)
 
 
 def _answer_view(submission: ViewSubmission, reply: Reply) -> dict[str, Any]:
-    return render.reply_modal(submission.view.callback_id, render.reply_message(reply), {})
+    return forms.reply_modal(submission.view.callback_id, answers.reply_message(reply), {})
 
 
 def result_channel(submission: ViewSubmission) -> str:

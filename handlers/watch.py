@@ -9,10 +9,10 @@ from typing import Any
 from slack_bolt.async_app import AsyncApp
 
 from bot.core.api import CommandService, FormKind, FormRequest, RemediationDesk
-from bot.slack import watch_blocks as render
-from bot.slack.blocks import error as render_error
 from bot.slack.interactions import Whisper, modal_metadata, tell
 from bot.slack.messenger import Messenger
+from bot.slack.render import watch as render
+from bot.slack.render.primitives import error as render_error
 from handlers.clicks import UNREADABLE, Click, on_click
 from handlers.commands import open_modal
 from handlers.payloads import SlashCommand, ViewSubmission, parse, state_values

@@ -8,10 +8,10 @@ the channel's week was. A surface uploads what was written."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 from bot.core.access import Access, Refusal
 from bot.core.answers import Reply, notice
@@ -27,6 +27,18 @@ _TEXT_MAX = 600
 _MARKDOWN_ACTIVE = re.compile(r"([\\`*_\[\]<>|#~])")
 _SPACE = re.compile(r"\s+")
 _SLACK_USER = re.compile(r"[UW][A-Z0-9]{2,}")
+_NAME_MAX = 80
+Names = Mapping[str, str]
+"""Slack user id → display name, for the people a file names."""
+
+
+class DisplayNames(Protocol):
+    """The port that names people (Slack's ``users.info``)."""
+
+    async def display_names(self, users: Sequence[str]) -> Names | None:
+        """The names it found of ``users`` (an unknown person is left out); None when
+        people cannot be named now (a scope the installation lacks, Slack unreachable)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -85,9 +97,14 @@ class Timeline:
         """How people name the project's provider (its descriptor's title)."""
         return self.access.policy.provider_title(project)
 
-    async def write(self, request: TimelineRequest, out: BinaryIO) -> int:
-        """Write the Markdown file to ``out``; how many events it lists."""
-        _write(out, _header(request))
+    async def write(
+        self, request: TimelineRequest, out: BinaryIO, people: DisplayNames | None = None
+    ) -> int:
+        """Write the Markdown file to ``out``; how many events it lists. With ``people``,
+        each person is named (looked up once per file), else written as ``@U…``."""
+        names = _NameCache(people)
+        await names.learn([request.user])
+        _write(out, _header(request, names.known))
         count = 0
         after: tuple[datetime, int] | None = None
         while True:
@@ -100,8 +117,9 @@ class Timeline:
                 after=after,
                 limit=PAGE_SIZE,
             )
+            await names.learn([event.entry.actor for event in page])
             for event in page:
-                line = event_line(event, self.provider_title)
+                line = event_line(event, self.provider_title, names.known)
                 if line is not None:
                     _write(out, f"- {line}\n")
                     count += 1
@@ -110,6 +128,28 @@ class Timeline:
             after = page[-1].key
         _write(out, _footer(count))
         return count
+
+
+class _NameCache:
+    """The names of one file's people, each looked up once."""
+
+    def __init__(self, people: DisplayNames | None) -> None:
+        self._people = people
+        self.known: dict[str, str] = {}
+        self._asked: set[str] = set()
+
+    async def learn(self, actors: Sequence[str]) -> None:
+        if self._people is None:
+            return
+        new = sorted({a for a in actors if _SLACK_USER.fullmatch(a)} - self._asked)
+        if not new:
+            return
+        self._asked.update(new)
+        found = await self._people.display_names(new)
+        if found is None:  # not now: the rest of the file names people by their ids
+            self._people = None
+            return
+        self.known.update({user: name for user, name in found.items() if name.strip()})
 
 
 def _write(out: BinaryIO, text: str) -> None:
@@ -133,19 +173,22 @@ def md(value: object, limit: int = _TEXT_MAX) -> str:
     return _MARKDOWN_ACTIVE.sub(r"\\\1", text)
 
 
-def person(actor: str) -> str:
-    """Who did it, as the file can say it: ``@U04DAVE`` for a Slack user (a file is not
-    mrkdwn, so a mention would stay literal, and names need a scope the app does not ask
-    for), anyone else (``gpuops``, a workflow) as recorded."""
-    return f"@{actor}" if _SLACK_USER.fullmatch(actor) else md(actor)
+def person(actor: str, names: Names | None = None) -> str:
+    """Who did it, as the file can say it: ``Dave (@U04DAVE)`` for a Slack user whose name
+    is known, else ``@U04DAVE`` (a file is not mrkdwn, so a mention would stay literal);
+    anyone else (``gpuops``, a workflow) as recorded."""
+    if not _SLACK_USER.fullmatch(actor):
+        return md(actor)
+    name = (names or {}).get(actor)
+    return f"{md(name, _NAME_MAX)} (@{actor})" if name else f"@{actor}"
 
 
-def _header(request: TimelineRequest) -> str:
+def _header(request: TimelineRequest, names: Names) -> str:
     projects = ", ".join(md(p) for p in request.projects)
     return (
         f"# gpuops timeline of {md(request.channel)}\n\n"
         f"{_when(request.since)} to {_when(request.until)} UTC · projects you may see here: "
-        f"{projects} · asked by {person(request.user)}\n\n"
+        f"{projects} · asked by {person(request.user, names)}\n\n"
     )
 
 
@@ -158,15 +201,18 @@ def _footer(count: int) -> str:
     )
 
 
-def event_line(event: ChannelEvent, provider_title: Callable[[str | None], str]) -> str | None:
+def event_line(
+    event: ChannelEvent, provider_title: Callable[[str | None], str], names: Names | None = None
+) -> str | None:
     """``2026-12-01 09:21:04Z · …`` for one event; None for an entry that is not the
     channel's story (a person's refused click or command). ``provider_title`` names a
-    project's provider as its descriptor does."""
+    project's provider as its descriptor does; ``names`` the people it knows."""
     entry = event.entry
+    who = person(entry.actor, names)
     what = (
-        _request_text(event)
+        _request_text(event, who)
         if entry.request_id
-        else _watch_text(entry, provider_title(entry.project))
+        else _watch_text(entry, provider_title(entry.project), who)
     )
     if what is None:
         return None
@@ -179,9 +225,9 @@ def _cluster(event: ChannelEvent) -> str:
     return f"{md(event.cluster_name)} ({where})" if event.cluster_name else f"{where}"
 
 
-def _request_text(event: ChannelEvent) -> str | None:
+def _request_text(event: ChannelEvent, who: str) -> str | None:
     entry, detail = event.entry, event.entry.detail
-    rid, who = f"**{md(entry.request_id)}**", person(entry.actor)
+    rid = f"**{md(entry.request_id)}**"
     event_name = entry.event
     if event_name == "requested":
         line = f"{rid} requested by {who}: {md(event.action or '?')} on {_cluster(event)}"
@@ -233,7 +279,7 @@ def _request_text(event: ChannelEvent) -> str | None:
     return None
 
 
-def _watch_text(entry: AuditEntry, provider: str) -> str | None:
+def _watch_text(entry: AuditEntry, provider: str, by: str) -> str | None:
     detail, where = entry.detail, f"{md(entry.cluster_id or '?')} ({md(entry.project or '?')})"
     node = md(detail.get("node", "?"))
     if entry.event == "health_alert":
@@ -247,7 +293,7 @@ def _watch_text(entry: AuditEntry, provider: str) -> str | None:
     if entry.event in ("remediation_approve", "remediation_reject"):
         verb = "approval" if entry.event.endswith("approve") else "rejection"
         said = f" ({md(detail['detail'])})" if detail.get("detail") else ""
-        outcome, by = md(entry.outcome), person(entry.actor)
+        outcome = md(entry.outcome)
         return f"remediation of node {node} of {where}: {verb} by {by} — {outcome}{said}"
     if entry.event == "remediation_decided_elsewhere":
         return f"remediation on {where} decided at {md(provider)}: {md(entry.outcome)}"

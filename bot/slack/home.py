@@ -14,20 +14,18 @@ from bot.core.fleet import age_text
 from bot.core.home import HomeBuilder, HomeCluster, HomeData, HomeProject, HomeRequest
 from bot.core.requests.schedule import when_text
 from bot.core.requests.view import STATE_WORDS
-from bot.slack.blocks import (
-    STATE_ICONS,
+from bot.slack.messenger import Messenger, SlackDeliveryError
+from bot.slack.render.primitives import (
     Block,
-    approval_why,
     channel_ref,
     context,
     escape,
     header,
     plain,
-    price_text,
     section,
     user_ref,
 )
-from bot.slack.messenger import Messenger, SlackDeliveryError
+from bot.slack.render.requests import STATE_ICONS, approval_why, price_text
 
 log = logging.getLogger(__name__)
 

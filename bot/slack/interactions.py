@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.core.answers import Reply
-from bot.slack.blocks import Block, SlackMessage, error, reply_message
 from bot.slack.messenger import Messenger, SlackDeliveryError
+from bot.slack.render.answers import reply_message
+from bot.slack.render.primitives import Block, SlackMessage, error
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -24,8 +24,8 @@ from bot.errors import GpuopsError
 from bot.metrics import SLACK_API_ERRORS
 from bot.pacing import waiting_elsewhere
 from bot.redact import redact
-from bot.slack.blocks import SlackMessage, channel_ref
 from bot.slack.calls import count_slack_calls
+from bot.slack.render.primitives import SlackMessage, channel_ref
 
 log = logging.getLogger(__name__)
 
@@ -242,6 +242,24 @@ class Messenger:
         data = await self._call("views.publish", None, **args)
         return OpenedView.of(data).hash
 
+    async def display_names(self, users: Sequence[str]) -> dict[str, str] | None:
+        """People's display names by ``users.info`` (scope ``users:read``), else their real
+        names; None at the first failure other than an unknown person (a scope the
+        installation lacks, Slack unreachable): the caller stops asking."""
+        names: dict[str, str] = {}
+        for user in users:
+            try:
+                data = await self._call("users.info", None, params={"user": user})
+            except SlackDeliveryError as exc:
+                if exc.code in ("user_not_found", "ratelimited"):
+                    continue
+                log.info("naming people stopped at users.info: %s", exc.code)
+                return None
+            name = _name_of(data.get("user"))
+            if name:
+                names[user] = name
+        return names
+
     async def upload_file(self, upload: FileUpload) -> str:
         """Share a file in a channel (or thread) by Slack's external upload flow:
         ``files.getUploadURLExternal``, the bytes POSTed to the URL it gives (streamed from
@@ -332,6 +350,19 @@ async def _post_bytes(
             "trying again" if again else "giving up",
         )
         raise
+
+
+def _name_of(user: Any) -> str:
+    """A users.info ``user``'s display name, else its real name, else its handle."""
+    if not isinstance(user, dict):
+        return ""
+    found = user.get("profile")
+    profile: dict[str, Any] = found if isinstance(found, dict) else {}
+    for value in (profile.get("display_name"), profile.get("real_name"), user.get("real_name")):
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    name = user.get("name")
+    return name.strip() if isinstance(name, str) else ""
 
 
 _UPLOAD_CHUNK = 64 * 1024

@@ -16,9 +16,9 @@ from bot.core.api import TERMINAL_STATES, ChangeRequestRecord, RequestState
 from bot.core.notifier import EventKind, NotDelivered, RequestEvent, Tone
 from bot.core.requests.view import revertible, view_of
 from bot.providers.base import ClusterSummary
-from bot.slack import blocks
-from bot.slack.blocks import SlackMessage
 from bot.slack.messenger import Messenger, SlackDeliveryError
+from bot.slack.render import clusters, primitives, requests
+from bot.slack.render.primitives import SlackMessage
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def _to_requester(
     """A note of a request's final state mentions its requester, unless they ended it."""
     if record.state not in TERMINAL_STATES or event.actor == record.requester:
         return note
-    return blocks.addressed(note, record.requester)
+    return requests.addressed(note, record.requester)
 
 
 @dataclass
@@ -85,10 +85,10 @@ class SlackNotifier:
         self._running: dict[str, _RunningEdit] = {}
 
     async def request_opened(self, record: ChangeRequestRecord) -> str:
-        return await self._post_or_raise(record.channel, blocks.request_root(view_of(record)))
+        return await self._post_or_raise(record.channel, requests.request_root(view_of(record)))
 
     async def approval_requested(self, record: ChangeRequestRecord, expire_minutes: int) -> str:
-        prompt = blocks.approval_prompt(view_of(record), expire_minutes=expire_minutes)
+        prompt = requests.approval_prompt(view_of(record), expire_minutes=expire_minutes)
         return await self._post_or_raise(record.channel, prompt, thread_ts=record.root_ts)
 
     async def request_changed(self, record: ChangeRequestRecord, event: RequestEvent) -> None:
@@ -102,12 +102,12 @@ class SlackNotifier:
         if (event.left_pending or record.run_at is not None) and record.prompt_ts:
             # Replace the prompt's buttons with the outcome so nobody clicks a decided request.
             await self._edit(
-                record.channel, record.prompt_ts, blocks.approval_closed(view_of(record))
+                record.channel, record.prompt_ts, requests.approval_closed(view_of(record))
             )
         if record.root_ts and event.kind == "executing":
             self._show_running_soon(record, record.root_ts)
         elif record.root_ts:
-            await self._edit(record.channel, record.root_ts, blocks.request_root(view_of(record)))
+            await self._edit(record.channel, record.root_ts, requests.request_root(view_of(record)))
         if event.summary_follows:
             return  # the summary tells the result
         note = self._thread_note(record, event)
@@ -119,7 +119,7 @@ class SlackNotifier:
         """Edit the root to "running" if the change is still being sent ``running_after``
         seconds from now (its next event cancels the edit, or waits for it)."""
         running = _RunningEdit()
-        root = blocks.request_root(view_of(record))
+        root = requests.request_root(view_of(record))
 
         def due() -> None:
             running.timer = None
@@ -151,12 +151,12 @@ class SlackNotifier:
         view = view_of(record)
         if record.prompt_ts:
             minutes = _prompt_minutes(record)
-            prompt = blocks.approval_prompt(view, expire_minutes=minutes)
+            prompt = requests.approval_prompt(view, expire_minutes=minutes)
             await self._edit(record.channel, record.prompt_ts, prompt)
         if view.glass_by == event.actor:
-            note = blocks.break_glass_note(view)
+            note = requests.break_glass_note(view)
         else:
-            note = blocks.decision_note(
+            note = requests.decision_note(
                 ":white_check_mark:", "Approved", event.actor, f"({event.text})"
             )
         await self._post_or_log(record.channel, note, thread_ts=record.root_ts)
@@ -166,9 +166,9 @@ class SlackNotifier:
         kept), and the thread says it changed."""
         view = view_of(record)
         if record.prompt_ts:
-            prompt = blocks.approval_prompt(view, expire_minutes=_prompt_minutes(record))
+            prompt = requests.approval_prompt(view, expire_minutes=_prompt_minutes(record))
             await self._edit(record.channel, record.prompt_ts, prompt)
-        note = blocks.rule_changed_note(view, event.text)
+        note = requests.rule_changed_note(view, event.text)
         await self._post_or_log(record.channel, note, thread_ts=record.root_ts)
 
     @staticmethod
@@ -176,7 +176,7 @@ class SlackNotifier:
         if event.kind in _DECISION_WORDS:
             icon, what = _DECISION_WORDS[event.kind]
             detail = f"Reason: {event.text}" if event.text else None
-            return blocks.decision_note(icon, what, event.actor, detail)
+            return requests.decision_note(icon, what, event.actor, detail)
         if event.text is None:
             return None
         if event.kind == "finished":
@@ -185,10 +185,10 @@ class SlackNotifier:
             icon = _NOTE_ICONS[event.kind]
         else:
             return None  # withdrawn or executing: the edited root says it
-        return blocks.thread_note(event.text, icon=icon, mentions=(event.actor,))
+        return requests.thread_note(event.text, icon=icon, mentions=(event.actor,))
 
     async def follow_up_note(self, record: ChangeRequestRecord, text: str, tone: Tone) -> None:
-        note = blocks.thread_note(text, icon=_TONE_ICONS[tone])
+        note = requests.thread_note(text, icon=_TONE_ICONS[tone])
         await self._post_or_log(record.channel, note, thread_ts=record.root_ts)
 
     async def result(self, record: ChangeRequestRecord, summary: ClusterSummary) -> str | None:
@@ -217,7 +217,7 @@ class SlackNotifier:
             log.warning("could not edit the copy of %s in %s: %s", record.id, channel, exc.code)
 
     async def policy_kept(self, channel: str, text: str) -> None:
-        await self._post_or_log(channel, blocks.thread_note(text, icon=":warning:"))
+        await self._post_or_log(channel, requests.thread_note(text, icon=":warning:"))
 
     @staticmethod
     def _summary(
@@ -226,10 +226,10 @@ class SlackNotifier:
         result = None
         if record.result_message:
             icon = _RESULT_ICONS.get(record.state, ":warning:")
-            result = blocks.thread_note(
+            result = requests.thread_note(
                 record.result_message, icon=icon, mentions=(record.requester,)
             )
-        return blocks.cluster_summary(
+        return clusters.cluster_summary(
             summary,
             requested_by=record.requester,
             approved_by=_approvers(record) if record.needs_approval else None,
@@ -267,6 +267,8 @@ FIRST_MIRROR_HEADLINE = "Change requested"
 def _mirrored(record: ChangeRequestRecord, headline: str) -> SlackMessage:
     """A request's copy in its notify channel: ``headline``, then the request as its
     thread's root shows it now."""
-    root = blocks.request_root(view_of(record))
-    said = blocks.composed_text(headline, (record.requester, record.decided_by or ""))
-    return SlackMessage(text=f"{said} — {root.text}", blocks=[blocks.context(said), *root.blocks])
+    root = requests.request_root(view_of(record))
+    said = primitives.composed_text(headline, (record.requester, record.decided_by or ""))
+    return SlackMessage(
+        text=f"{said} — {root.text}", blocks=[primitives.context(said), *root.blocks]
+    )

@@ -16,11 +16,11 @@ from slack_bolt.response import BoltResponse
 
 from bot.core.answers import Reply, error, store_unavailable
 from bot.core.api import StoreUnavailable
-from bot.slack import watch_blocks
 from bot.slack.home import SHOW_ACTION_ID
 from bot.slack.interactions import DirectMessage, Route, Whisper, modal_metadata, tell
 from bot.slack.messenger import Messenger
 from bot.slack.middleware import STORE_UNAVAILABLE, Next
+from bot.slack.render import watch
 
 log = logging.getLogger(__name__)
 
@@ -30,9 +30,9 @@ READ_ONLY_ACTIONS = frozenset(
     {
         "action",  # the action select inside the gpu_action form
         SHOW_ACTION_ID,
-        watch_blocks.OPEN_UPDATE_FORM,
-        watch_blocks.OPEN_ACTION_FORM,
-        watch_blocks.EXTEND_RESERVATION,
+        watch.OPEN_UPDATE_FORM,
+        watch.OPEN_ACTION_FORM,
+        watch.EXTEND_RESERVATION,
     }
 )
 CUT_OFF_TEXT = (

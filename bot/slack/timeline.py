@@ -24,7 +24,7 @@ class TimelineSender:
         """Build and share the file; None once it is shared, else what to tell the person."""
         with tempfile.TemporaryFile(prefix="gpuops-timeline-") as spool:
             try:
-                count = await self.timeline.write(request, spool)
+                count = await self.timeline.write(request, spool, self.messenger)
             except StoreUnavailable as exc:
                 log.warning("could not build a timeline: %s", exc)
                 return store_unavailable()

@@ -14,9 +14,9 @@ from bot.core.watch.health import HealthEvent
 from bot.core.watch.notifier import DecisionOutcome, ReservationReminder
 from bot.providers.base import ProviderDescriptor
 from bot.providers.remediations import Remediation
-from bot.slack import watch_blocks as render
-from bot.slack.blocks import SlackMessage
 from bot.slack.messenger import Messenger, SlackDeliveryError
+from bot.slack.render import watch as render
+from bot.slack.render.primitives import SlackMessage
 
 log = logging.getLogger(__name__)
 

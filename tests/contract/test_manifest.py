@@ -101,6 +101,8 @@ METHOD_SCOPES: dict[str, tuple[str, ...]] = {
     "views.update": (),
     "views.publish": (),
     "usergroups.users.list": ("usergroups:read",),
+    # /gpu timeline names people in its file (falls back to their ids without the scope).
+    "users.info": ("users:read",),
     "files.getUploadURLExternal": ("files:write",),
     "files.completeUploadExternal": ("files:write",),
     # Ending a workflow step (with the step's own token): no scope, as function_executed.

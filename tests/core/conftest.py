@@ -3,7 +3,7 @@ on SQLite and PostgreSQL (``any_core``), and a factory for other policies and se
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -11,8 +11,19 @@ from typing import Any
 import pytest
 
 from tests.support.core_harness import Core, core_harness
+from tests.support.transaction_guard import TransactionGuard, guarding
 
 CoreFactory = Callable[..., Awaitable[Core]]
+
+
+@pytest.fixture(autouse=True)
+def transaction_guard(monkeypatch: pytest.MonkeyPatch) -> Iterator[TransactionGuard]:
+    """Every core test, on each backend it runs on, fails if a store transaction was held
+    open across an await of anything but its own statements (issue 34;
+    ``tests/support/transaction_guard.py``)."""
+    with guarding(monkeypatch) as guard:
+        yield guard
+    assert guard.found == [], "\n".join(guard.found)
 
 
 @pytest.fixture

@@ -396,7 +396,7 @@ async def test_an_approval_that_stops_counting_is_no_longer_shown_as_counted(
     while bob counts no more), the next approver's count agrees, and the result names only
     the approvals that counted."""
     from bot.core.requests.view import view_of
-    from bot.slack.blocks import approval_progress, request_root
+    from bot.slack.render.requests import approval_progress, request_root
 
     core.reload(_TWO_FOR_SCALE)
     opened = await core.open(DAVE, "e2e-delhi", "101", "scale_cluster", SCALE)

@@ -20,7 +20,7 @@ from bot.core.store import ChangeRequestRecord, RequestState
 from bot.local.demo.stack import DEMO_POLICY, LocalStack
 from bot.local.slack.models import FakeEvent, MessageEdited, MessagePosted
 from bot.local.slack.server import SlackFault
-from bot.slack.blocks import break_glass_modal
+from bot.slack.render.forms import break_glass_modal
 from tests.support.reliability import (
     AUDIT_CHANNEL,
     E2E_SCALE,

@@ -1,5 +1,5 @@
 """Property-based fuzzing of the pure parts: the /gpu grammar only ever raises UsageError,
-``render.escape`` neutralises every Slack control sequence and loses nothing, and whatever
+``primitives.escape`` neutralises every Slack control sequence and loses nothing, and whatever
 a provider answers (any status, any JSON or none) the Together and E2E clients and adapters
 raise nothing but ProviderError subclasses."""
 
@@ -34,7 +34,7 @@ from bot.providers.together import (
     TogetherClient,
     build_together_transport,
 )
-from bot.slack import blocks as render
+from bot.slack.render import primitives
 from tests.support.catalog import CATALOG
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -88,10 +88,10 @@ MARKUP = st.one_of(
 @FUZZ
 @given(MARKUP)
 def test_escape_neutralises_every_control_sequence_and_loses_nothing(text: str) -> None:
-    escaped = render.escape(text)
+    escaped = primitives.escape(text)
     assert "<" not in escaped and ">" not in escaped
     assert escaped.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&") == text
-    plain = render.plain(text)
+    plain = primitives.plain(text)
     assert "<" not in plain and ">" not in plain
 
 

@@ -65,10 +65,11 @@ present += ["bot.local"] if importlib.util.find_spec("bot.local") else []
 roots = [pathlib.Path(p) for p in site.getsitepackages()] + [pathlib.Path("/var/lib/gpuops")]
 names = ("tests", "bench", "examples")
 dirs = sorted(str(p) for root in roots for p in root.glob("*") if p.name in names)
-print(json.dumps({"present": present, "dirs": dirs}))
+local = sorted(str(p) for p in pathlib.Path("/opt/gpuops").rglob("*") if "bot/local" in str(p))
+print(json.dumps({"present": present, "dirs": dirs, "local": local}))
 """
     done = podman("run", "--rm", "--network", "none", "--entrypoint", "python3", IMAGE, "-c", probe)
-    assert json.loads(done.stdout) == {"present": [], "dirs": []}
+    assert json.loads(done.stdout) == {"present": [], "dirs": [], "local": []}
     demo = podman("run", "--rm", "--network", "none", IMAGE, "demo", check=False)
     assert demo.returncode == 1
     assert "the demo is not part of this installation" in demo.stderr

@@ -21,6 +21,7 @@ from bot.providers.errors import ProviderNotFound
 from bot.providers.together import TogetherAdapter, TogetherClient
 from bot.providers.together.models import TogetherCluster
 from bot.providers.together.summary import cluster_state, to_summary
+from tests.support.transaction_guard import note
 
 
 class _NoClient:
@@ -92,6 +93,7 @@ class Script:
 
     async def enter(self, call: Call) -> Step | None:
         """Record ``call`` and play its step: the answer to give, or None to behave."""
+        note(f"provider {call.op}")
         self.calls.append(call)
         self.called.set()
         queue = self._steps.get(call.op)

@@ -14,6 +14,7 @@ from bot.core.notifier import EventKind, RequestEvent, Tone
 from bot.core.store import ChangeRequestRecord, RequestState
 from bot.providers.base import ClusterSummary
 from tests.support.core_fleet import Hang, Step
+from tests.support.transaction_guard import note
 
 METHODS = (
     "request_opened",
@@ -102,6 +103,7 @@ class RecordingNotifier:
 
     # -- the port ------------------------------------------------------------------------
     async def _tell(self, told: Told) -> None:
+        note(f"notifier {told.method}")
         queue = self._steps.get(told.method)
         step = queue.popleft() if queue else None
         failed = step is not None and step.error is not None

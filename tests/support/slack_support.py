@@ -1,6 +1,6 @@
-"""Helpers for the Slack integration tests (tests/integration/test_slack_*.py): send a signed
-request through the local stack and wait for what the bot answers, and look at what reached the
-providers."""
+"""Helpers for the Slack integration tests (tests/integration/slack/, forms/, commands/ …):
+send a signed request through the local stack and wait for what the bot answers, and look
+at what reached the providers."""
 
 from __future__ import annotations
 

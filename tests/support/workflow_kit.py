@@ -1,4 +1,4 @@
-"""Helpers for the change-request workflow tests (tests/integration/test_workflow_*.py):
+"""Helpers for the change-request workflow tests (tests/integration/approvals/test_workflow_*.py):
 open a request and find its thread, click its buttons as a person would, wait for its state,
 read its audit rows, deliver one Slack request twice at the same moment, and run the bot as a
 separate ``gpuops serve`` process that can be killed."""

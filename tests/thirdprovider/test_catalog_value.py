@@ -27,7 +27,7 @@ from bot.providers.base import (
 from bot.providers.catalog import Catalog
 from bot.providers.http import ClientSettings
 from bot.providers.installed import BUILT_IN, built_in_catalog
-from bot.slack.watch_blocks import incident_open
+from bot.slack.render.watch import incident_open
 from tests.support.core_harness import StaticGroups
 from tests.thirdprovider.adapter import LumenAdapter
 from tests.thirdprovider.client import LumenClient, build_lumen_transport

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bot.core.store import AuditEntry
-from bot.slack import blocks as render
+from bot.slack.render import answers
 
 
 def _row(event: str, outcome: str | None, detail: dict[str, Any]) -> str:
@@ -21,7 +21,7 @@ def _row(event: str, outcome: str | None, detail: dict[str, Any]) -> str:
         outcome=outcome,
         detail=detail,
     )
-    return render.audit_list([entry]).text
+    return answers.audit_list([entry]).text
 
 
 def test_a_break_glass_approval_is_marked() -> None:

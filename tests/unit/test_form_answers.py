@@ -7,7 +7,7 @@ from typing import Any
 
 from slack_sdk.models.views import View
 
-from bot.slack import blocks as render
+from bot.slack.render import forms, primitives
 from handlers.modals import errors_for_view
 
 FORM: dict[str, Any] = {
@@ -65,7 +65,7 @@ def test_errors_for_blocks_the_form_lacks_go_under_its_first_input() -> None:
 
 
 def test_the_form_again_keeps_what_was_typed_and_says_what_is_wrong() -> None:
-    again = render.form_with_problems(FORM, {"additional_nodes": "must be at least 1"})
+    again = forms.form_with_problems(FORM, {"additional_nodes": "must be at least 1"})
     View(**again).validate_json()
     assert again["submit"] == FORM["submit"] and again["callback_id"] == "gpu_action"
     assert "must be at least 1" in again["blocks"][0]["text"]["text"]
@@ -76,8 +76,8 @@ def test_the_form_again_keeps_what_was_typed_and_says_what_is_wrong() -> None:
 
 
 def test_checking_and_answer_views_are_valid_modals_without_submit() -> None:
-    checking = render.checking_modal("gpu_update", "gpuops", {})
-    answer = render.reply_modal("gpu_update", render.notice("CR-ABC123 is waiting"), {})
+    checking = forms.checking_modal("gpu_update", "gpuops", {})
+    answer = forms.reply_modal("gpu_update", primitives.notice("CR-ABC123 is waiting"), {})
     for view in (checking, answer):
         View(**view).validate_json()
         assert "submit" not in view

@@ -8,13 +8,13 @@ from bot.core.answers import HelpCard
 from bot.core.policy import Role
 from bot.core.requests.view import RequestView
 from bot.providers.base import ClusterSummary, Fact, FieldSpec
-from bot.slack import blocks as render
+from bot.slack.render import answers, clusters, forms, primitives, requests
 from tests.support.catalog import CATALOG, CHANGES
 
 HOSTILE = "<!channel> <@U0EVIL> <https://evil.example|click me> & <!here>"
 
 
-def _all_text(message: render.SlackMessage) -> str:
+def _all_text(message: primitives.SlackMessage) -> str:
     return message.text + json.dumps(message.blocks)
 
 
@@ -45,13 +45,13 @@ def _together(**kw: object) -> ClusterSummary:
 
 
 def test_escape_neutralises_slack_control_sequences() -> None:
-    assert render.escape(HOSTILE) == (
+    assert primitives.escape(HOSTILE) == (
         "&lt;!channel&gt; &lt;@U0EVIL&gt; &lt;https://evil.example|click me&gt; &amp; &lt;!here&gt;"
     )
 
 
 def test_summary_escapes_provider_text_in_blocks_and_fallback() -> None:
-    message = render.cluster_summary(
+    message = clusters.cluster_summary(
         _together(
             name=HOSTILE,
             status=HOSTILE,
@@ -84,8 +84,8 @@ def test_summary_shows_the_provider_facts_in_order_whatever_the_provider() -> No
         size="2 nodes",
         facts=tuple(Fact(label=label, value=value) for label, value in facts),
     )
-    message = render.cluster_summary(s)
-    assert render.summary_pairs(s) == [
+    message = clusters.cluster_summary(s)
+    assert clusters.summary_pairs(s) == [
         ("Status", "Running (changing)"),
         ("Provider / project", "e2e / e2e-delhi"),
         *facts,
@@ -94,13 +94,13 @@ def test_summary_shows_the_provider_facts_in_order_whatever_the_provider() -> No
     for label, value in facts:
         assert f"*{label}*" in blob and value in blob
     assert message.text.endswith("· e2e/e2e-delhi · 2 nodes")
-    listing = render.cluster_list({"e2e-delhi": [s]})
+    listing = clusters.cluster_list({"e2e-delhi": [s]})
     assert "• `101` train — Running · 2 nodes · —" in listing.text
 
 
 def test_user_ref_only_mentions_real_ids() -> None:
-    assert render.user_ref("U01ALICE") == "<@U01ALICE>"
-    assert render.user_ref("<!channel>") == "&lt;!channel&gt;"
+    assert primitives.user_ref("U01ALICE") == "<@U01ALICE>"
+    assert primitives.user_ref("<!channel>") == "&lt;!channel&gt;"
 
 
 def _request(**kw: object) -> RequestView:
@@ -122,19 +122,21 @@ def _request(**kw: object) -> RequestView:
 
 
 def test_request_root_escapes_reason_and_preview() -> None:
-    message = render.request_root(_request(reason=HOSTILE, cluster_name=HOSTILE, preview=[HOSTILE]))
+    message = requests.request_root(
+        _request(reason=HOSTILE, cluster_name=HOSTILE, preview=[HOSTILE])
+    )
     _assert_inert(_all_text(message))
     assert "CR-ABC123" in message.text
 
 
 def test_request_root_shows_state() -> None:
-    assert "pending approval" in render.request_root(_request()).text
-    done = render.request_root(_request(state="succeeded", decided_by="U02BOB"))
+    assert "pending approval" in requests.request_root(_request()).text
+    done = requests.request_root(_request(state="succeeded", decided_by="U02BOB"))
     assert "done" in done.text and "<@U02BOB>" in json.dumps(done.blocks)
 
 
 def test_approval_prompt_has_the_three_buttons_with_the_request_id() -> None:
-    prompt = render.approval_prompt(_request(), expire_minutes=30)
+    prompt = requests.approval_prompt(_request(), expire_minutes=30)
     buttons = [e for b in prompt.blocks if b["type"] == "actions" for e in b["elements"]]
     assert [(b["action_id"], b["value"]) for b in buttons] == [
         ("approve_request", "CR-ABC123"),
@@ -150,7 +152,7 @@ def test_update_modal_uses_field_names_as_block_and_action_ids_and_prefills() ->
             name="cluster_type", label="Type", kind="choice", choices=("KUBERNETES", "SLURM")
         ),
     ]
-    view = render.update_modal(
+    view = forms.update_modal(
         _together(),
         specs,
         {"num_gpus": 16, "cluster_type": "SLURM"},
@@ -172,7 +174,7 @@ def test_update_modal_uses_field_names_as_block_and_action_ids_and_prefills() ->
 
 def test_action_modal_has_the_action_select_and_the_actions_fields() -> None:
     specs = [FieldSpec(name="additional_nodes", label="Nodes to add", kind="int", required=True)]
-    view = render.action_modal(
+    view = forms.action_modal(
         _together(provider="e2e"),
         ["restart_cluster", "scale_cluster"],
         "scale_cluster",
@@ -189,21 +191,21 @@ def test_action_modal_has_the_action_select_and_the_actions_fields() -> None:
 
 
 def test_cluster_list_reports_a_failed_project_without_hiding_others() -> None:
-    message = render.cluster_list({"a": [_together()], "b": "together: timeout"})
+    message = clusters.cluster_list({"a": [_together()], "b": "together: timeout"})
     blob = json.dumps(message.blocks)
     assert "tc-1" in blob and "together: timeout" in blob
 
 
 def test_composed_notices_link_bare_channels_but_nothing_else() -> None:
-    message = render.error(f"your grant holds only in <#C0INCIDENT> — ask there. {HOSTILE}")
+    message = primitives.error(f"your grant holds only in <#C0INCIDENT> — ask there. {HOSTILE}")
     assert "<#C0INCIDENT>" in message.text
     _assert_inert(_all_text(message))
-    spoof = render.error("<#C0INCIDENT|click-me> <#C0X><@U0EVIL>")
+    spoof = primitives.error("<#C0INCIDENT|click-me> <#C0X><@U0EVIL>")
     assert "<#C0INCIDENT|" not in spoof.text and "<@U0EVIL>" not in spoof.text
 
 
 def test_help_lists_what_each_provider_says_it_can_change() -> None:
-    text = render.help_message(
+    text = answers.help_message(
         HelpCard(roles={"together-prod": Role.operator}, changes=CHANGES)
     ).text
     together, e2e = CATALOG.provider_changes()["together"], CATALOG.provider_changes()["e2e"]
@@ -219,7 +221,7 @@ def test_help_lists_what_each_provider_says_it_can_change() -> None:
     ) in text
     for name in [*together.field_names(), *e2e.actions]:
         assert name in text
-    viewer = render.help_message(
+    viewer = answers.help_message(
         HelpCard(roles={"together-prod": Role.viewer}, changes=CHANGES)
     ).text
     assert "/gpu update" not in viewer and "/gpu action" not in viewer

@@ -15,7 +15,7 @@ from bot.core.paging import AUDIT_PAGE_SIZE, LIST_PAGE_SIZE, Page
 from bot.core.requests.view import RequestView
 from bot.core.store import AuditEntry
 from bot.providers.base import ClusterSummary
-from bot.slack import blocks as render
+from bot.slack.render import answers, clusters, primitives, requests
 from tests.support import limits
 
 HOSTILE_NAME = ("<@U0EVIL> & <!channel> " * 200)[:4700]
@@ -34,7 +34,7 @@ def _cluster(cluster_id: str, name: str, project: str = "together-prod") -> Clus
     )
 
 
-def assert_fits_one_message(message: render.SlackMessage) -> None:
+def assert_fits_one_message(message: primitives.SlackMessage) -> None:
     limits.assert_fits_one_message(message.as_kwargs()["text"], message.blocks)
 
 
@@ -57,7 +57,7 @@ def test_a_full_page_of_long_hostile_names_in_forty_projects_fits_and_keeps_ever
         f"project-{i:02d}-{'x' * 100}": [_cluster(f"tc-{i:03d}", HOSTILE_NAME)]
         for i in range(LIST_PAGE_SIZE)
     }
-    message = render.cluster_list(groups, _page(62))
+    message = clusters.cluster_list(groups, _page(62))
     assert_fits_one_message(message)
     shown = json.dumps(message.blocks)
     for i in range(LIST_PAGE_SIZE):
@@ -68,9 +68,9 @@ def test_a_full_page_of_long_hostile_names_in_forty_projects_fits_and_keeps_ever
 
 
 def test_sixty_two_long_names_in_one_project_take_two_pages_that_each_fit() -> None:
-    clusters = [_cluster(f"tc-{i:03d}", f"{i}-" + "n" * 300) for i in range(62)]
-    first = render.cluster_list({"together-prod": clusters[:40]}, _page(62))
-    second = render.cluster_list({"together-prod": clusters[40:]}, _page(62, 2))
+    summaries = [_cluster(f"tc-{i:03d}", f"{i}-" + "n" * 300) for i in range(62)]
+    first = clusters.cluster_list({"together-prod": summaries[:40]}, _page(62))
+    second = clusters.cluster_list({"together-prod": summaries[40:]}, _page(62, 2))
     for message in (first, second):
         assert_fits_one_message(message)
     shown = json.dumps(first.blocks) + json.dumps(second.blocks)
@@ -90,7 +90,7 @@ def test_a_page_past_the_end_says_so() -> None:
         command="/gpu list",
         asked=7,
     )
-    message = render.cluster_list({"together-prod": [_cluster("tc-1", "a")]}, page)
+    message = clusters.cluster_list({"together-prod": [_cluster("tc-1", "a")]}, page)
     assert "there is no page 7: this answer has 2 pages; here is page 2." in message.text
     assert_fits_one_message(message)
 
@@ -113,7 +113,7 @@ def _entry(i: int, reason: str) -> AuditEntry:
 @given(reason=st.text(alphabet="<>&@!|Ux: ", min_size=400, max_size=500))
 def test_a_page_of_audit_entries_with_long_hostile_reasons_fits(reason: str) -> None:
     entries = [_entry(i, reason) for i in range(AUDIT_PAGE_SIZE)]
-    message = render.audit_list(entries, _page(100, size=AUDIT_PAGE_SIZE))
+    message = answers.audit_list(entries, _page(100, size=AUDIT_PAGE_SIZE))
     assert_fits_one_message(message)
     shown = json.dumps(message.blocks)
     assert all(f"CR-{i:06d}" in shown for i in range(AUDIT_PAGE_SIZE))
@@ -140,7 +140,7 @@ def _request(**kw: object) -> RequestView:
 
 
 def test_a_4700_character_name_keeps_the_id_and_project_in_the_first_section() -> None:
-    root = render.request_root(_request(reason="<@U0EVIL> " * 50))
+    root = requests.request_root(_request(reason="<@U0EVIL> " * 50))
     first = root.blocks[0]["text"]["text"]
     assert first.endswith("(`tc-hostile`, together/together-prod)")
     assert "…*" in first and len(first) <= 3000
@@ -150,7 +150,9 @@ def test_a_4700_character_name_keeps_the_id_and_project_in_the_first_section() -
 
 
 def test_the_summary_header_and_fallback_keep_the_id() -> None:
-    message = render.cluster_summary(_cluster("tc-hostile", HOSTILE_NAME), requested_by="U01ALICE")
+    message = clusters.cluster_summary(
+        _cluster("tc-hostile", HOSTILE_NAME), requested_by="U01ALICE"
+    )
     header = message.blocks[0]["text"]["text"]
     assert header.endswith("… (tc-hostile)") and len(header) <= 150
     assert "(tc-hostile)" in message.text and "together/together-prod" in message.text

@@ -11,9 +11,9 @@ from slack_sdk.web.async_client import AsyncWebClient
 from bot.core.notifier import RequestEvent
 from bot.core.store import ChangeRequestRecord, RequestState
 from bot.providers.base import ChangePlan
-from bot.slack.blocks import SlackMessage
 from bot.slack.messenger import Messenger
 from bot.slack.notifier import SlackNotifier
+from bot.slack.render.primitives import SlackMessage
 
 ROOT_TS = "1700000000.000100"
 

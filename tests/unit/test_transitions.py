@@ -14,7 +14,7 @@ from bot.core.store import TERMINAL_STATES, RequestState
 ROOT = Path(__file__).resolve().parents[2]
 # The store methods that write a request's state; only the table's module calls them.
 STATE_WRITES = re.compile(
-    r"store\.(transition|record_outcome|create_request|open_request|start_execution|"
+    r"store\.(transition|open_request|start_execution|"
     r"finish_execution|end_interrupted)\("
 )
 

@@ -14,8 +14,8 @@ from bot.local.demo.console import script_verdict
 from bot.providers.base import ChangeInputError, example_time
 from bot.providers.together.adapter import TogetherAdapter
 from bot.providers.together.rules import parse_update
-from bot.slack.blocks import help_message
-from bot.slack.watch_blocks import progress_words
+from bot.slack.render.answers import help_message
+from bot.slack.render.watch import progress_words
 from tests.support.catalog import CHANGES
 from tests.support.together_kit import client_for
 

@@ -1,6 +1,6 @@
 """Change forms as data: the fields a form shows, and checking a submitted one.
 
-Surfaces build the form itself (in Slack, a modal: bot.slack.blocks.change_form)."""
+Surfaces build the form itself (in Slack, a modal: bot.slack.render.forms.change_form)."""
 
 from __future__ import annotations
 

@@ -72,7 +72,7 @@ class RequirementRefresh:
         noted = await self.deps.store.note_requirement(record, wanted, audit)
         if noted is None:
             return False  # another replica noted it first, or it was decided meanwhile
-        # The note's progress names whoever no longer counts (bot.slack.blocks).
+        # The note's progress names whoever no longer counts (bot.slack.render.requests).
         enough = len(counted) >= now.needed
         text = "it has the approvals it needs now: the next Approve sends it" if enough else None
         await self.deps.notifier.request_changed(

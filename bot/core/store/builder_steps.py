@@ -5,7 +5,7 @@ Like the change requests, every deciding write is one statement whose ON CONFLIC
 clause is the decision, so the database picks the one winner among replicas and
 redeliveries: the moves of a step's lifecycle (``bot.core.lifecycle.builder_steps``) are
 written by ``bot.core.store.lifecycles``; this module reads steps. The link to the request
-is written in the request's own transaction (``RequestsMixin.create_request``): a step never
+is written in the request's own transaction (``RequestsMixin.open_request``): a step never
 loses the request it made. A step refused before it could be claimed is recorded as refused
 before Slack is told, so a later delivery of the same execution finds it and runs nothing.
 """

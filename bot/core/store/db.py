@@ -18,7 +18,7 @@ When the database cannot be reached in time, or refuses writes, every method rai
 Usage::
 
     store = await Store.open("sqlite:///gpuops.db")   # or "postgresql://user@host:5432/db"
-    record = await store.create_request(...)
+    record, _ = await store.open_request(...)
     won = await store.transition(record.id, from_states={RequestState.PENDING},
                                  to=RequestState.APPROVED, decided_by="U123")
     await store.close()

@@ -4,6 +4,7 @@ bounds, and the mapping of connection failures to ``StoreUnavailable``."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -14,6 +15,7 @@ from sqlalchemy import Connection, Table, event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.engine.interfaces import DBAPIConnection
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
 
@@ -27,6 +29,13 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 # connect, statements, commit). Beyond that the store is "unavailable", not slow.
 DEFAULT_CONNECT_TIMEOUT = 5.0
 DEFAULT_OPERATION_TIMEOUT = 10.0
+# A PostgreSQL connection back in the pool for less than this was working a moment ago and
+# goes out unpinged: asyncpg pings inside a transaction of its own, so a ping at every
+# checkout (pool_pre_ping) cost the server one more transaction per store transaction.
+# One idle longer (a restart or a failover may have closed it) is pinged before use and
+# replaced when the ping fails; a connection that broke sooner fails its statement, which
+# the store reports as unavailable and SQLAlchemy answers by emptying the pool.
+PING_AFTER_IDLE_SECONDS = 5.0
 
 
 def normalize_database_url(url: str) -> URL:
@@ -108,6 +117,27 @@ def _install_counters(engine: AsyncEngine) -> None:
         STORE_TRANSACTIONS.inc()
 
 
+def _install_idle_ping(engine: AsyncEngine, idle_seconds: float) -> None:
+    """Ping a pooled connection before use only when it sat idle ``idle_seconds`` or more."""
+    pool = engine.sync_engine.pool
+
+    @event.listens_for(pool, "checkin")
+    def _on_checkin(_dbapi_connection: DBAPIConnection | None, record: ConnectionPoolEntry) -> None:
+        record.info["checked_in"] = time.monotonic()
+
+    @event.listens_for(pool, "checkout")
+    def _on_checkout(
+        dbapi_connection: DBAPIConnection, record: ConnectionPoolEntry, _proxy: Any
+    ) -> None:
+        checked_in = record.info.get("checked_in")
+        if checked_in is None or time.monotonic() - checked_in < idle_seconds:
+            return
+        try:
+            dbapi_connection.ping()
+        except Exception as error:
+            raise DisconnectionError("a pooled connection failed its ping") from error
+
+
 def read_only_url(url: URL) -> URL:
     """``url`` opened so that nothing can be written, and a missing SQLite file is an error
     rather than a new empty database (``mode=ro``)."""
@@ -150,10 +180,10 @@ def create_engine(
             max_overflow=5,
             pool_timeout=connect_timeout,
             pool_recycle=1800,
-            pool_pre_ping=True,
             connect_args=connect_args,
             **common,
         )
+        _install_idle_ping(engine, PING_AFTER_IDLE_SECONDS)
         _install_counters(engine)
         return engine
     # No pre-ping for SQLite: a local file connection does not go stale. sqlite3 calls run

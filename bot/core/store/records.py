@@ -35,7 +35,7 @@ TERMINAL_STATES: frozenset[RequestState] = frozenset(
     }
 )
 
-# The outcomes a provider call can be known to have had (record_outcome's targets).
+# The outcomes a provider call can be known to have had (finish_execution's).
 KNOWN_OUTCOMES: frozenset[RequestState] = frozenset({RequestState.SUCCEEDED, RequestState.FAILED})
 
 
@@ -171,7 +171,7 @@ class Lease(BaseModel):
 
 
 class OutcomeRecorded(enum.StrEnum):
-    """What ``Store.record_outcome`` did."""
+    """What ``Store.finish_execution`` did."""
 
     RECORDED = "recorded"  # the request was executing under this lease; now it has the outcome
     ALREADY_RECORDED = "already_recorded"  # the same outcome was recorded before (a replay)

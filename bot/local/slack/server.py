@@ -80,6 +80,7 @@ BOT_SCOPES = frozenset(
         "files:write",
         "groups:read",
         "usergroups:read",
+        "users:read",
     }
 )
 _CONVERSATION_READ = ("channels:read", "groups:read", "im:read", "mpim:read")
@@ -91,6 +92,7 @@ METHOD_SCOPES: dict[str, tuple[str, ...]] = {
     "chat.update": ("chat:write",),
     "chat.postEphemeral": ("chat:write",),
     "usergroups.users.list": ("usergroups:read",),
+    "users.info": ("users:read",),
     "files.getUploadURLExternal": ("files:write",),
     "files.completeUploadExternal": ("files:write",),
     "conversations.info": _CONVERSATION_READ,

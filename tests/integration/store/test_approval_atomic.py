@@ -30,7 +30,7 @@ async def store(database_url: str) -> AsyncIterator[Store]:
 
 
 async def pending(store: Store) -> ChangeRequestRecord:
-    return await store.create_request(
+    opened, _ = await store.open_request(
         provider="together",
         project="prod",
         cluster_id="c-1",
@@ -45,6 +45,7 @@ async def pending(store: Store) -> ChangeRequestRecord:
         expires_at=None,
         audit=AuditRow(actor="U1", event="requested", outcome="pending"),
     )
+    return opened
 
 
 async def approve(

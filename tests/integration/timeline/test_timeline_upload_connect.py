@@ -12,7 +12,7 @@ import pytest
 
 from bot.local.demo.stack import LocalStack
 from bot.local.faults.proxy import FaultProxy
-from tests.integration.test_timeline import shared_files, timeline_of
+from tests.integration.timeline.test_timeline import shared_files, timeline_of
 from tests.support.slack_support import command_reply
 from tests.support.workflow_kit import BOB, CHANNEL, DAVE, poll_until, request
 

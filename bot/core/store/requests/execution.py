@@ -193,9 +193,11 @@ class ExecutionMixin(FastPathMixin):
         from_states: Collection[RequestState] = _EXECUTING,
     ) -> tuple[OutcomeRecorded, ChangeRequestRecord | None]:
         """Record how a change ended, in one transaction: its state (from ``from_states``,
-        under ``fence``), its audit entry, the cluster freed and the lease released. As
-        ``record_outcome`` for a known outcome: a replay is ALREADY_RECORDED, an ``unknown``
-        marked by recovery is corrected. FENCED or MISSING write nothing."""
+        under ``fence``), its audit entry, the cluster freed and the lease released; safe to
+        call again with the same arguments (the executor replays the outcomes it could not
+        record while the store was down): a replay is ALREADY_RECORDED, an ``unknown``
+        marked by recovery is corrected (CORRECTED_UNKNOWN: the truth beats "unknown"), and
+        FENCED or MISSING write nothing."""
         values = transition_values(to, {"result_message": result_message})
         async with self._begin() as conn:
             won = await self._finish_in_one(
@@ -214,41 +216,6 @@ class ExecutionMixin(FastPathMixin):
             if status is OutcomeRecorded.RECORDED or status is OutcomeRecorded.CORRECTED_UNKNOWN:
                 await self._append(conn, audit)
         return status, done
-
-    async def record_outcome(
-        self,
-        request_id: str,
-        fence: Lease,
-        *,
-        to: RequestState,
-        result_message: str | None,
-    ) -> tuple[OutcomeRecorded, ChangeRequestRecord | None]:
-        """Record a provider call's known outcome; safe to call again with the same arguments.
-
-        The executor keeps outcomes it could not record (the store was down) and calls this
-        for each, in order, once the store answers again. ``executing`` under ``fence`` →
-        RECORDED; already in ``to`` with the same message → ALREADY_RECORDED; ``unknown``
-        (recovery gave up on it) → CORRECTED_UNKNOWN, since the truth beats "unknown" and an
-        unknown request runs nothing more; anything else → FENCED, nothing written.
-        """
-        if to not in KNOWN_OUTCOMES:
-            raise ValueError(f"an outcome is one of {sorted(KNOWN_OUTCOMES)}, not {to!r}")
-        values = transition_values(to, {"result_message": result_message})
-        async with self._begin() as conn:
-            return await self._outcome_in(conn, request_id, fence, values, _EXECUTING)
-
-    async def _outcome_in(
-        self,
-        conn: AsyncConnection,
-        request_id: str,
-        fence: Lease | None,
-        values: dict[str, Any],
-        from_states: Collection[RequestState],
-    ) -> tuple[OutcomeRecorded, ChangeRequestRecord | None]:
-        won = await update_in(conn, request_id, values, from_states=from_states, fence=fence)
-        if won is not None:
-            return OutcomeRecorded.RECORDED, won
-        return await self._outcome_missed(conn, request_id, values)
 
     async def _outcome_missed(
         self, conn: AsyncConnection, request_id: str, values: dict[str, Any]

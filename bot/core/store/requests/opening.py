@@ -29,53 +29,6 @@ _REQUEST_ID_ATTEMPTS = 8
 
 
 class OpeningMixin(FastPathMixin):
-    async def create_request(
-        self,
-        *,
-        provider: str,
-        project: str,
-        cluster_id: str,
-        cluster_name: str,
-        action: str,
-        plan: Mapping[str, Any],
-        kinds: Collection[str],
-        needs_approval: bool,
-        requester: str,
-        channel: str,
-        reason: str | None,
-        expires_at: datetime | None,
-        state: RequestState = RequestState.PENDING,
-        step: str | None = None,
-        revert_of: str | None = None,
-        run_at: datetime | None = None,
-        approvals: Mapping[str, Any] | None = None,
-        audit: AuditRow | None = None,
-    ) -> ChangeRequestRecord:
-        """Store a new request; with ``step`` (a workflow step's execution id), link that
-        running step to it in the same transaction, or raise StepTaken and store nothing.
-        ``audit`` (its ``request_id`` filled in) is appended in that transaction too."""
-        record, _ = await self.open_request(
-            provider=provider,
-            project=project,
-            cluster_id=cluster_id,
-            cluster_name=cluster_name,
-            action=action,
-            plan=plan,
-            kinds=kinds,
-            needs_approval=needs_approval,
-            requester=requester,
-            channel=channel,
-            reason=reason,
-            expires_at=expires_at,
-            state=state,
-            step=step,
-            revert_of=revert_of,
-            run_at=run_at,
-            approvals=approvals,
-            audit=audit,
-        )
-        return record
-
     async def open_request(
         self,
         *,
@@ -85,8 +38,13 @@ class OpeningMixin(FastPathMixin):
         state: RequestState = RequestState.PENDING,
         **columns: Any,
     ) -> tuple[ChangeRequestRecord, list[OpenBeside]]:
-        """``create_request``, and in the same transaction the other requests in one of
-        ``beside``'s states on the same cluster (oldest first)."""
+        """Store a new request (``columns``: provider, project, cluster_id, cluster_name,
+        action, plan, kinds, needs_approval, requester, channel, reason, expires_at, and
+        optionally revert_of, run_at, approvals) in ``state``, and in the same transaction
+        return the other requests in one of ``beside``'s states on the same cluster (oldest
+        first). With ``step`` (a workflow step's execution id), link that running step to
+        it in the same transaction, or raise StepTaken and store nothing. ``audit`` (its
+        ``request_id`` filled in) is appended in that transaction too."""
         require_aware("expires_at", columns.get("expires_at"))
         require_aware("run_at", columns.get("run_at"))
         now = utcnow()

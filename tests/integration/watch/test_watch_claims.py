@@ -22,7 +22,7 @@ from bot.local.demo.stack import LocalStack
 from bot.local.faults.proxy import FaultProxy
 from bot.local.simulators.together_remediations import NewRemediation
 from tests.conftest import PG_URL_TEMPLATE, StackFactory, create_pg_database, drop_pg_database
-from tests.integration.test_watch_reminders import REMINDER_POLICY, ends_in, reminders
+from tests.integration.watch.test_watch_reminders import REMINDER_POLICY, ends_in, reminders
 from tests.support.reliability import StoreOutage
 from tests.support.watch_kit import (
     CLUSTER,

@@ -49,7 +49,7 @@ async def store(database_url: str) -> AsyncIterator[Store]:
 
 
 async def approved(store: Store, cluster_id: str = "c-1") -> ChangeRequestRecord:
-    return await store.create_request(
+    opened, _ = await store.open_request(
         provider="together",
         project="prod",
         cluster_id=cluster_id,
@@ -65,6 +65,7 @@ async def approved(store: Store, cluster_id: str = "c-1") -> ChangeRequestRecord
         state=RequestState.APPROVED,
         audit=AuditRow(actor="U1", event="requested", outcome="approved"),
     )
+    return opened
 
 
 async def start(
@@ -357,7 +358,7 @@ _DETAIL = st.dictionaries(
 async def test_an_audit_detail_goes_through_the_trigger_as_it_was_hashed(
     sqlite_store: Store, detail: dict[str, Any]
 ) -> None:
-    record = await sqlite_store.create_request(
+    record, _ = await sqlite_store.open_request(
         provider="together",
         project="prod",
         cluster_id="c-9",

@@ -231,7 +231,7 @@ async def test_a_444_sqlite_file_in_a_writable_folder_is_refused() -> None:
         process = await asyncio.create_subprocess_exec(
             *command,
             f"sqlite:///{path}",
-            cwd=Path(__file__).resolve().parents[2],
+            cwd=Path(__file__).resolve().parents[3],
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )

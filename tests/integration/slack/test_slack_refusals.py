@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bot.local.demo.stack import DEMO_POLICY, LocalStack
-from bot.slack.blocks import composed_text
+from bot.slack.render.primitives import composed_text
 from tests.conftest import StackFactory
 from tests.support.slack_support import (
     bot_messages,

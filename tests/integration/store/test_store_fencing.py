@@ -11,7 +11,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from bot.core.store import (
+    AuditRow,
     ChangeRequestRecord,
+    ClusterRef,
     Lease,
     OutcomeRecorded,
     RequestState,
@@ -32,7 +34,7 @@ async def store(database_url: str) -> AsyncIterator[Store]:
 
 
 async def _executing(store: Store) -> ChangeRequestRecord:
-    return await store.create_request(
+    opened, _ = await store.open_request(
         provider="together",
         project="prod",
         cluster_id="c-1",
@@ -47,6 +49,7 @@ async def _executing(store: Store) -> ChangeRequestRecord:
         expires_at=datetime.now(UTC) + timedelta(minutes=5),
         state=RequestState.EXECUTING,
     )
+    return opened
 
 
 async def test_tokens_grow_on_each_new_holding_and_stay_on_renewal(store: Store) -> None:
@@ -151,29 +154,34 @@ async def test_a_lock_without_a_lease_is_only_freed_by_its_holder(store: Store) 
     assert await store.lock_cluster(*CLUSTER, "CR-OTHER2")
 
 
-async def test_record_outcome_is_idempotent_and_fenced(store: Store) -> None:
+async def finish(
+    store: Store, request_id: str, fence: Lease, to: RequestState, message: str
+) -> tuple[OutcomeRecorded, ChangeRequestRecord | None]:
+    """Record a provider call's outcome as the executor does (and replays it)."""
+    return await store.finish_execution(
+        request_id,
+        fence,
+        to=to,
+        result_message=message,
+        cluster=ClusterRef(provider="together", project="prod", cluster_id="c-1"),
+        audit=AuditRow(actor="gpuops", event=to.value, request_id=request_id),
+    )
+
+
+async def test_an_outcome_is_recorded_once_and_fenced(store: Store) -> None:
     record = await _executing(store)
     lease = await store.take_lease(f"exec:{record.id}", "r1", 30)
     assert lease is not None
-    done = await store.record_outcome(
-        record.id, lease, to=RequestState.SUCCEEDED, result_message="num_gpus 16"
-    )
+    done = await finish(store, record.id, lease, RequestState.SUCCEEDED, "num_gpus 16")
     assert done[0] is OutcomeRecorded.RECORDED and done[1] is not None
     assert done[1].state == RequestState.SUCCEEDED
-    replay = await store.record_outcome(
-        record.id, lease, to=RequestState.SUCCEEDED, result_message="num_gpus 16"
-    )
+    replay = await finish(store, record.id, lease, RequestState.SUCCEEDED, "num_gpus 16")
     assert replay == (OutcomeRecorded.ALREADY_RECORDED, done[1])
-    other = await store.record_outcome(
-        record.id, lease, to=RequestState.FAILED, result_message="504"
-    )
+    other = await finish(store, record.id, lease, RequestState.FAILED, "504")
     assert other[0] is OutcomeRecorded.FENCED
-    missing = await store.record_outcome(
-        "CR-NONE22", lease, to=RequestState.FAILED, result_message=""
-    )
+    missing = await finish(store, "CR-NONE22", lease, RequestState.FAILED, "")
     assert missing == (OutcomeRecorded.MISSING, None)
-    with pytest.raises(ValueError, match="outcome"):
-        await store.record_outcome(record.id, lease, to=RequestState.UNKNOWN, result_message="")
+    assert [e.event for e in await store.list_audit(request_id=record.id)] == ["succeeded"]
 
 
 async def test_a_known_outcome_replaces_unknown_but_not_a_takeover_in_flight(store: Store) -> None:
@@ -183,17 +191,13 @@ async def test_a_known_outcome_replaces_unknown_but_not_a_takeover_in_flight(sto
     await asyncio.sleep(LAPSE)
     recovery = await store.take_lease(f"exec:{record.id}", "r2", 30)
     assert recovery is not None
-    fenced = await store.record_outcome(
-        record.id, stale, to=RequestState.SUCCEEDED, result_message="ok"
-    )
+    fenced = await finish(store, record.id, stale, RequestState.SUCCEEDED, "ok")
     assert fenced[0] is OutcomeRecorded.FENCED
     assert fenced[1] is not None and fenced[1].state == RequestState.EXECUTING
     await store.transition(
         record.id, from_states={RequestState.EXECUTING}, to=RequestState.UNKNOWN, fence=recovery
     )
-    corrected = await store.record_outcome(
-        record.id, stale, to=RequestState.SUCCEEDED, result_message="ok"
-    )
+    corrected = await finish(store, record.id, stale, RequestState.SUCCEEDED, "ok")
     assert corrected[0] is OutcomeRecorded.CORRECTED_UNKNOWN
     assert corrected[1] is not None and corrected[1].state == RequestState.SUCCEEDED
 

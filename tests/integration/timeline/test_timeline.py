@@ -94,9 +94,12 @@ async def test_the_channels_story_is_a_file_in_time_order(
     story = [t.split(" ", 2)[1] for t in texts]
     assert story == ["requested", "approved", "sending", "final"], texts
     assert all(t.startswith(f"**{opened.id}**") for t in texts)
-    assert "requested by @U04DAVE: restart\\_workers on train-h100-a (101, e2e-delhi)" in texts[0]
+    assert (
+        "requested by dave (@U04DAVE): restart\\_workers on train-h100-a (101, e2e-delhi)"
+        in texts[0]
+    )
     assert "reason: NCCL hang \\<@U0EVIL\\>" in texts[0]  # inert: no mention, no HTML
-    assert texts[1].endswith("approved by @U02BOB") and "**succeeded**" in texts[3]
+    assert texts[1].endswith("approved by bob (@U02BOB)") and "**succeeded**" in texts[3]
     assert elsewhere.id not in file.text  # asked in #random: not this channel's story
     assert f"{len(listed)} events." in file.text
 
@@ -114,7 +117,7 @@ async def test_a_timeline_mentioned_in_a_thread_is_shared_in_that_thread(
     assert message.thread_ts == opened.root_ts  # a reply in the thread, not in the channel
     assert file.thread_ts == opened.root_ts and file.channel == CHANNEL
     [(_, text)] = events(file)
-    assert text.startswith(f"**{opened.id}** requested by @U04DAVE")
+    assert text.startswith(f"**{opened.id}** requested by dave (@U04DAVE)")
 
 
 ERIN_SEES_TOGETHER_ONLY = DEMO_POLICY.replace(
@@ -171,9 +174,11 @@ async def test_the_notify_channel_lists_mirrored_requests_and_watch_posts(
 
     _, file, _ = await timeline_of(stack, BOB, NOTIFY_CHANNEL, "timeline 2h")
     texts = [text for _, text in events(file)]
-    assert any(t.startswith(f"**{mirrored.id}** requested by @U04DAVE") for t in texts), texts
+    assert any(t.startswith(f"**{mirrored.id}** requested by dave (@U04DAVE)") for t in texts), (
+        texts
+    )
     proposed = next(i for i, t in enumerate(texts) if t.startswith("remediation proposed"))
-    approval = next(i for i, t in enumerate(texts) if "approval by @U02BOB" in t)
+    approval = next(i for i, t in enumerate(texts) if "approval by bob (@U02BOB)" in t)
     assert proposed < approval and "tc-h100-reserved (together-prod)" in texts[proposed]
 
 
@@ -247,5 +252,5 @@ async def test_each_approval_of_several_is_in_the_timeline(make_stack: StackFact
     await wait_state(stack.runtime.store, opened.id, RequestState.SUCCEEDED)
     _, file, _ = await timeline_of(stack, BOB, CHANNEL, "timeline 1h")
     texts = [text for _, text in events(file)]
-    assert f"**{opened.id}** approved by @U02BOB (1 of 2): not yet enough" in texts, texts
-    assert f"**{opened.id}** approved by @U03CAROL" in texts, texts
+    assert f"**{opened.id}** approved by bob (@U02BOB) (1 of 2): not yet enough" in texts, texts
+    assert f"**{opened.id}** approved by carol (@U03CAROL)" in texts, texts

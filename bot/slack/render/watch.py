@@ -12,16 +12,16 @@ from bot.core.watch.health import GONE, HealthEvent
 from bot.core.watch.notifier import DecisionOutcome, ReservationReminder
 from bot.providers.base import ClusterSummary, ProviderDescriptor
 from bot.providers.remediations import LinkedAlert, Remediation, xid_summary
-from bot.slack.blocks import (
+from bot.slack.render.clusters import summary_pairs
+from bot.slack.render.forms import reason_modal
+from bot.slack.render.primitives import (
     Block,
     SlackMessage,
     composed_text,
     context,
     escape,
     fields_section,
-    reason_modal,
     section,
-    summary_pairs,
     user_ref,
 )
 

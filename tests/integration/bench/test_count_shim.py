@@ -46,7 +46,7 @@ sys.stdout.write(generate_latest(registry).decode())
 
 
 def test_the_shim_counts_statements_transactions_and_slack_calls() -> None:
-    bench = Path(__file__).resolve().parents[2] / "bench"
+    bench = Path(__file__).resolve().parents[3] / "bench"
     done = subprocess.run(  # noqa: S603 - this interpreter and a fixed script
         [sys.executable, "-c", SCRIPT, str(bench)],
         capture_output=True,

@@ -13,7 +13,7 @@ from bot.core.store import RequestState as S
 from bot.local.demo.stack import DEMO_POLICY, LocalStack
 from bot.slack.usergroups import SlackUserGroupResolver
 from tests.conftest import StackFactory
-from tests.integration.test_home_tab import open_home
+from tests.integration.home.test_home_tab import open_home
 from tests.support.guard_kit import answer_to, guard_policy
 from tests.support.workflow_kit import (
     ALICE,

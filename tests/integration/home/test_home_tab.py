@@ -13,8 +13,8 @@ from bot.core.store import RequestState
 from bot.local.demo.stack import DEMO_POLICY, LocalStack
 from bot.local.slack.models import View
 from bot.metrics import HOME_PUBLISHES
-from bot.slack.blocks import BREAK_GLASS_CALLBACK
 from bot.slack.home import NO_PROJECTS
+from bot.slack.render.forms import BREAK_GLASS_CALLBACK
 from tests.conftest import StackFactory
 from tests.support.slack_support import provider_writes, refusals
 from tests.support.workflow_kit import (

@@ -222,7 +222,7 @@ async def test_reverts_doubled_before_migration_12_keep_the_oldest_in_the_slot(
             "CR-REV2234": None,
         }
         with pytest.raises(RevertTaken):
-            await store.create_request(
+            await store.open_request(
                 provider="together",
                 project="prod",
                 cluster_id="c-1",

@@ -17,7 +17,7 @@ from bot.local.demo.console import WAIT_ENV, DemoConsole, logs_to_file, policy_b
 from bot.local.demo.stack import DEMO_POLICY_FILE, LocalStack
 from bot.logs import configure_logging
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "examples" / "demo.script"
 
 

@@ -10,7 +10,7 @@ from bot.core.policy import Role
 from bot.local.demo.stack import DEMO_POLICY, DEMO_POLICY_FILE, WATCHED_DEMO_POLICY
 from tests.support.catalog import load_policy, project_model
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_example_policy_loads_with_both_providers_and_every_role_kind() -> None:

@@ -14,7 +14,6 @@ import pytest
 from bot.core.answers import error, notice
 from bot.local.demo.stack import LocalStack
 from bot.local.slack import FakeSlack
-from bot.slack.blocks import notice as render_notice
 from bot.slack.interactions import (
     DirectMessage,
     Post,
@@ -25,6 +24,7 @@ from bot.slack.interactions import (
     tell,
 )
 from bot.slack.messenger import Messenger, build_web_client
+from bot.slack.render.primitives import notice as render_notice
 from handlers.clicks import UNREADABLE
 
 TOKEN = "xoxb-test-token-123"

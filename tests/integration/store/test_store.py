@@ -134,7 +134,8 @@ def _request_fields(**overrides: Any) -> dict[str, Any]:
 
 
 async def _new_request(store: Store, **overrides: Any) -> ChangeRequestRecord:
-    return await store.create_request(**_request_fields(**overrides))
+    opened, _ = await store.open_request(**_request_fields(**overrides))
+    return opened
 
 
 # ---- change requests ------------------------------------------------------------------
