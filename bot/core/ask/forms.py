@@ -5,7 +5,6 @@ Surfaces build the form itself (in Slack, a modal: bot.slack.render.forms.change
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -13,6 +12,13 @@ from typing import Any, Literal
 
 from bot.core.access import Access, Refusal
 from bot.core.ask.change import ChangeAsk
+from bot.core.ask.form_values import (
+    CONTEXT_KEYS,
+    changed_inputs,
+    parse_metadata,
+    parse_shown,
+    shown_values,
+)
 from bot.core.ask.grammar import ChangeCommand
 from bot.core.ask.justification import justification_problem
 from bot.core.guardrails.freezes import freezes_soon, frozen_text
@@ -25,7 +31,6 @@ from bot.providers.base import ClusterState, ClusterSummary, FieldSpec, unknown_
 # of one whose actions are chosen in it. (Slack's callback ids for them are SPEC's.)
 FormKind = Literal["single", "choice"]
 SUBMIT_TIMEOUT = 2.0  # seconds to re-fetch a cluster while the surface waits to acknowledge
-_CONTEXT_KEYS = ("project", "cluster_id", "channel")
 
 
 def _utc_now() -> datetime:
@@ -80,74 +85,6 @@ class SubmissionErrors:
     """Per field, what is wrong with a submitted form."""
 
     errors: dict[str, str]
-
-
-def parse_metadata(raw: str | None) -> dict[str, str]:
-    try:
-        data = json.loads(raw or "{}")
-    except ValueError:
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    return {k: str(v) for k, v in data.items() if k in _CONTEXT_KEYS}
-
-
-def shown_values(current: Mapping[str, Any], specs: list[FieldSpec]) -> dict[str, Any]:
-    """The cluster's values a form was prefilled with (kept in its metadata): a prefilled
-    input submitted as it was is not a change, even if the cluster changed while the form
-    was open."""
-    shown: dict[str, Any] = {}
-    for spec in specs:
-        value = current.get(spec.name)
-        if isinstance(value, list | tuple):
-            shown[spec.name] = [str(v) for v in value]
-        elif value is not None:
-            shown[spec.name] = str(value)
-    return shown
-
-
-def parse_shown(raw: str | None) -> dict[str, Any]:
-    try:
-        data = json.loads(raw or "{}")
-    except ValueError:
-        return {}
-    shown = data.get("shown") if isinstance(data, dict) else None
-    if not isinstance(shown, dict):
-        return {}
-    return {
-        str(k): v
-        for k, v in shown.items()
-        if isinstance(v, str) or (isinstance(v, list) and all(isinstance(i, str) for i in v))
-    }
-
-
-def changed_inputs(
-    specs: list[FieldSpec],
-    current: Mapping[str, Any],
-    values: Mapping[str, str | None],
-    shown: Mapping[str, Any],
-) -> tuple[dict[str, str], set[str]]:
-    """The typed values that change something, and the names of those that do not."""
-    inputs: dict[str, str] = {}
-    unchanged: set[str] = set()
-    for spec in specs:
-        raw = (values.get(spec.name) or "").strip()
-        if not raw:
-            continue
-        if _same_value(raw, current.get(spec.name)) or _same_value(raw, shown.get(spec.name)):
-            unchanged.add(spec.name)
-            continue
-        inputs[spec.name] = raw
-    return inputs, unchanged
-
-
-def _same_value(raw: str, current: Any) -> bool:
-    if current is None:
-        return False
-    if isinstance(current, list | tuple):
-        shown = ",".join(str(v) for v in current)
-        return raw.replace(" ", "") == shown
-    return raw == str(current)
 
 
 class Forms:
@@ -315,7 +252,7 @@ class Forms:
         """Check a submitted form: per-field errors, or the change ``user`` asks for (their
         role and the cluster checked here, once: ``_state_for_submit``)."""
         meta = parse_metadata(metadata_raw)
-        project, cluster_id, channel = (meta.get(k, "") for k in _CONTEXT_KEYS)
+        project, cluster_id, channel = (meta.get(k, "") for k in CONTEXT_KEYS)
         if not (project and cluster_id and channel):
             where = "action" if kind == "choice" else "reason"  # a block every form has
             return SubmissionErrors({where: "This form lost its context; run the command again."})
