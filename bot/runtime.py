@@ -21,6 +21,8 @@ import handlers
 from bot.config import Settings
 from bot.core.access import Access
 from bot.core.authorizer import Authorizer
+from bot.core.builder_steps.completer import StepCompleter
+from bot.core.builder_steps.runner import BuilderSteps
 from bot.core.home import HomeActions, HomeBuilder
 from bot.core.home_refresh import FanOutNotifier, HomeRefresher
 from bot.core.policy import Policy, PolicyHolder, load_policy
@@ -28,7 +30,6 @@ from bot.core.policy.reload import PolicyRejected, PolicyReloader, ReloadResult
 from bot.core.registry import AdapterRegistry
 from bot.core.requests.workflow import ChangeWorkflow
 from bot.core.service import CommandService
-from bot.core.steps import StepCompleter, WorkflowSteps
 from bot.core.store import Store
 from bot.core.store.builder_steps import StepStore
 from bot.core.store.watch import WatchStore
@@ -43,12 +44,12 @@ from bot.redact import install_log_redaction, register_secret
 from bot.signals import Hangup
 from bot.slack.app import SlackEventsEndpoint, build_bolt_app
 from bot.slack.bolt_context import Services
+from bot.slack.builder_steps import SlackStepPort
 from bot.slack.home import HomePublisher
 from bot.slack.http_server import HttpLimits, limit_middlewares
 from bot.slack.messenger import Messenger, build_web_client, slack_http_session
 from bot.slack.notifier import SlackNotifier
 from bot.slack.startup import Backoff, BotIdentity, Readiness, check_bot_token
-from bot.slack.steps import SlackStepPort
 from bot.slack.usergroups import SlackUserGroupResolver
 from bot.slack.watch_notifier import SlackWatchNotifier
 
@@ -74,7 +75,7 @@ class Runtime:
     bolt: AsyncApp
     home_refresher: HomeRefresher
     watcher: Watcher
-    steps: WorkflowSteps
+    steps: BuilderSteps
     reloader: PolicyReloader
     _background: list[asyncio.Task[Any]] = field(default_factory=list)
     readiness: Readiness = field(default_factory=Readiness)
@@ -133,7 +134,7 @@ class Runtime:
             schedule_grace_seconds=settings.gpuops_schedule_grace_seconds,
         )
         ops = CommandService(access=access, workflow=workflow)
-        steps = WorkflowSteps(ops, step_store, completer)
+        steps = BuilderSteps(ops, step_store, completer)
         watch_store = WatchStore(
             store, claim_takeover=timedelta(seconds=settings.gpuops_claim_takeover_seconds)
         )

@@ -9,9 +9,8 @@ from slack_bolt.async_app import AsyncApp
 from slack_bolt.context.ack.async_ack import AsyncAck
 from slack_bolt.context.async_context import AsyncBoltContext
 
-from bot.core.api import NeedsBreakGlass
+from bot.core.api import CommandService, NeedsBreakGlass, Reply
 from bot.slack.bolt_context import Services, services
-from bot.slack.core_names import CommandService, Reply
 from bot.slack.interactions import ResponseUrl
 from bot.slack.messenger import SlackDeliveryError
 from bot.slack.render import forms

@@ -11,9 +11,8 @@ from slack_bolt.context.ack.async_ack import AsyncAck
 from slack_bolt.context.async_context import AsyncBoltContext
 from slack_bolt.context.respond.async_respond import AsyncRespond
 
-from bot.core.api import Decision
+from bot.core.api import Decision, Reply
 from bot.slack.bolt_context import Services, services
-from bot.slack.core_names import Reply
 from bot.slack.interactions import Respond, ResponseUrl, Route, Whisper, open_form, tell
 from bot.slack.messenger import Messenger
 from bot.slack.render import forms, primitives

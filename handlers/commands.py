@@ -9,17 +9,17 @@ from slack_bolt.context.ack.async_ack import AsyncAck
 from slack_bolt.context.async_context import AsyncBoltContext
 from slack_bolt.context.respond.async_respond import AsyncRespond
 
-from bot.core.api import StoreUnavailable
-from bot.slack.bolt_context import delivery_key, services
-from bot.slack.core_names import (
+from bot.core.api import (
     CommandService,
     FormRequest,
     Reply,
+    StoreUnavailable,
     TimelineRequest,
     building,
     error,
     store_unavailable,
 )
+from bot.slack.bolt_context import delivery_key, services
 from bot.slack.interactions import Respond, ResponseUrl, tell
 from bot.slack.messenger import Messenger, OpenedView, SlackDeliveryError
 from bot.slack.render import answers, forms
@@ -45,7 +45,8 @@ async def handle_gpu(
         return
     # Forms first: the trigger expires 3 s after the command, so the form opens (loading)
     # before any provider call, group look-up or queueing behind other commands' work.
-    wanted = ops.forms.wanted(command.channel_id, command.text)
+    read = ops.read(command.channel_id, command.text)  # read once: the form it opens, if any
+    wanted = read.form
     loading = None
     if wanted is not None:
         if not await first_delivery(ops, context, respond, command.text):
@@ -58,7 +59,7 @@ async def handle_gpu(
         if wanted is None and not await first_delivery(ops, context, respond, command.text):
             return
         try:
-            outcome = await ops.handle_command(command.user_id, command.channel_id, command.text)
+            outcome = await ops.handle_command(command.user_id, command.channel_id, read)
         except Exception as exc:  # a bug must not leave the person with silence
             log.exception("/gpu failed unexpectedly")
             outcome = internal_error(exc)

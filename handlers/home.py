@@ -7,9 +7,8 @@ from slack_bolt.async_app import AsyncApp
 from slack_bolt.context.ack.async_ack import AsyncAck
 from slack_bolt.context.async_context import AsyncBoltContext
 
-from bot.core.api import NeedsBreakGlass
+from bot.core.api import HomeActions, NeedsBreakGlass, Reply
 from bot.slack.bolt_context import services
-from bot.slack.core_names import HomeActions, Reply
 from bot.slack.home import SHOW_ACTION_ID
 from bot.slack.interactions import DirectMessage, open_form, tell
 from bot.slack.messenger import Messenger

@@ -8,8 +8,8 @@ import re
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.context.async_context import AsyncBoltContext
 
+from bot.core.api import TimelineRequest
 from bot.slack.bolt_context import services
-from bot.slack.core_names import TimelineRequest
 from bot.slack.interactions import Post, Route, Whisper, tell
 from bot.slack.timeline import TimelineSender
 from handlers.commands import internal_error

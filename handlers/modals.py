@@ -9,17 +9,18 @@ from slack_bolt.async_app import AsyncApp
 from slack_bolt.context.ack.async_ack import AsyncAck
 from slack_bolt.context.async_context import AsyncBoltContext
 
-from bot.core.api import NeedsBreakGlass, StoreUnavailable
-from bot.slack.bolt_context import Deadline, services
-from bot.slack.bolt_context import deadline as answer_deadline
-from bot.slack.core_names import (
+from bot.core.api import (
+    ChangeAsk,
     CommandService,
-    ReadySubmission,
+    NeedsBreakGlass,
     Reply,
+    StoreUnavailable,
     SubmissionErrors,
     error,
     store_unavailable,
 )
+from bot.slack.bolt_context import Deadline, services
+from bot.slack.bolt_context import deadline as answer_deadline
 from bot.slack.interactions import DirectMessage, Whisper, modal_metadata, tell
 from bot.slack.messenger import Messenger, SlackDeliveryError
 from bot.slack.render import answers, forms
@@ -107,7 +108,7 @@ async def answer_in_time(
     ack: AsyncAck,
     submission: ViewSubmission,
     raw_view: Block,
-    result: SubmissionErrors | ReadySubmission,
+    result: SubmissionErrors | ChangeAsk,
 ) -> None:
     if isinstance(result, SubmissionErrors):
         await ack(response_action="errors", errors=errors_for_view(result.errors, raw_view))
@@ -118,7 +119,7 @@ async def answer_in_time(
 
 
 async def request_once(
-    ops: CommandService, submission: ViewSubmission, ready: ReadySubmission
+    ops: CommandService, submission: ViewSubmission, ready: ChangeAsk
 ) -> tuple[Reply, bool]:
     """Request the change unless this view already did (and say whether this was the first
     submission, whose answer the view shows): a form submitted again (Slack showed an error,
@@ -132,7 +133,7 @@ async def request_once(
     if not first:
         log.info("ignored a second submission of the same form")
         return error("This form was already submitted; its request is in the channel."), False
-    return await ops.submit(submission.user.id, ready), True
+    return await ops.submit(ready), True
 
 
 async def show(messenger: Messenger, view_id: str, view: Block) -> bool:
@@ -163,10 +164,10 @@ def errors_for_view(errors: dict[str, str], view: Block) -> dict[str, str]:
 
 
 async def whisper_or_dm(
-    messenger: Messenger, where: ReadySubmission | str, user: str, reply: Reply
+    messenger: Messenger, where: ChangeAsk | str, user: str, reply: Reply
 ) -> None:
     """Whisper to the person in the channel; DM them if the bot cannot post there."""
-    channel = where.channel if isinstance(where, ReadySubmission) else where
+    channel = where.channel if isinstance(where, ChangeAsk) else where
     routes = Whisper(messenger, channel, user), DirectMessage(messenger, user)
     await tell(reply, *routes, about=f"the outcome of a form to {user}")
 

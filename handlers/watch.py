@@ -8,8 +8,8 @@ from slack_bolt.async_app import AsyncApp
 from slack_bolt.context.ack.async_ack import AsyncAck
 from slack_bolt.context.async_context import AsyncBoltContext
 
+from bot.core.api import FormKind, FormRequest
 from bot.slack.bolt_context import Services, services
-from bot.slack.core_names import FormKind, FormRequest
 from bot.slack.interactions import Whisper, modal_metadata, tell
 from bot.slack.render import watch as render
 from bot.slack.render.primitives import error as render_error

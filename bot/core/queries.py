@@ -18,7 +18,7 @@ from bot.core.answers import (
     Reply,
     notice,
 )
-from bot.core.grammar import DEFAULT_AUDIT_LIMIT, MAX_AUDIT_LIMIT
+from bot.core.ask.grammar import DEFAULT_AUDIT_LIMIT, MAX_AUDIT_LIMIT
 from bot.core.guardrails.describe import describe_project
 from bot.core.paging import (
     AUDIT_COUNT_BOUND,

@@ -11,9 +11,9 @@ from collections.abc import Callable, Mapping
 
 from bot.core.access import Access, Refusal, invalid_change
 from bot.core.answers import Reply, error, notice, store_unavailable
-from bot.core.authorizer import one_authorization
-from bot.core.forms import FormKind, FormRequest, Forms, ReadySubmission, SubmissionErrors
-from bot.core.grammar import (
+from bot.core.ask.change import ChangeAsk
+from bot.core.ask.forms import FormKind, FormRequest, Forms, SubmissionErrors
+from bot.core.ask.grammar import (
     AuditCommand,
     ChangeCommand,
     Command,
@@ -24,6 +24,8 @@ from bot.core.grammar import (
     UsageError,
     parse_command,
 )
+from bot.core.ask.reading import ReadCommand, Reader
+from bot.core.authorizer import one_authorization
 from bot.core.policy import Role
 from bot.core.queries import Queries
 from bot.core.requests.decisions import Decision, NeedsBreakGlass
@@ -53,6 +55,7 @@ class CommandService:
         self.workflow = workflow
         self.queries = Queries(access)
         self.forms = Forms(access, lambda: workflow.clock())
+        self.reader = Reader(self.forms)
         self.timeline = Timeline(access)
         # Commands' work after the ack, a few at a time (see bot.pacing).
         self.pacer = Pacer()
@@ -125,28 +128,33 @@ class CommandService:
             return _store_down("a revert", exc)
 
     # -- commands ---------------------------------------------------------------------
-    async def handle_command(self, user: str, channel: str, text: str) -> CommandOutcome:
+    def read(self, channel: str, text: str) -> ReadCommand:
+        """``/gpu text`` read once (bot.core.ask.reading): a surface learns from it whether
+        a form opens before doing the work, then hands it to ``handle_command``."""
+        return self.reader.read(channel, text)
+
+    async def handle_command(
+        self, user: str, channel: str, text: str | ReadCommand
+    ) -> CommandOutcome:
+        """Answer ``/gpu text`` (its text, or the command as ``read`` read it)."""
+        read = self.read(channel, text) if isinstance(text, str) else text
         try:
             with one_authorization():
-                return await self._handle_command(user, channel, text)
+                return await self._handle_command(user, channel, read)
         except StoreUnavailable as exc:
             COMMANDS.labels("store", "unavailable").inc()
             return _store_down("a command", exc)
 
     async def handle_change(
-        self,
-        user: str,
-        channel: str,
-        command: ChangeCommand,
-        text: str,
-        *,
-        step: str | None = None,
+        self, user: str, channel: str, read: ReadCommand, *, step: str | None = None
     ) -> Reply | FormRequest:
-        """A change parsed elsewhere (a workflow step's inputs), run as ``/gpu`` runs it;
-        ``step`` is linked to the request it makes."""
+        """A change read elsewhere (a workflow step's inputs: ``Reader.read_change``), run
+        as ``/gpu`` runs it; ``step`` is linked to the request it makes."""
+        if not isinstance(read.command, ChangeCommand):
+            raise TypeError("handle_change takes a change command")
         try:
             with one_authorization():
-                outcome = await self._run(user, channel, command, text, step)
+                outcome = await self._run(user, channel, read, read.command, step)
         except StoreUnavailable as exc:
             COMMANDS.labels("store", "unavailable").inc()
             return _store_down("a workflow step", exc)
@@ -154,23 +162,26 @@ class CommandService:
             raise TypeError(f"a change command answered with {type(outcome).__name__}")
         return outcome
 
-    async def _handle_command(self, user: str, channel: str, text: str) -> CommandOutcome:
-        try:
-            command = parse_command(text, self.access.catalog)
-        except UsageError as exc:
+    async def _handle_command(self, user: str, channel: str, read: ReadCommand) -> CommandOutcome:
+        if read.command is None:
             COMMANDS.labels("usage", "refused").inc()
-            return error(str(exc))
-        return await self._run(user, channel, command, text)
+            return error(str(read.usage))
+        return await self._run(user, channel, read, read.command)
 
     async def _run(
-        self, user: str, channel: str, command: Command, text: str, step: str | None = None
+        self,
+        user: str,
+        channel: str,
+        read: ReadCommand,
+        command: Command,
+        step: str | None = None,
     ) -> CommandOutcome:
         try:
             with log_context(
                 project=getattr(command, "project", None),
                 cluster=getattr(command, "cluster_id", None),
             ):
-                outcome = await self._dispatch(user, channel, command, step)
+                outcome = await self._dispatch(user, channel, read, command, step)
         except Refusal as refusal:
             COMMANDS.labels(command.name, "refused").inc()
             return await self.access.refuse(
@@ -179,20 +190,25 @@ class CommandService:
                 refusal,
                 project=getattr(command, "project", None),
                 cluster_id=getattr(command, "cluster_id", None),
-                command=text[:200],
+                command=read.text[:200],
             )
         COMMANDS.labels(command.name, "ok").inc()
         return outcome
 
     async def _dispatch(
-        self, user: str, channel: str, command: Command, step: str | None = None
+        self,
+        user: str,
+        channel: str,
+        read: ReadCommand,
+        command: Command,
+        step: str | None = None,
     ) -> CommandOutcome:
         if isinstance(command, ListCommand):
             return await self.queries.list_clusters(user, channel, command.project, command.page)
         if isinstance(command, ShowCommand):
             return await self.queries.show(user, channel, command.project, command.cluster_id)
         if isinstance(command, ChangeCommand):
-            return await self._change(user, channel, command, step)
+            return await self._change(user, channel, read, command, step)
         if isinstance(command, TimelineCommand):
             return await self.timeline.prepare(user, channel, command.since)
         if isinstance(command, PolicyCommand):
@@ -208,9 +224,12 @@ class CommandService:
         self,
         user: str,
         channel: str,
+        read: ReadCommand,
         command: ChangeCommand,
         step: str | None = None,
     ) -> CommandOutcome:
+        """The one check of a change command (its role and cluster here, its grammar and
+        fields as it was read), then its form or its ask to the workflow."""
         provider = self.access.provider_of(command.project)
         await self.access.require(user, command.project, channel, Role.operator)
         self.access.require_cluster_allowed(command.project, command.cluster_id)
@@ -221,52 +240,27 @@ class CommandService:
                 f"use `/gpu {owner.verb}`.",
                 kind="usage",
             )
-        unknown = self.forms.unknown_fields(command.project, command.action, command.fields)
-        if unknown:  # refused for every action alike, never dropped on the way to a form
-            raise invalid_change(unknown)
-        form = self.forms.request_for(channel, command)
-        if form is not None:
-            return form
-        action = str(command.action)  # set: a command without one asked for a form
+        if read.unknown:  # refused for every action alike, never dropped on the way to a form
+            raise invalid_change(read.unknown)
+        if read.form is not None:
+            return read.form
         return await self.workflow.request_change(
-            user=user,
-            channel=channel,
-            project=command.project,
-            cluster_id=command.cluster_id,
-            action=action,
-            inputs=command.fields,
-            reason=command.reason,
-            command=f"{command.name} {command.project} {command.cluster_id}",
-            step=step,
-            override=command.override,
-            schedule=command.schedule,
+            ChangeAsk.of_command(user, channel, command, step=step)
         )
 
     # -- forms ----------------------------------------------------------
     async def check_submission(
         self, user: str, kind: FormKind, metadata_raw: str | None, values: Mapping[str, str | None]
-    ) -> SubmissionErrors | ReadySubmission:
+    ) -> SubmissionErrors | ChangeAsk:
+        """A submitted form checked once: per-field errors, or the change it asks for."""
         return await self.forms.check(user, kind, metadata_raw, values)
 
-    async def submit(self, user: str, ready: ReadySubmission) -> Reply:
+    async def submit(self, ask: ChangeAsk) -> Reply:
+        """Request the change a checked form asks for."""
         try:
-            return await self._submit(user, ready)
+            return await self.workflow.request_change(ask)
         except StoreUnavailable as exc:
             return _store_down("a form", exc)
-
-    async def _submit(self, user: str, ready: ReadySubmission) -> Reply:
-        return await self.workflow.request_change(
-            user=user,
-            channel=ready.channel,
-            project=ready.project,
-            cluster_id=ready.cluster_id,
-            action=ready.action,
-            inputs=ready.inputs,
-            reason=ready.reason,
-            command=f"modal {ready.action}",
-            override=ready.override,
-            schedule=ready.schedule,
-        )
 
     # -- mentions ---------------------------------------------------------------------
     async def handle_mention(self, user: str, channel: str, text: str) -> Reply | TimelineRequest:

@@ -14,11 +14,10 @@ from slack_bolt.context.ack.async_ack import AsyncAck
 from slack_bolt.context.async_context import AsyncBoltContext
 from slack_bolt.context.respond.async_respond import AsyncRespond
 
-from bot.core.api import RemediationDesk
+from bot.core.api import BuilderSteps, RemediationDesk
 from bot.core.home import HomeActions
 from bot.core.home_refresh import HomeRefresher
 from bot.core.service import CommandService
-from bot.core.steps import WorkflowSteps
 from bot.errors import GpuopsError
 from bot.slack.messenger import Messenger
 
@@ -42,7 +41,7 @@ class Services:
     home: HomeActions
     home_refresher: HomeRefresher
     desk: RemediationDesk
-    steps: WorkflowSteps
+    steps: BuilderSteps
 
 
 class ServicesMissing(GpuopsError):

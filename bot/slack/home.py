@@ -12,8 +12,8 @@ from typing import Any
 
 from bot.core.fleet import age_text
 from bot.core.home import HomeBuilder, HomeCluster, HomeData, HomeProject, HomeRequest
+from bot.core.requests.schedule import when_text
 from bot.core.requests.view import STATE_WORDS
-from bot.core.schedule import when_text
 from bot.slack.messenger import Messenger, SlackDeliveryError
 from bot.slack.render.primitives import (
     Block,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from bot.core.answers import STORE_UNAVAILABLE_TEXT, AuditListing, ClusterCard, Reply
-from bot.core.forms import FormRequest
+from bot.core.ask.forms import FormRequest
 from bot.core.store import StoreUnavailable
 from tests.support.core_harness import ALICE, BOB, DAVE, ERIN, MALLORY, Core, reply_text
 from tests.support.reliability import StoreOutage

@@ -8,6 +8,7 @@ import asyncio
 
 import pytest
 
+from bot.core.ask.change import ChangeAsk
 from bot.core.notifier import NotDelivered
 from bot.providers.errors import ProviderNotFound, ProviderServerError
 from tests.core.conftest import CoreFactory
@@ -49,13 +50,15 @@ async def test_another_projects_cluster_and_an_unknown_one_are_not_found(core: C
 async def test_the_notifier_records_a_failed_call_and_raises_it(core: Core) -> None:
     core.notifier.fail("request_opened", NotDelivered("gone", "Gone."))
     await core.workflow.request_change(
-        user=DAVE,
-        channel="C0INCIDENT",
-        project="e2e-delhi",
-        cluster_id="101",
-        action="restart_workers",
-        inputs={},
-        reason=None,
+        ChangeAsk(
+            user=DAVE,
+            channel="C0INCIDENT",
+            project="e2e-delhi",
+            cluster_id="101",
+            action="restart_workers",
+            inputs={},
+            reason=None,
+        )
     )
     first = core.notifier.told[0]
     assert (first.method, first.failed) == ("request_opened", True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+from bot.core.ask.change import ChangeAsk
 from bot.core.notifier import NotDelivered
 from bot.core.store import RequestState as S
 from tests.support.core_harness import BOB, DAVE, NOTIFY_CHANNEL, Core, reply_text
@@ -45,13 +46,15 @@ async def test_a_denial_is_one_event_that_leaves_pending(core: Core) -> None:
 async def test_a_request_that_cannot_be_shown_is_withdrawn(core: Core) -> None:
     core.notifier.fail("request_opened", NotDelivered("channel_not_found", "Invite gpuops first."))
     reply = await core.workflow.request_change(
-        user=DAVE,
-        channel="C0GONE",
-        project="e2e-delhi",
-        cluster_id="101",
-        action="restart_workers",
-        inputs={},
-        reason=None,
+        ChangeAsk(
+            user=DAVE,
+            channel="C0GONE",
+            project="e2e-delhi",
+            cluster_id="101",
+            action="restart_workers",
+            inputs={},
+            reason=None,
+        )
     )
     told = reply_text(reply)
     assert told.startswith("Invite gpuops first. Nothing was changed (request CR-")
@@ -67,13 +70,15 @@ async def test_a_request_that_cannot_be_shown_is_withdrawn(core: Core) -> None:
 async def test_a_request_whose_prompt_cannot_be_posted_is_withdrawn(core: Core) -> None:
     core.notifier.fail("approval_requested", NotDelivered("msg_too_long", "Slack refused it."))
     reply = await core.workflow.request_change(
-        user=DAVE,
-        channel="C0INCIDENT",
-        project="e2e-delhi",
-        cluster_id="101",
-        action="restart_workers",
-        inputs={},
-        reason=None,
+        ChangeAsk(
+            user=DAVE,
+            channel="C0INCIDENT",
+            project="e2e-delhi",
+            cluster_id="101",
+            action="restart_workers",
+            inputs={},
+            reason=None,
+        )
     )
     assert "Nothing was changed" in reply_text(reply)
     [record] = await core.store.list_requests()

@@ -20,7 +20,8 @@ import httpx
 import pytest
 
 from bot.core.answers import STORE_UNAVAILABLE_TEXT, Notice
-from bot.core.schedule import Schedule
+from bot.core.ask.change import ChangeAsk
+from bot.core.requests.schedule import Schedule
 from bot.core.store import RequestState, Started, Store
 from bot.local.demo.stack import DEMO_POLICY, BotReplica, LocalStack
 from bot.local.faults.proxy import FaultProxy
@@ -685,14 +686,16 @@ async def test_a_remediation_click_while_the_store_is_down_is_answered_in_time(
 async def scheduled_direct(stack: LocalStack) -> Opened:
     """DAVE schedules a scale of 101 a minute ahead (through the workflow); its prompt."""
     reply = await stack.runtime.workflow.request_change(
-        user=DAVE,
-        channel=CHANNEL,
-        project="e2e-delhi",
-        cluster_id="101",
-        action="scale_cluster",
-        inputs={"additional_nodes": "1"},
-        reason=None,
-        schedule=Schedule(after=timedelta(minutes=1)),
+        ChangeAsk(
+            user=DAVE,
+            channel=CHANNEL,
+            project="e2e-delhi",
+            cluster_id="101",
+            action="scale_cluster",
+            inputs={"additional_nodes": "1"},
+            reason=None,
+            schedule=Schedule(after=timedelta(minutes=1)),
+        )
     )
     assert isinstance(reply.content, Notice) and "scheduled for" in reply.content.text, reply
     [record] = await stack.runtime.store.list_requests()

@@ -15,7 +15,7 @@ import httpx
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from bot.core.grammar import Command, UsageError, parse_command
+from bot.core.ask.grammar import Command, UsageError, parse_command
 from bot.local.simulators.e2e import H100, E2ESimulator, SimCluster
 from bot.local.simulators.together import seed_clusters
 from bot.providers.base import ChangePlan

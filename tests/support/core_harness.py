@@ -24,12 +24,13 @@ from typing import Any
 
 from bot.core.access import Access
 from bot.core.answers import Notice, Reply
+from bot.core.ask.change import ChangeAsk
 from bot.core.authorizer import Authorizer
 from bot.core.home_refresh import FanOutNotifier
 from bot.core.policy import Policy, PolicyHolder
 from bot.core.requests.decisions import Decision, NeedsBreakGlass
+from bot.core.requests.schedule import Schedule
 from bot.core.requests.workflow import ChangeWorkflow
-from bot.core.schedule import Schedule
 from bot.core.service import CommandOutcome, CommandService
 from bot.core.store import ChangeRequestRecord, Store
 from bot.local.demo.stack import DEMO_POLICY, USERGROUPS
@@ -178,16 +179,18 @@ class Core:
     ) -> Opened:
         """Open a change request as a form would; the id it was given and the answer."""
         reply = await self.workflow.request_change(
-            user=user,
-            channel=channel,
-            project=project,
-            cluster_id=cluster_id,
-            action=action,
-            inputs=dict(inputs or {}),
-            reason=reason,
-            command=f"core {action}",
-            override=override,
-            schedule=schedule,
+            ChangeAsk(
+                user=user,
+                channel=channel,
+                project=project,
+                cluster_id=cluster_id,
+                action=action,
+                inputs=dict(inputs or {}),
+                reason=reason,
+                command=f"core {action}",
+                override=override,
+                schedule=schedule,
+            )
         )
         match = REQUEST_ID.search(reply_text(reply))
         assert match is not None, reply

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from bot import cli
 from bot.config import Settings
-from bot.core import grammar
+from bot.core.ask import grammar
 from bot.core.policy import Policy, policy_schema
 from handlers import register_all
 from tests.support.catalog import CATALOG

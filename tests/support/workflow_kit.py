@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 
 from bot.core.answers import Notice
+from bot.core.ask.change import ChangeAsk
 from bot.core.home_refresh import FanOutNotifier
 from bot.core.store import ChangeRequestRecord, RequestState, Store
 from bot.local.demo.stack import LocalStack
@@ -132,13 +133,15 @@ async def open_direct(
     """Open a request through the workflow itself (no slash command): the lean way to make
     many requests whose buttons are then clicked over HTTP."""
     reply = await stack.runtime.workflow.request_change(
-        user=user,
-        channel=channel,
-        project=project,
-        cluster_id=cluster_id,
-        action=action,
-        inputs=inputs,
-        reason=None,
+        ChangeAsk(
+            user=user,
+            channel=channel,
+            project=project,
+            cluster_id=cluster_id,
+            action=action,
+            inputs=inputs,
+            reason=None,
+        )
     )
     assert isinstance(reply.content, Notice), reply
     match = REQUEST_ID.search(reply.content.text)

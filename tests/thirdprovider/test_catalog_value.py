@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from bot.core.access import Access
+from bot.core.ask.forms import FormRequest, Forms
+from bot.core.ask.grammar import ChangeCommand, UsageError, parse_command, usage
+from bot.core.ask.reading import Reader
 from bot.core.authorizer import Authorizer
-from bot.core.forms import FormRequest, Forms
-from bot.core.grammar import ChangeCommand, UsageError, parse_command, usage
 from bot.core.policy import PolicyError, PolicyHolder, load_policy
 from bot.core.registry import AdapterRegistry
 from bot.core.store import Store
@@ -107,7 +108,7 @@ async def test_the_forms_open_lumens_form_when_the_catalog_has_lumen(
         )
         forms = Forms(access)
         assert access.catalog is with_lumen
-        wanted = forms.wanted("C0GPUAUDIT", "resize lumen-lab lc-1")
+        wanted = Reader(forms).read("C0GPUAUDIT", "resize lumen-lab lc-1").form
         assert wanted == FormRequest(
             kind="single", project="lumen-lab", cluster_id="lc-1", channel="C0GPUAUDIT"
         )

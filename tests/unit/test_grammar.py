@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from bot.core.grammar import (
+from bot.core.ask.grammar import (
     AuditCommand,
     ChangeCommand,
     HelpCommand,

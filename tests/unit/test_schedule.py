@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from bot.core.grammar import ChangeCommand, UsageError, parse_command
-from bot.core.schedule import ScheduleError, parse_at, parse_in, when_text
+from bot.core.ask.grammar import ChangeCommand, UsageError, parse_command
+from bot.core.requests.schedule import ScheduleError, parse_at, parse_in, when_text
 from tests.support.catalog import CATALOG
 
 NOW = datetime(2026, 12, 1, 17, 0, tzinfo=UTC)

@@ -449,7 +449,8 @@ class Decisions:
         progress = f"{count} of {requirement.needed}"
         if count >= requirement.needed:
             # The last one: approved now, audited as such. Also an approver's second click
-            # once a policy reload has lowered what the request needs (bot.core.requests.rules).
+            # once a policy reload has lowered what the request needs
+            # (bot.core.requests.requirement_refresh).
             return approved, wanted, None
         if user in record.approvers:
             return notice(f"You already approved {record.id} ({progress}); it counts once.")

@@ -8,24 +8,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
 from datetime import datetime, timedelta
 from math import ceil
 from typing import Any
 
 from bot.core.access import Refusal
 from bot.core.answers import Reply, error, notice
+from bot.core.ask.change import ChangeAsk
 from bot.core.guardrails.approvals import Requirement, requirement_for, who_to_ask
 from bot.core.guardrails.guard import Guard, Override, guard_json
 from bot.core.notifier import NotDelivered
-from bot.core.policy import Role
 from bot.core.requests import transitions
 from bot.core.requests.deps import RequestDeps
 from bot.core.requests.execution import Execution, Posted
 from bot.core.requests.outcomes import Result
+from bot.core.requests.schedule import Schedule, ScheduleError, when_text
 from bot.core.requests.transitions import Change, mirror, settle
 from bot.core.requests.view import STALE_AT_APPROVAL, state_words
-from bot.core.schedule import Schedule, ScheduleError, when_text
 from bot.core.store import ChangeRequestRecord, OpenBeside, RequestState, StoreUnavailable
 from bot.metrics import APPROVALS_PENDING, CHANGE_REQUESTS
 from bot.providers.base import ChangePlan
@@ -69,47 +68,36 @@ class Opening:
         self.execution = execution
         self.guard = Guard(deps.access)
 
-    async def request_change(
-        self,
-        *,
-        user: str,
-        channel: str,
-        project: str,
-        cluster_id: str,
-        action: str,
-        inputs: Mapping[str, Any],
-        reason: str | None,
-        command: str = "",
-        step: str | None = None,
-        override: str | None = None,
-        revert_of: str | None = None,
-        schedule: Schedule | None = None,
-    ) -> Reply:
-        """Check, store and show a change request; ``step`` is the workflow step (function
-        execution id) asking for it, linked to the request as it is stored."""
+    async def request_change(self, ask: ChangeAsk) -> Reply:
+        """Check at request (the run time, the plan against the cluster as it is now, the
+        guardrails), store and show a change request. The ask was checked where it was
+        asked (its role and cluster: bot.core.ask.change); its ``step`` (a workflow step's
+        function execution id) is linked to the request as it is stored."""
         access = self.deps.access
         now = self.deps.clock()
+        project, user, channel = ask.project, ask.user, ask.channel
         try:
-            run_at = _run_at(schedule, self.deps.clock())
-            await access.require(user, project, channel, Role.operator)
-            access.require_cluster_allowed(project, cluster_id)
-            state = await access.fetch(project, cluster_id)
-            plan = access.make_plan(project, state, action, inputs)
+            run_at = _run_at(ask.schedule, self.deps.clock())
+            state = await access.fetch(project, ask.cluster_id)
+            plan = access.make_plan(project, state, ask.action, ask.inputs)
             size = self.guard.size(state, plan, now)
             overridden = await self.guard.override(
-                user, channel, project, plan.kinds, now, override
+                user, channel, project, plan.kinds, now, ask.override
             )
             self.guard.check(project, plan.kinds, size, now, overridden=overridden is not None)
         except Refusal as refusal:
             CHANGE_REQUESTS.labels(access.provider_of(project), "refused").inc()
             return await access.refuse(
-                user, channel, refusal, project=project, cluster_id=cluster_id, command=command
+                user,
+                channel,
+                refusal,
+                project=project,
+                cluster_id=ask.cluster_id,
+                command=ask.command,
             )
         stored = {"plan": plan.model_dump(mode="json"), "inputs": dict(plan.body)}
         stored["guard"] = guard_json(size, overridden)
-        return await self._open(
-            user, channel, plan, stored, reason, overridden, step, revert_of, run_at
-        )
+        return await self._open(ask, plan, stored, overridden, run_at)
 
     def _approvals(
         self, requirement: Requirement | None, project: str, channel: str, requester: str
@@ -148,17 +136,20 @@ class Opening:
 
     async def _open(
         self,
-        user: str,
-        channel: str,
+        ask: ChangeAsk,
         plan: ChangePlan,
         stored: dict[str, Any],
-        reason: str | None,
         overridden: Override | None,
-        step: str | None,
-        revert_of: str | None = None,
-        run_at: datetime | None = None,
+        run_at: datetime | None,
     ) -> Reply:
         deps = self.deps
+        user, channel, reason, step, revert_of = (
+            ask.user,
+            ask.channel,
+            ask.reason,
+            ask.step,
+            ask.revert_of,
+        )
         requirement = requirement_for(deps.policy, plan.project, plan.kinds)
         needs_approval = requirement is not None
         expire_minutes = deps.policy.approvals.expire_after_minutes

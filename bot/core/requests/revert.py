@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 
 from bot.core.access import Refusal
 from bot.core.answers import Notice, Reply
+from bot.core.ask.change import ChangeAsk
 from bot.core.notifier import RequestEvent
 from bot.core.policy import Role
 from bot.core.requests.deps import RequestDeps
@@ -71,18 +72,22 @@ class Reverts:
     async def _open(self, user: str, original: ChangeRequestRecord, inverse: Inverse) -> Reply:
         """The inverse as a new request; a Refusal naming the revert another press opened
         meanwhile (the store lets one be under way or done per request)."""
+        # The role was checked on the request's project in its channel (``_granted``).
+        self.deps.access.require_cluster_allowed(original.project, original.cluster_id)
+        ask = ChangeAsk(
+            user=user,
+            channel=original.channel,
+            project=original.project,
+            cluster_id=original.cluster_id,
+            action=inverse.action,
+            inputs=dict(inverse.inputs),
+            reason=f"Revert of {original.id}",
+            origin="revert",
+            command=f"revert {original.id}",
+            revert_of=original.id,
+        )
         try:
-            return await self.opening.request_change(
-                user=user,
-                channel=original.channel,
-                project=original.project,
-                cluster_id=original.cluster_id,
-                action=inverse.action,
-                inputs=inverse.inputs,
-                reason=f"Revert of {original.id}",
-                command=f"revert {original.id}",
-                revert_of=original.id,
-            )
+            return await self.opening.request_change(ask)
         except RevertTaken:
             await self._refuse_if_reverted(original)
             raise Refusal(

@@ -8,12 +8,12 @@ re-run. This module assembles the parts; each lives in its own module of this pa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
 
 from bot.core.access import Access
 from bot.core.answers import Reply
+from bot.core.ask.change import ChangeAsk
 from bot.core.notifier import Notifier
 from bot.core.policy.notices import tell_kept
 from bot.core.policy.reload import PolicyKept
@@ -24,12 +24,11 @@ from bot.core.requests.followup import FollowUp
 from bot.core.requests.opening import Opening
 from bot.core.requests.outcomes import Result
 from bot.core.requests.presend import PreSend
+from bot.core.requests.requirement_refresh import RequirementRefresh
 from bot.core.requests.revert import Reverts
-from bot.core.requests.rules import RuleRefresh
-from bot.core.requests.scheduler import Scheduler
+from bot.core.requests.schedule import Scheduler
 from bot.core.requests.sweeper import Sweeper
 from bot.core.requests.tasks import BackgroundTasks
-from bot.core.schedule import Schedule
 from bot.core.store import Store
 from bot.logs import log_context
 
@@ -73,44 +72,17 @@ class ChangeWorkflow:
         self.sweeper = Sweeper(self.deps, self.follow_up)
         self.opening = Opening(self.deps, self.execution)
         self.decisions = Decisions(self.deps, self.execution, self.sweeper)
-        self.rules = RuleRefresh(self.deps, self.decisions.still_eligible)
+        self.requirement_refresh = RequirementRefresh(self.deps, self.decisions.still_eligible)
         self.reverts = Reverts(self.deps, self.opening)
         self.scheduler = Scheduler(self.deps, self.execution)
 
     # Every line logged while a request is opened, decided or reverted names it.
 
-    async def request_change(
-        self,
-        *,
-        user: str,
-        channel: str,
-        project: str,
-        cluster_id: str,
-        action: str,
-        inputs: Mapping[str, Any],
-        reason: str | None,
-        command: str = "",
-        step: str | None = None,
-        override: str | None = None,
-        revert_of: str | None = None,
-        schedule: Schedule | None = None,
-    ) -> Reply:
-        """Check, store and show a change request (bot.core.requests.opening)."""
-        with log_context(project=project, cluster=cluster_id):
-            return await self.opening.request_change(
-                user=user,
-                channel=channel,
-                project=project,
-                cluster_id=cluster_id,
-                action=action,
-                inputs=inputs,
-                reason=reason,
-                command=command,
-                step=step,
-                override=override,
-                revert_of=revert_of,
-                schedule=schedule,
-            )
+    async def request_change(self, ask: ChangeAsk) -> Reply:
+        """Store and show a change someone asked for, checked at request
+        (bot.core.requests.opening)."""
+        with log_context(project=ask.project, cluster=ask.cluster_id):
+            return await self.opening.request_change(ask)
 
     async def decide(
         self,
@@ -158,8 +130,8 @@ class ChangeWorkflow:
 
     async def policy_reloaded(self) -> int:
         """A new policy is in force: pending requests show what approving them takes now
-        (bot.core.requests.rules); how many changed."""
-        return await self.rules.after_reload()
+        (bot.core.requests.requirement_refresh); how many changed."""
+        return await self.requirement_refresh.after_reload()
 
     async def policy_kept(self, kept: PolicyKept) -> int:
         """A policy file was refused: the notify channels it concerns hear it once

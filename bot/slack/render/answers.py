@@ -17,7 +17,7 @@ from bot.core.answers import (
 )
 from bot.core.paging import Page
 from bot.core.policy import Role
-from bot.core.schedule import example_run_at
+from bot.core.requests.schedule import example_run_at
 from bot.providers.base import ProviderChanges, example_time
 from bot.slack.render.clusters import cluster_list, cluster_summary
 from bot.slack.render.primitives import (

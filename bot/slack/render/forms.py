@@ -8,8 +8,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bot.core.forms import FormKind, FormMessage, FormView
-from bot.core.justification import MAX_JUSTIFICATION, MIN_JUSTIFICATION
+from bot.core.ask.forms import FormKind, FormMessage, FormView
+from bot.core.ask.justification import MAX_JUSTIFICATION, MIN_JUSTIFICATION
 from bot.providers.base import ClusterSummary, FieldSpec
 from bot.slack.render.primitives import (
     _PLAIN_TEXT_MAX,

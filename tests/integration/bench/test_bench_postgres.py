@@ -46,7 +46,7 @@ async def test_postgresql_levels_with_1_and_3_replicas_run_end_to_end(tmp_path: 
         server = lv["server"]
         assert server["commits"] > 0 and server["backends_seen"] >= group["replicas"]
         # waits are sampled: a quick level may catch no backend waiting, so only their form
-            assert server["samples"] > 0 and all(n > 0 for n in server["waits"].values())
+        assert server["samples"] > 0 and all(n > 0 for n in server["waits"].values())
         for key in (
             "cpu_ms_per_update",
             "server_cpu_ms_per_update",

@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import text
 
+from bot.core.ask.change import ChangeAsk
 from bot.core.lifecycle.builder_steps import claim
 from bot.core.store import RequestState as S
 from bot.core.store import StepTaken
@@ -306,14 +307,16 @@ async def test_reconcile_fails_a_step_that_never_got_its_request(sqlite_stack: L
     made = stack.runtime.workflow.request_change
     with pytest.raises(StepTaken):  # the dead replica's request, were it to come, is refused
         await made(
-            user=DAVE,
-            channel=CHANNEL,
-            project=GROW_H200[0],
-            cluster_id=GROW_H200[1],
-            action="update",
-            inputs={"num_gpus": "16"},
-            reason=None,
-            step=run.execution_id,
+            ChangeAsk(
+                user=DAVE,
+                channel=CHANNEL,
+                project=GROW_H200[0],
+                cluster_id=GROW_H200[1],
+                action="update",
+                inputs={"num_gpus": "16"},
+                reason=None,
+                step=run.execution_id,
+            )
         )
     assert await stack.runtime.store.list_requests() == []
 

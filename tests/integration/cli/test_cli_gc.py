@@ -8,7 +8,8 @@ import gc
 
 import pytest
 
-from bot.cli import _FULL_COLLECTION_EVERY, _freeze_startup_heap
+from bot.serving import FULL_COLLECTION_EVERY as _FULL_COLLECTION_EVERY
+from bot.serving import freeze_startup_heap as _freeze_startup_heap
 
 
 def test_the_startup_heap_is_frozen_out_of_garbage_collection() -> None:

@@ -1,9 +1,5 @@
-"""Workflow Builder steps (SPEC §11): a step asks for a change as a person's command would,
-and ends when that request does.
+"""Ending Workflow Builder steps exactly once (SPEC §11).
 
-``WorkflowSteps.run`` claims a step once per execution id and makes its request through
-the command path (same parsing, policy, root message, approval and thread); a refusal or
-invalid input ends the step at once with the answer a person would have seen.
 ``StepCompleter`` reads the same request events as the chat surface (a Notifier reader) and
 ends a step when its request reaches a final state; ``reconcile`` finishes what a restart or
 an unreachable chat service left open. The ``StepPort`` tells the chat platform.
@@ -18,29 +14,24 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-from bot.core.answers import STORE_UNAVAILABLE_TEXT, Notice, Reply, error
-from bot.core.forms import FormRequest
-from bot.core.grammar import UsageError, parse_change
+from bot.core.answers import Notice, Reply, error
+from bot.core.builder_steps.start import StepStart
 from bot.core.lifecycle import builder_steps as lifecycle
 from bot.core.notifier import RequestEvent, Tone
 from bot.core.requests.view import plan_lines, state_words
-from bot.core.service import CommandService
 from bot.core.store import (
     TERMINAL_STATES,
     ChangeRequestRecord,
     RequestState,
-    StepTaken,
     Store,
     StoreUnavailable,
 )
 from bot.core.store.builder_steps import StepOutcome, StepRecord, StepState, StepStore
 from bot.core.watch.backlog import StoreBacklog, Write
 from bot.errors import GpuopsError
-from bot.metrics import COMMANDS
 from bot.providers.base import ChangePlan, ClusterSummary
 
 log = logging.getLogger(__name__)
@@ -54,43 +45,6 @@ _STOPPED_BEFORE_REQUEST = (
     "gpuops stopped before it could make this request; nothing was changed. "
     "Run the step again if the change is still needed."
 )
-_STORE_DOWN_AT_START = (
-    "gpuops could not reach its state store when this step started, so it made no request "
-    "and nothing was changed. Run the step again if the change is still needed."
-)
-_STORE_LOST_BEFORE_REQUEST = (
-    "gpuops lost contact with its state store before it could make this request, so "
-    "nothing was changed. Run the step again if the change is still needed."
-)
-
-
-@dataclass(frozen=True)
-class StepStart:
-    """A step as the chat platform starts it: its execution and its inputs. (The platform's
-    short-lived token for it is not needed: the app completes its own steps with its own
-    token, so none is kept.)"""
-
-    execution_id: str
-    project: str
-    cluster_id: str
-    change: str
-    reason: str
-    requester: str
-    channel: str
-    not_text: tuple[str, ...] = ()  # inputs given as something else (a number, a list…)
-
-    def missing(self) -> list[str]:
-        wanted = ("project", "cluster_id", "change", "requester", "channel")
-        return [name for name in wanted if not str(getattr(self, name)).strip()]
-
-    def problem(self) -> str | None:
-        """Why the inputs cannot make a request, or None."""
-        if self.not_text:
-            return f"The step's input `{self.not_text[0]}` is not text; give it as a string."
-        missing = self.missing()
-        if missing:
-            return f"The step's input `{missing[0]}` is empty; give it a value."
-        return None
 
 
 class CompletionFailed(GpuopsError):
@@ -142,19 +96,6 @@ def _withdrawn_payload(record: ChangeRequestRecord) -> dict[str, object]:
     }
 
 
-def _is_error(reply: Reply) -> bool:
-    return isinstance(reply.content, Notice) and reply.content.error
-
-
-def _for_later(reply: Reply) -> Reply:
-    """An answer as it can be told once the store takes the step's end: "the store is
-    unavailable" is then in the past (the core says it only where no request was made)."""
-    content = reply.content
-    if isinstance(content, Notice) and content.text == STORE_UNAVAILABLE_TEXT:
-        return error(_STORE_LOST_BEFORE_REQUEST)
-    return reply
-
-
 def _logged(what: str, write: Write) -> Write:
     """``write``, any failure but the store's own logged (a held write never blocks the
     ones after it)."""
@@ -168,25 +109,6 @@ def _logged(what: str, write: Write) -> Write:
             log.exception("%s failed", what)
 
     return guarded
-
-
-def form_needs(form: FormRequest, required: list[str]) -> str:
-    """What a step's ``change`` lacks where a command would open a form."""
-    if form.kind == "single":
-        return (
-            "The step's `change` names no field: give `field=value …`, e.g. `num_gpus=16` "
-            "(a workflow step opens no form)."
-        )
-    if form.action is None or not required:
-        return (
-            "The step's `change` names no action: give the action and its fields, e.g. "
-            "`scale_cluster additional_nodes=2` (a workflow step opens no form)."
-        )
-    fields = ", ".join(f"`{name}`" for name in required)
-    return (
-        f"`{form.action}` needs {fields}: give them in the step's `change`, e.g. "
-        f"`{form.action} {required[0]}=…` (a workflow step opens no form)."
-    )
 
 
 class StepCompleter:
@@ -366,73 +288,3 @@ class StepCompleter:
 
     async def policy_kept(self, channel: str, text: str) -> None:
         return None
-
-
-class WorkflowSteps:
-    """Runs a step once per execution id: the request a command would make, or the step's
-    end with the answer a person would have seen."""
-
-    def __init__(self, ops: CommandService, steps: StepStore, completer: StepCompleter) -> None:
-        self.ops = ops
-        self.steps = steps
-        self.completer = completer
-
-    async def run(self, start: StepStart) -> None:
-        try:
-            claimed = await lifecycle.claim(
-                self.steps, start.execution_id, start.requester, start.channel
-            )
-        except StoreUnavailable as exc:
-            log.warning("refused workflow step %s: %s", start.execution_id, exc)
-            await self.completer.refuse(start, error(_STORE_DOWN_AT_START))
-            return
-        if not claimed:
-            log.info("ignored workflow step %s: it was started before", start.execution_id)
-            return
-        try:
-            async with self.ops.pacer.turn():
-                answer = await self._request(start)
-        except StoreUnavailable as exc:
-            log.warning("workflow step %s cut off by the store: %s", start.execution_id, exc)
-            answer = error(_STORE_LOST_BEFORE_REQUEST)  # said only if no request was stored
-        if answer is not None and _is_error(answer):
-            await self.completer.end_unrequested(start.execution_id, _for_later(answer))
-
-    async def give_up(self, execution_id: str, reply: Reply) -> None:
-        """End a step that hit an unexpected error, unless it made its request (whose end
-        ends it)."""
-        await self.completer.end_unrequested(execution_id, reply)
-
-    async def _request(self, start: StepStart) -> Reply | None:
-        """Make the step's request; the answer when it made none (None: nothing to say)."""
-        problem = start.problem()
-        if problem is not None:
-            COMMANDS.labels("step", "refused").inc()
-            return error(problem)
-        catalog = self.ops.access.catalog
-        try:
-            provider = catalog.descriptor(self.ops.access.provider_of(start.project))
-        except KeyError:  # not in the policy: refused as any change of it is
-            provider = catalog.descriptors[0]
-        try:
-            command = parse_change(
-                provider.verb, start.project, start.cluster_id, start.change, start.reason, catalog
-            )
-        except UsageError as exc:
-            COMMANDS.labels("step", "refused").inc()
-            return error(str(exc))
-        text = f"step {provider.verb} {start.project} {start.cluster_id} {start.change}"
-        try:
-            outcome = await self.ops.handle_change(
-                start.requester, start.channel, command, text, step=start.execution_id
-            )
-        except StepTaken:
-            return None  # ended meanwhile (reconcile): no request was made
-        if isinstance(outcome, FormRequest):
-            required = [
-                s.name
-                for s in self.ops.forms.fields_of(outcome.project, outcome.action or "")
-                if s.required and not outcome.prefill.get(s.name)
-            ]
-            return error(form_needs(outcome, required))
-        return outcome

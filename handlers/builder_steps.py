@@ -7,9 +7,9 @@ import logging
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.context.async_context import AsyncBoltContext
 
+from bot.core.api import StepStart
 from bot.redact import register_secret
 from bot.slack.bolt_context import services
-from bot.slack.core_names import StepStart
 from handlers.commands import internal_error
 from handlers.payloads import FunctionExecuted, Payload, parse
 

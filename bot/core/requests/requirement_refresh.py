@@ -25,7 +25,7 @@ def _noted(requirement: Requirement) -> dict[str, object]:
     return noted
 
 
-class RuleRefresh:
+class RequirementRefresh:
     """Brings pending requests' noted approval requirement in line with the policy."""
 
     def __init__(

@@ -17,7 +17,7 @@ import re
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.core.api import StepOutcome, StepRecord
-from bot.core.steps import CompletionFailed
+from bot.core.builder_steps.completer import CompletionFailed
 from bot.slack.messenger import Messenger, SlackDeliveryError
 
 # A bare channel link or mention as the core writes them (``<#C…>``, ``<@U…>``): shown as

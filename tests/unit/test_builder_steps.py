@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from bot.core.forms import FormRequest
-from bot.core.grammar import ChangeCommand, UsageError, parse_change
-from bot.core.steps import StepStart, form_needs
+from bot.core.ask.forms import FormRequest
+from bot.core.ask.grammar import ChangeCommand, UsageError, parse_change
+from bot.core.builder_steps.start import StepStart, form_needs
 from bot.redact import redact
-from bot.slack.steps import error_text, plain_text
+from bot.slack.builder_steps import error_text, plain_text
 from tests.support.catalog import CATALOG
 
 

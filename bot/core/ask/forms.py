@@ -5,26 +5,32 @@ Surfaces build the form itself (in Slack, a modal: bot.slack.render.forms.change
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from bot.core.access import Access, Refusal
-from bot.core.grammar import ChangeCommand, UsageError, parse_command
+from bot.core.ask.change import ChangeAsk
+from bot.core.ask.form_values import (
+    CONTEXT_KEYS,
+    changed_inputs,
+    parse_metadata,
+    parse_shown,
+    shown_values,
+)
+from bot.core.ask.grammar import ChangeCommand
+from bot.core.ask.justification import justification_problem
 from bot.core.guardrails.freezes import freezes_soon, frozen_text
-from bot.core.justification import justification_problem
 from bot.core.policy import Role
 from bot.core.registry import MissingCredential
-from bot.core.schedule import Schedule, ScheduleError, parse_at
+from bot.core.requests.schedule import Schedule, ScheduleError, parse_at
 from bot.providers.base import ClusterState, ClusterSummary, FieldSpec, unknown_field
 
 # "single": the form of a provider with one action (its verb asks for it); "choice": the form
 # of one whose actions are chosen in it. (Slack's callback ids for them are SPEC's.)
 FormKind = Literal["single", "choice"]
 SUBMIT_TIMEOUT = 2.0  # seconds to re-fetch a cluster while the surface waits to acknowledge
-_CONTEXT_KEYS = ("project", "cluster_id", "channel")
 
 
 def _utc_now() -> datetime:
@@ -81,88 +87,6 @@ class SubmissionErrors:
     errors: dict[str, str]
 
 
-@dataclass(frozen=True)
-class ReadySubmission:
-    """A checked submission, ready to be requested."""
-
-    project: str
-    cluster_id: str
-    channel: str
-    action: str
-    inputs: dict[str, str]
-    reason: str | None
-    override: str | None = None  # an admin's reason to go ahead during a freeze
-    schedule: Schedule | None = None  # the optional run_at input (SPEC §9)
-
-
-def parse_metadata(raw: str | None) -> dict[str, str]:
-    try:
-        data = json.loads(raw or "{}")
-    except ValueError:
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    return {k: str(v) for k, v in data.items() if k in _CONTEXT_KEYS}
-
-
-def shown_values(current: Mapping[str, Any], specs: list[FieldSpec]) -> dict[str, Any]:
-    """The cluster's values a form was prefilled with (kept in its metadata): a prefilled
-    input submitted as it was is not a change, even if the cluster changed while the form
-    was open."""
-    shown: dict[str, Any] = {}
-    for spec in specs:
-        value = current.get(spec.name)
-        if isinstance(value, list | tuple):
-            shown[spec.name] = [str(v) for v in value]
-        elif value is not None:
-            shown[spec.name] = str(value)
-    return shown
-
-
-def parse_shown(raw: str | None) -> dict[str, Any]:
-    try:
-        data = json.loads(raw or "{}")
-    except ValueError:
-        return {}
-    shown = data.get("shown") if isinstance(data, dict) else None
-    if not isinstance(shown, dict):
-        return {}
-    return {
-        str(k): v
-        for k, v in shown.items()
-        if isinstance(v, str) or (isinstance(v, list) and all(isinstance(i, str) for i in v))
-    }
-
-
-def changed_inputs(
-    specs: list[FieldSpec],
-    current: Mapping[str, Any],
-    values: Mapping[str, str | None],
-    shown: Mapping[str, Any],
-) -> tuple[dict[str, str], set[str]]:
-    """The typed values that change something, and the names of those that do not."""
-    inputs: dict[str, str] = {}
-    unchanged: set[str] = set()
-    for spec in specs:
-        raw = (values.get(spec.name) or "").strip()
-        if not raw:
-            continue
-        if _same_value(raw, current.get(spec.name)) or _same_value(raw, shown.get(spec.name)):
-            unchanged.add(spec.name)
-            continue
-        inputs[spec.name] = raw
-    return inputs, unchanged
-
-
-def _same_value(raw: str, current: Any) -> bool:
-    if current is None:
-        return False
-    if isinstance(current, list | tuple):
-        shown = ",".join(str(v) for v in current)
-        return raw.replace(" ", "") == shown
-    return raw == str(current)
-
-
 class Forms:
     """Opens, refreshes and checks change forms for a person."""
 
@@ -216,13 +140,12 @@ class Forms:
 
     def request_for(self, channel: str, command: ChangeCommand) -> FormRequest | None:
         """The form a change command asks for when it lacks parameters; None when the
-        command line says everything (the change is requested straight away)."""
+        command line says everything (the change is requested straight away). For a command
+        whose fields its action takes (``unknown_fields``: bot.core.ask.reading reads both)."""
         provider = self.access.catalog.by_verb(command.name)
         kind: FormKind = "single" if provider and provider.single_action() else "choice"
         action = command.action
         fields = command.fields
-        if self.unknown_fields(command.project, action, fields):
-            return None  # refused with the command, not dropped on the way to a form
         missing = action is not None and any(
             s.required and not fields.get(s.name) for s in self.fields_of(command.project, action)
         )
@@ -237,17 +160,6 @@ class Forms:
             prefill=dict(fields),
             reason=command.reason,
         )
-
-    def wanted(self, channel: str, text: str) -> FormRequest | None:
-        """Whether the command text will open a form, known from the text alone (no provider
-        call, no group look-up): a surface opens the form before doing the work."""
-        try:
-            command = parse_command(text, self.access.catalog)
-        except UsageError:
-            return None
-        if not isinstance(command, ChangeCommand):
-            return None
-        return self.request_for(channel, command)
 
     async def open(self, user: str, request: FormRequest) -> FormView | FormMessage:
         try:
@@ -336,10 +248,11 @@ class Forms:
         kind: FormKind,
         metadata_raw: str | None,
         values: Mapping[str, str | None],
-    ) -> SubmissionErrors | ReadySubmission:
-        """Check a submitted form: per-field errors, or the change to request."""
+    ) -> SubmissionErrors | ChangeAsk:
+        """Check a submitted form: per-field errors, or the change ``user`` asks for (their
+        role and the cluster checked here, once: ``_state_for_submit``)."""
         meta = parse_metadata(metadata_raw)
-        project, cluster_id, channel = (meta.get(k, "") for k in _CONTEXT_KEYS)
+        project, cluster_id, channel = (meta.get(k, "") for k in CONTEXT_KEYS)
         if not (project and cluster_id and channel):
             where = "action" if kind == "choice" else "reason"  # a block every form has
             return SubmissionErrors({where: "This form lost its context; run the command again."})
@@ -389,8 +302,18 @@ class Forms:
             problem = justification_problem(override, "An override")
             if problem is not None:
                 return SubmissionErrors({"override": problem})
-        return ReadySubmission(
-            project, cluster_id, channel, action, inputs, reason, override, schedule
+        return ChangeAsk(
+            user=user,
+            channel=channel,
+            project=project,
+            cluster_id=cluster_id,
+            action=action,
+            inputs=inputs,
+            reason=reason,
+            override=override,
+            schedule=schedule,
+            origin="form",
+            command=f"modal {action}",
         )
 
     def _single_action(self, project: str) -> str:

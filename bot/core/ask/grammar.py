@@ -26,8 +26,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from bot.core.justification import justification_problem
-from bot.core.schedule import Schedule, ScheduleError, parse_at, parse_in
+from bot.core.ask.justification import justification_problem
+from bot.core.requests.schedule import Schedule, ScheduleError, parse_at, parse_in
 from bot.errors import GpuopsError
 from bot.providers.base import ProviderDescriptor
 from bot.providers.catalog import Catalog
