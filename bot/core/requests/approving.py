@@ -11,7 +11,7 @@ from bot.core.access import Refusal
 from bot.core.answers import Reply, notice
 from bot.core.guardrails.guard import Guard, stored_override
 from bot.core.policy import Role
-from bot.core.requests import transitions
+from bot.core.requests import table, transitions
 from bot.core.requests.deciders import Deciders, already_decided_refusal
 from bot.core.requests.deps import RequestDeps
 from bot.core.requests.execution import Execution
@@ -50,7 +50,7 @@ class Approving:
             return refused
         note = f"Break glass: <@{user}> approved their own request. Reason: {reason}"
         approved = Change(
-            transitions.BREAK_GLASS if break_glass else transitions.APPROVE,
+            table.BREAK_GLASS if break_glass else table.APPROVE,
             user,
             outcome="approved",
             text=note if break_glass else None,
@@ -138,7 +138,7 @@ class Approving:
         if requirement.usergroups:
             more += " from user group " + " or ".join(requirement.usergroups)
         partial = Change(
-            transitions.BREAK_GLASS_PARTIAL if glass else transitions.APPROVE_PARTIAL,
+            table.BREAK_GLASS_PARTIAL if glass else table.APPROVE_PARTIAL,
             user,
             outcome=progress,
             text=progress,
@@ -199,7 +199,7 @@ class Approving:
         names it the same way (``stale at approval: …``)."""
         why = f"{STALE_AT_APPROVAL if kind == 'stale' else REFUSED_AT_APPROVAL}: {detail}"
         failed = Change(
-            transitions.REFUSE_STALE,
+            table.REFUSE_STALE,
             user,
             outcome=kind,
             text=why,

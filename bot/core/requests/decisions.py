@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from bot.core.access import Refusal
 from bot.core.answers import Reply
-from bot.core.requests import transitions
+from bot.core.requests import table
 from bot.core.requests.approving import Approving
 from bot.core.requests.deciders import (
     AskBreakGlass,
@@ -91,11 +91,7 @@ class Decisions:
         try:
             if decision == "cancel":
                 await deciders.may_cancel(user, record)
-                cancel = (
-                    transitions.CANCEL_SCHEDULED
-                    if waits_for_its_time(record)
-                    else transitions.CANCEL
-                )
+                cancel = table.CANCEL_SCHEDULED if waits_for_its_time(record) else table.CANCEL
                 return await self._close(record, user, cancel)
             break_glass = await deciders.may_decide(user, record, decision, break_glass_reason)
         except Refusal as refusal:
@@ -103,7 +99,7 @@ class Decisions:
         except AskBreakGlass:
             return NeedsBreakGlass(record.id)
         if decision == "deny":
-            return await self._close(record, user, transitions.DENY, (reason or "").strip())
+            return await self._close(record, user, table.DENY, (reason or "").strip())
         return await self.approving.approve(record, user, break_glass, break_glass_reason)
 
     async def may_deny(self, *, user: str, channel: str, request_id: str) -> Reply | None:
@@ -139,7 +135,7 @@ class Decisions:
         self,
         record: ChangeRequestRecord,
         user: str,
-        transition: transitions.Transition,
+        transition: table.Transition,
         why: str = "",
     ) -> Reply | None:
         """Deny or cancel (``transition``), by ``user``, for ``why``."""

@@ -16,7 +16,7 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Any
 
-from bot.core.requests import transitions
+from bot.core.requests import table, transitions
 from bot.core.requests.deps import RequestDeps
 from bot.core.requests.fencing import LeaseKeeper
 from bot.core.requests.followup import FollowUp
@@ -143,13 +143,11 @@ class Execution:
         try:
             prior = await self.presend.check(record)
         except SendRefused as refused:
-            await self._refuse(
-                record, transitions.REFUSE_GUARDRAIL, refused.why, refused.kind, posted
-            )
+            await self._refuse(record, table.REFUSE_GUARDRAIL, refused.why, refused.kind, posted)
             await self._free(record, fence, ended=True)
             return _Ran()
         change = transitions.Change(
-            transitions.START, actor, fields={"prior_values": prior, **posted.take()}
+            table.START, actor, fields={"prior_values": prior, **posted.take()}
         )
         try:
             started = await transitions.start(
@@ -176,7 +174,7 @@ class Execution:
                 f"another change ({outcome.holder}) is running on {record.cluster_id}, or may "
                 "still reach the provider; request again when it has finished."
             )
-            await self._refuse(record, transitions.REFUSE_BUSY, why, "cluster_busy", posted)
+            await self._refuse(record, table.REFUSE_BUSY, why, "cluster_busy", posted)
             await self._free(record, outcome.lease, ended=False)
         elif outcome.how is StartedHow.MOVED:
             await self._free(record, outcome.lease, ended=True)
@@ -251,7 +249,7 @@ class Execution:
     async def _refuse(
         self,
         record: ChangeRequestRecord,
-        transition: transitions.Transition,
+        transition: table.Transition,
         why: str,
         kind: str,
         posted: Posted,
@@ -300,7 +298,7 @@ class Execution:
     ) -> bool:
         """Write ``result`` under the keeper's lease (with the lock and lease freed) and
         report it; nothing when fenced off. True when the finish freed them."""
-        transition = transitions.NOT_SENT if not result.sent else transitions.finished(result.to)
+        transition = table.NOT_SENT if not result.sent else table.finished(result.to)
         change = transitions.Change(
             transition,
             record.requester,
@@ -333,7 +331,7 @@ class Execution:
             if await self._was_unknown(record.id):
                 status = OutcomeRecorded.CORRECTED_UNKNOWN
         if status is OutcomeRecorded.CORRECTED_UNKNOWN:
-            change = replace(change, transition=transitions.corrected(result.to))
+            change = replace(change, transition=table.corrected(result.to))
         text = self._told(status, result, late=late)
         try:
             await self._report(record, done, replace(change, text=text), result.summary)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 
 from bot.core.answers import Reply
-from bot.core.requests import transitions
+from bot.core.requests import table, transitions
 from bot.core.requests.deciders import already_decided_refusal
 from bot.core.requests.deps import RequestDeps
 from bot.core.requests.execution import Execution
@@ -25,7 +25,7 @@ from bot.core.store import ChangeRequestRecord, RequestState, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
-_COMPLETING = frozenset({transitions.APPROVE, transitions.BREAK_GLASS})
+_COMPLETING = frozenset({table.APPROVE, table.BREAK_GLASS})
 
 
 def took(seen: ChangeRequestRecord, current: ChangeRequestRecord, change: Change) -> bool:
