@@ -26,8 +26,9 @@ from bot.core.policy import (
 from bot.core.policy.guardrails import ApprovalRule, Freeze
 from bot.core.policy.watch import WatchConfig
 from bot.core.registry import AdapterRegistry
-from bot.providers.base import ProviderDescriptor, SupportsProbe
+from bot.providers.base import SupportsProbe
 from bot.providers.catalog import Catalog
+from bot.providers.descriptor import ProviderDescriptor
 from bot.providers.errors import ProviderError
 from bot.providers.probe import differences
 from bot.redact import redact, register_secret
