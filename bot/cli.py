@@ -52,8 +52,8 @@ def _version() -> str:
 
 LOCAL_TOOLS_MISSING = (
     "gpuops: the {what} is not part of this installation ({module} is missing): the local "
-    "tools (simulators, Slack stand-in, demo) are not in the gpuops package; run it from a "
-    "checkout of the repository (make demo)"
+    "tools (simulators, Slack stand-in, demo) are the gpuops-local distribution, which a "
+    "server does not install; run it from a checkout of the repository (make demo)"
 )
 
 

@@ -10,10 +10,16 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from bot.core.fleet import age_text
-from bot.core.home import HomeBuilder, HomeCluster, HomeData, HomeProject, HomeRequest
-from bot.core.requests.schedule import when_text
-from bot.core.requests.view import STATE_WORDS
+from bot.core.api import (
+    STATE_WORDS,
+    HomeBuilder,
+    HomeCluster,
+    HomeData,
+    HomeProject,
+    HomeRequest,
+    age_text,
+    when_text,
+)
 from bot.slack.messenger import Messenger, SlackDeliveryError
 from bot.slack.render.primitives import (
     Block,

@@ -12,9 +12,17 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
-from bot.core.api import TERMINAL_STATES, ChangeRequestRecord, RequestState
-from bot.core.notifier import EventKind, NotDelivered, RequestEvent, Tone
-from bot.core.requests.view import revertible, view_of
+from bot.core.api import (
+    TERMINAL_STATES,
+    ChangeRequestRecord,
+    EventKind,
+    NotDelivered,
+    RequestEvent,
+    RequestState,
+    Tone,
+    revertible,
+    view_of,
+)
 from bot.providers.base import ClusterSummary
 from bot.slack.messenger import Messenger, SlackDeliveryError
 from bot.slack.render import clusters, primitives, requests

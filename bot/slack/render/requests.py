@@ -7,8 +7,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Protocol
 
-from bot.core.requests.schedule import utc_text, when_text
-from bot.core.requests.view import STATE_WORDS, RequestView
+from bot.core.api import STATE_WORDS, RequestView, utc_text, when_text
 from bot.slack.render.primitives import (
     _SECTION_TEXT_MAX,
     Block,
