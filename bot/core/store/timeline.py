@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import Select, and_, or_, select
 
@@ -141,7 +140,7 @@ class TimelineMixin(StoreBase):
         return await self._events(statement, after)
 
     async def _events(
-        self, statement: Select[Any], after: tuple[datetime, int] | None
+        self, statement: Select[tuple[object, ...]], after: tuple[datetime, int] | None
     ) -> list[ChannelEvent]:
         if after is not None:
             at, entry_id = after
