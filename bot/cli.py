@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bot.logs import LOG_FORMATS, configure_logging
 from bot.serving import serve, settings_or_exit, socket_mode
@@ -95,7 +95,7 @@ async def _simulate(host: str, port: int, transition_seconds: float) -> None:
         await e2e.stop()
 
 
-def _add_audit_parser(sub: Any) -> None:
+def _add_audit_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     audit = sub.add_parser("audit", help="the audit trail: export it, verify its hash chain")
     verbs = audit.add_subparsers(dest="audit_command", required=True)
     export = verbs.add_parser("export", help="write the entries with their hashes to stdout")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
@@ -112,7 +113,7 @@ class Settings(BaseSettings):
 
     _dotenv: dict[str, str] = PrivateAttr(default_factory=dict)
 
-    def model_post_init(self, context: Any, /) -> None:
+    def model_post_init(self, context: object, /) -> None:
         env_file = self.model_config.get("env_file")
         if isinstance(env_file, str | Path) and Path(env_file).is_file():
             self._dotenv = {k: v for k, v in dotenv_values(env_file).items() if v is not None}
@@ -196,7 +197,7 @@ class Settings(BaseSettings):
             raise ValueError("must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
         return level
 
-    def __repr_args__(self) -> Any:
+    def __repr_args__(self) -> Iterator[tuple[str | None, object]]:
         for name, value in super().__repr_args__():
             if name == "gpuops_database_url" and isinstance(value, str):
                 yield name, _mask_password(value)

@@ -8,7 +8,6 @@ import logging
 from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
 
 from bot.core.api import (
     STATE_WORDS,
@@ -233,7 +232,7 @@ def _projects_blocks(projects: Sequence[HomeProject], budget: int) -> list[Block
     return blocks
 
 
-def home_view(data: HomeData) -> dict[str, Any]:
+def home_view(data: HomeData) -> Block:
     """The ``home`` view to publish for ``data.user``."""
     blocks: list[Block] = [header("gpuops")]
     if data.requests_error is not None:

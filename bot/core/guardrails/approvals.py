@@ -20,7 +20,7 @@ class Requirement:
     kinds: tuple[str, ...]
     by_rule: bool
 
-    def as_json(self, approvers: Iterable[str] = ()) -> dict[str, Any]:
+    def as_json(self, approvers: Iterable[str] = ()) -> dict[str, object]:
         return {
             "needed": self.needed,
             "usergroups": list(self.usergroups),

@@ -95,13 +95,16 @@ class Opening:
                 cluster_id=ask.cluster_id,
                 command=ask.command,
             )
-        stored = {"plan": plan.model_dump(mode="json"), "inputs": dict(plan.body)}
+        stored: dict[str, object] = {
+            "plan": plan.model_dump(mode="json"),
+            "inputs": dict(plan.body),
+        }
         stored["guard"] = guard_json(size, overridden)
         return await self._open(ask, plan, stored, overridden, run_at)
 
     def _approvals(
         self, requirement: Requirement | None, project: str, channel: str, requester: str
-    ) -> dict[str, Any] | None:
+    ) -> dict[str, object] | None:
         """The approval requirement as stored, with whom its prompt asks."""
         if requirement is None:
             return None
@@ -138,7 +141,7 @@ class Opening:
         self,
         ask: ChangeAsk,
         plan: ChangePlan,
-        stored: dict[str, Any],
+        stored: dict[str, object],
         overridden: Override | None,
         run_at: datetime | None,
     ) -> Reply:

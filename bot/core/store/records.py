@@ -129,7 +129,7 @@ class AuditEntry(BaseModel):
         """The first 10 hex digits of the hash, as ``/gpu audit`` shows it."""
         return (self.hash or "")[:10]
 
-    def hashed_fields(self) -> dict[str, Any]:
+    def hashed_fields(self) -> dict[str, object]:
         """The fields the entry's hash covers (bot.core.store.chain.HASHED_FIELDS and at)."""
         return self.model_dump(include={"at", *HASHED_FIELDS})
 
