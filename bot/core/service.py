@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable, Mapping
 
 from bot.core.access import Access, Refusal, invalid_change
+from bot.core.agents.tokens import DEFAULT_CALLS_PER_MINUTE, Tokens
 from bot.core.answers import Reply, error, notice, store_unavailable
 from bot.core.ask.change import ChangeAsk
 from bot.core.ask.forms import FormKind, FormRequest, Forms, SubmissionErrors
@@ -21,6 +22,7 @@ from bot.core.ask.grammar import (
     PolicyCommand,
     ShowCommand,
     TimelineCommand,
+    TokenCommand,
     UsageError,
     parse_command,
 )
@@ -31,6 +33,7 @@ from bot.core.queries import Queries
 from bot.core.requests.decisions import Decision, NeedsBreakGlass
 from bot.core.requests.workflow import ChangeWorkflow
 from bot.core.store import StoreUnavailable
+from bot.core.store.tokens import TokenStore
 from bot.core.timeline import Timeline, TimelineRequest
 from bot.logs import log_context
 from bot.metrics import COMMANDS
@@ -50,9 +53,21 @@ class CommandService:
     Queries answer read-only commands, Forms check change forms, the ChangeWorkflow runs
     change requests; every refusal is audited through Access."""
 
-    def __init__(self, *, access: Access, workflow: ChangeWorkflow) -> None:
+    def __init__(
+        self,
+        *,
+        access: Access,
+        workflow: ChangeWorkflow,
+        calls_per_minute: int = DEFAULT_CALLS_PER_MINUTE,
+    ) -> None:
         self.access = access
         self.workflow = workflow
+        self.tokens = Tokens(
+            access,
+            TokenStore(access.store),
+            calls_per_minute=calls_per_minute,
+            clock=lambda: workflow.clock(),
+        )
         self.queries = Queries(access)
         self.forms = Forms(access, lambda: workflow.clock())
         self.reader = Reader(self.forms)
@@ -214,6 +229,8 @@ class CommandService:
         if isinstance(command, PolicyCommand):
             now = self.workflow.clock()
             return await self.queries.policy(user, channel, command.project, now)
+        if isinstance(command, TokenCommand):
+            return await self._token(user, command)
         if isinstance(command, AuditCommand):
             return await self.queries.audit(
                 user, channel, command.project, command.limit, command.page
@@ -247,6 +264,14 @@ class CommandService:
         return await self.workflow.request_change(
             ChangeAsk.of_command(user, channel, command, step=step)
         )
+
+    async def _token(self, user: str, command: TokenCommand) -> Reply:
+        if command.verb == "new":
+            return await self.tokens.issue(user, command.ttl, command.token_name)
+        if command.verb == "revoke":
+            assert command.token_name is not None  # the grammar requires it
+            return await self.tokens.revoke(user, command.token_name)
+        return await self.tokens.list_reply(user)
 
     # -- forms ----------------------------------------------------------
     async def check_submission(

@@ -78,6 +78,11 @@ class ChangeRequestRecord(BaseModel):
     # The Workflow Builder step that made it; "" when none did; None when not known (opened
     # by a replica older than migration 10, during a rolling upgrade: look it up).
     step_id: str | None = None
+    # An agent's proposal (SPEC §15): asked "via" "mcp" by "client" (its name, as the
+    # client gave it); "confirm" is "awaiting" until its requester confirms it in Slack.
+    via: str | None = None
+    client: str | None = None
+    confirm: str | None = None
 
     @property
     def approvers(self) -> list[str]:
