@@ -265,6 +265,15 @@ class CommandService:
             ChangeAsk.of_command(user, channel, command, step=step)
         )
 
+    async def revoke_token(self, user: str, name: str) -> Reply:
+        """Home's Revoke: the person's own token of that name (the refusal audited)."""
+        try:
+            return await self.tokens.revoke(user, name)
+        except Refusal as refusal:
+            return await self.access.refuse(user, "home", refusal, command="home revoke_token")
+        except StoreUnavailable as exc:
+            return _store_down("a token revoke", exc)
+
     async def _token(self, user: str, command: TokenCommand) -> Reply:
         if command.verb == "new":
             return await self.tokens.issue(user, command.ttl, command.token_name)
