@@ -1,5 +1,6 @@
-"""The App Home tab: app_home_opened publishes it; its Approve, Deny, Cancel, Show and Revoke
-(a token's) buttons act with no channel (decisions are checked in the request's channel, answers go by DM)."""
+"""The App Home tab: app_home_opened publishes it; its Approve, Deny, Cancel, Show and
+Revoke (a token's) buttons act with no channel (decisions are checked in the request's
+channel, answers go by DM)."""
 
 from __future__ import annotations
 

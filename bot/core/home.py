@@ -20,13 +20,13 @@ from bot.core.registry import MissingCredential
 from bot.core.requests.decisions import Decision, NeedsBreakGlass
 from bot.core.requests.view import approval_state, request_price_line
 from bot.core.store import ChangeRequestRecord, Store, StoreUnavailable
-from bot.core.store.tokens import TokenStore
 from bot.core.store.home_queries import (
     FINISHED_STATES,
     OPEN_STATES,
     pending_approvals,
     requests_of,
 )
+from bot.core.store.tokens import TokenStore
 from bot.providers.base import ChangePlan, ClusterSummary, ProviderAdapter
 from bot.providers.errors import ProviderError
 from bot.redact import redact

@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 MAX_BLOCKS = 100
 BUTTON_VALUE_MAX = 2000
 SHOW_ACTION_ID = "home_show_cluster"
-REVOKE_TOKEN_ACTION_ID = "revoke_token"
+REVOKE_TOKEN_ACTION_ID = "revoke_token"  # noqa: S105 - an action_id, not a secret
 _TOKENS_SHOWN = 5
 NO_PROJECTS = (
     "No projects here: the Home tab lists the projects whose grant holds in every channel "
