@@ -1,7 +1,16 @@
-"""The core's front door for the listeners (``handlers``): the services they call and the
+"""The core's front door for the listeners (``handlers``) and the MCP surface
+(``bot.mcp``): the services they call and the
 records, answers and errors those hand out. Handlers import the core only from here (an
 import-linter contract and ``tests/unit/test_import_graph.py``), never from its rooms."""
 
+from bot.core.agents.desk import AgentDesk as AgentDesk
+from bot.core.agents.desk import AgentRefused as AgentRefused
+from bot.core.agents.desk import ClusterAnswer as ClusterAnswer
+from bot.core.agents.desk import ClustersAnswer as ClustersAnswer
+from bot.core.agents.desk import PolicyAnswer as PolicyAnswer
+from bot.core.agents.desk import RequestAnswer as RequestAnswer
+from bot.core.agents.tokens import Caller as Caller
+from bot.core.agents.tokens import TokenRefused as TokenRefused
 from bot.core.answers import Reply as Reply
 from bot.core.answers import error as error
 from bot.core.answers import store_unavailable as store_unavailable

@@ -183,6 +183,18 @@ class Messenger:
         data = await self._call("chat.postMessage", channel, **args)
         return str(data.get("ts", ""))
 
+    async def permalink(self, channel: str, ts: str) -> str | None:
+        """A link to a message (chat.getPermalink, form-style as it takes them); None when
+        Slack does not give one."""
+        try:
+            data = await self._call(
+                "chat.getPermalink", channel, params={"channel": channel, "message_ts": ts}
+            )
+        except SlackDeliveryError:
+            return None
+        link = data.get("permalink")
+        return str(link) if link else None
+
     async def update(self, channel: str, ts: str, message: SlackMessage) -> None:
         await self._call("chat.update", channel, channel=channel, ts=ts, **message.as_kwargs())
 

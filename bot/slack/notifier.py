@@ -26,6 +26,7 @@ _DECISION_WORDS: dict[EventKind, tuple[str, str]] = {
     "approved": (":white_check_mark:", "Approved"),
     "denied": (":no_entry_sign:", "Denied"),
     "cancelled": (":heavy_multiplication_x:", "Cancelled"),
+    "confirmed": (":ballot_box_with_check:", "Confirmed"),
 }
 _NOTE_ICONS: dict[EventKind, str] = {
     "break_glass": ":rotating_light:",

@@ -17,6 +17,7 @@ from bot.core.ask.change import ChangeAsk
 from bot.core.notifier import Notifier
 from bot.core.policy.notices import tell_kept
 from bot.core.policy.reload import PolicyKept
+from bot.core.requests.confirm import Confirmations
 from bot.core.requests.decisions import Decision, Decisions, NeedsBreakGlass
 from bot.core.requests.deps import RequestDeps
 from bot.core.requests.execution import Execution
@@ -75,6 +76,7 @@ class ChangeWorkflow:
         self.requirement_refresh = RequirementRefresh(self.deps, self.decisions.still_eligible)
         self.reverts = Reverts(self.deps, self.opening)
         self.scheduler = Scheduler(self.deps, self.execution)
+        self.confirmations = Confirmations(self.deps, self.execution)
 
     # Every line logged while a request is opened, decided or reverted names it.
 
@@ -94,8 +96,13 @@ class ChangeWorkflow:
         break_glass_reason: str | None = None,
         reason: str | None = None,
     ) -> Reply | NeedsBreakGlass | None:
-        """Act on a decision (bot.core.requests.decisions)."""
+        """Act on a decision (bot.core.requests.decisions); an agent's proposal is approved
+        only once its requester has confirmed it (bot.core.requests.confirm)."""
         with log_context(request_id=request_id):
+            if decision == "approve":
+                unconfirmed = await self.confirmations.unconfirmed(user, channel, request_id)
+                if unconfirmed is not None:
+                    return unconfirmed
             return await self.decisions.decide(
                 user=user,
                 channel=channel,
@@ -103,6 +110,13 @@ class ChangeWorkflow:
                 decision=decision,
                 break_glass_reason=break_glass_reason,
                 reason=reason,
+            )
+
+    async def confirm(self, *, user: str, channel: str, request_id: str) -> Reply:
+        """Its requester confirms an agent's proposal (bot.core.requests.confirm)."""
+        with log_context(request_id=request_id):
+            return await self.confirmations.confirm(
+                user=user, channel=channel, request_id=request_id
             )
 
     async def revert(self, *, user: str, channel: str, request_id: str) -> Reply:

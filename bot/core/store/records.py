@@ -200,6 +200,7 @@ class MutableFields(BaseModel):
     mirror_ts: str | None = None
     follow_until: datetime | None = None
     prior_values: dict[str, Any] | None = None
+    confirm: str | None = None  # "confirmed": an agent's proposal its requester confirmed
 
 
 # No 0/O, 1/I/L or U: ids are read aloud and typed from screenshots.
