@@ -103,7 +103,7 @@ class Tools:
             except AgentRefused as refused:
                 await self.desk.audit_call(caller, tool, "refused", **where)
                 raise ToolError(str(refused)) from None
-            await self.desk.audit_call(caller, tool, "ok", **where, **_named(answer))
+            await self.desk.audit_call(caller, tool, "ok", **{**where, **_named(answer)})
         except StoreUnavailable:
             raise ToolError(
                 "the state store is unavailable, so nothing was done; try again in a minute."
