@@ -267,7 +267,10 @@ class AgentDesk:
         words = [action] if action else []
         words += [f"{k}={_value(v)}" for k, v in fields.items()]
         change = " ".join(shlex.quote(w) for w in words)
-        read = self.ops.reader.read_change(channel, verb, project, cluster_id, change, reason or "")
+        source = f"{VIA} propose_change ({caller.client})"
+        read = self.ops.reader.read_change(
+            channel, verb, project, cluster_id, change, reason or "", source=source
+        )
         agent = AgentOrigin(via=VIA, client=caller.client, token=caller.token)
         outcome = await self.ops.handle_change(caller.user, channel, read, agent=agent)
         if isinstance(outcome, FormRequest):
