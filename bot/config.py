@@ -21,7 +21,7 @@ from bot.errors import GpuopsError
 from bot.providers.catalog import Catalog
 from bot.providers.http import ClientSettings
 
-Mode = Literal["serve", "socket", "demo", "check"]
+Mode = Literal["serve", "socket", "demo", "check", "mcp"]
 
 _DATABASE_SCHEMES = ("sqlite", "postgresql", "postgres")
 
@@ -218,6 +218,8 @@ class Settings(BaseSettings):
                 problems.append(f"SLACK_SIGNING_SECRET is not set; `gpuops {mode}` needs it")
         elif mode == "socket":
             problems += _token_problems(self.slack_app_token, "SLACK_APP_TOKEN", "xapp-", mode)
+        elif mode == "mcp":
+            pass  # it posts proposals with the bot token and takes no Slack request
         else:
             if self.slack_signing_secret is None and self.slack_app_token is None:
                 problems.append(
