@@ -271,5 +271,7 @@ def _mirrored(record: ChangeRequestRecord, headline: str) -> SlackMessage:
     root = requests.request_root(view_of(record))
     said = primitives.composed_text(headline, (record.requester, record.decided_by or ""))
     return SlackMessage(
-        text=f"{said} — {root.text}", blocks=[primitives.context(said), *root.blocks]
+        text=f"{said} — {root.text}",
+        # A copy tells; it carries no buttons (an agent's proposal is confirmed in its thread).
+        blocks=[primitives.context(said), *(b for b in root.blocks if b.get("type") != "actions")],
     )
