@@ -184,15 +184,12 @@ class Messenger:
         return str(data.get("ts", ""))
 
     async def permalink(self, channel: str, ts: str) -> str | None:
-        """A link to a message (chat.getPermalink, form-style as it takes them); None when
-        Slack does not give one."""
+        """A message's link (chat.getPermalink, form-style); None when Slack gives none."""
+        params = {"channel": channel, "message_ts": ts}
         try:
-            data = await self._call(
-                "chat.getPermalink", channel, params={"channel": channel, "message_ts": ts}
-            )
+            link = (await self._call("chat.getPermalink", channel, params=params)).get("permalink")
         except SlackDeliveryError:
             return None
-        link = data.get("permalink")
         return str(link) if link else None
 
     async def update(self, channel: str, ts: str, message: SlackMessage) -> None:

@@ -16,10 +16,11 @@ from bot.core.answers import Reply, notice
 from bot.core.notifier import NotDelivered
 from bot.core.policy import Role
 from bot.core.requests import transitions
-from bot.core.requests.decisions import already_decided_refusal
+from bot.core.requests.deciders import already_decided_refusal
 from bot.core.requests.deps import RequestDeps
 from bot.core.requests.execution import Execution
-from bot.core.requests.transitions import Change, Transition
+from bot.core.requests.table import CONFIRM, CONFIRM_APPROVED
+from bot.core.requests.transitions import Change
 from bot.core.requests.view import state_words
 from bot.core.store import ChangeRequestRecord, RequestState, normalize_request_id
 from bot.metrics import APPROVALS_PENDING
@@ -27,26 +28,6 @@ from bot.metrics import APPROVALS_PENDING
 log = logging.getLogger(__name__)
 
 S = RequestState
-
-# Two moves of the change request's lifecycle: the confirmation of a proposal that needs
-# approval (it stays pending, now for its approvers) or that needs none (approved: sent).
-CONFIRM = Transition(
-    "confirm",
-    frozenset({S.PENDING}),
-    S.PENDING,
-    "confirmed",
-    "confirmed",
-    "its requester confirms an agent's proposal; approvers are asked",
-)
-CONFIRM_APPROVED = Transition(
-    "confirm-approved",
-    frozenset({S.PENDING}),
-    S.APPROVED,
-    "confirmed",
-    "confirmed",
-    "its requester confirms an agent's proposal that needs no approval: sent now",
-)
-CONFIRMATIONS = (CONFIRM, CONFIRM_APPROVED)
 
 
 class Confirmations:
@@ -78,22 +59,6 @@ class Confirmations:
                 command="confirm",
             )
         return await self._confirmed(user, record)
-
-    async def unconfirmed(self, user: str, channel: str, request_id: str) -> Reply | None:
-        """The refusal of an approval of a proposal its requester has not confirmed yet
-        (audited); None for any other request."""
-        record = await self.deps.store.get_request(normalize_request_id(request_id))
-        if record is None or record.confirm != "awaiting" or record.state is not S.PENDING:
-            return None
-        refusal = Refusal(
-            f"{record.id} is an agent's proposal that <@{record.requester}> has not "
-            "confirmed yet: it can be approved once they press Confirm.",
-            kind="unconfirmed",
-            mentions=(record.requester,),
-        )
-        return await self.deps.access.refuse(
-            user, channel, refusal, project=record.project, request_id=record.id, command="approve"
-        )
 
     @staticmethod
     def _may_confirm(user: str, record: ChangeRequestRecord) -> None:

@@ -18,7 +18,8 @@ from bot.core.notifier import Notifier
 from bot.core.policy.notices import tell_kept
 from bot.core.policy.reload import PolicyKept
 from bot.core.requests.confirm import Confirmations
-from bot.core.requests.decisions import Decision, Decisions, NeedsBreakGlass
+from bot.core.requests.deciders import Decision
+from bot.core.requests.decisions import Decisions, NeedsBreakGlass
 from bot.core.requests.deps import RequestDeps
 from bot.core.requests.execution import Execution
 from bot.core.requests.followup import FollowUp
@@ -73,7 +74,9 @@ class ChangeWorkflow:
         self.sweeper = Sweeper(self.deps, self.follow_up)
         self.opening = Opening(self.deps, self.execution)
         self.decisions = Decisions(self.deps, self.execution, self.sweeper)
-        self.requirement_refresh = RequirementRefresh(self.deps, self.decisions.still_eligible)
+        self.requirement_refresh = RequirementRefresh(
+            self.deps, self.decisions.deciders.still_eligible
+        )
         self.reverts = Reverts(self.deps, self.opening)
         self.scheduler = Scheduler(self.deps, self.execution)
         self.confirmations = Confirmations(self.deps, self.execution)
@@ -96,13 +99,8 @@ class ChangeWorkflow:
         break_glass_reason: str | None = None,
         reason: str | None = None,
     ) -> Reply | NeedsBreakGlass | None:
-        """Act on a decision (bot.core.requests.decisions); an agent's proposal is approved
-        only once its requester has confirmed it (bot.core.requests.confirm)."""
+        """Act on a decision (bot.core.requests.decisions)."""
         with log_context(request_id=request_id):
-            if decision == "approve":
-                unconfirmed = await self.confirmations.unconfirmed(user, channel, request_id)
-                if unconfirmed is not None:
-                    return unconfirmed
             return await self.decisions.decide(
                 user=user,
                 channel=channel,
