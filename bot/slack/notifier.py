@@ -34,6 +34,7 @@ _DECISION_WORDS: dict[EventKind, tuple[str, str]] = {
     "approved": (":white_check_mark:", "Approved"),
     "denied": (":no_entry_sign:", "Denied"),
     "cancelled": (":heavy_multiplication_x:", "Cancelled"),
+    "confirmed": (":ballot_box_with_check:", "Confirmed"),
 }
 _NOTE_ICONS: dict[EventKind, str] = {
     "break_glass": ":rotating_light:",
@@ -278,5 +279,7 @@ def _mirrored(record: ChangeRequestRecord, headline: str) -> SlackMessage:
     root = requests.request_root(view_of(record))
     said = primitives.composed_text(headline, (record.requester, record.decided_by or ""))
     return SlackMessage(
-        text=f"{said} — {root.text}", blocks=[primitives.context(said), *root.blocks]
+        text=f"{said} — {root.text}",
+        # A copy tells; it carries no buttons (an agent's proposal is confirmed in its thread).
+        blocks=[primitives.context(said), *(b for b in root.blocks if b.get("type") != "actions")],
     )
