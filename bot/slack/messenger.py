@@ -194,9 +194,9 @@ class Messenger:
 
     async def permalink(self, channel: str, ts: str) -> str | None:
         """A message's link (chat.getPermalink, form-style); None when Slack gives none."""
-        params = {"channel": channel, "message_ts": ts}
+        params: dict[str, object] = {"channel": channel, "message_ts": ts}
         try:
-            link = (await self._call("chat.getPermalink", channel, params=params)).get("permalink")
+            link = (await self._form_call("chat.getPermalink", channel, params)).get("permalink")
         except SlackDeliveryError:
             return None
         return str(link) if link else None
