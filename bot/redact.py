@@ -20,6 +20,8 @@ _PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(r"(xox[abpors]-)[A-Za-z0-9\-]+"),
     re.compile(r"(xapp-)[A-Za-z0-9\-]+"),
     re.compile(r"(xwfp-)[A-Za-z0-9\-]+"),  # a workflow step's token (function_executed)
+    re.compile(r"(?i)(token\s+token=)[^\s'\"<>,]+"),  # PagerDuty's Authorization header
+    re.compile(r"(?i)(geniekey\s+)[^\s'\"<>,]+"),  # Opsgenie's Authorization header
 )
 
 _lock = threading.Lock()
