@@ -57,7 +57,7 @@ def requirement_for(policy: Policy, project: str, kinds: Iterable[str]) -> Requi
     risky = tuple(k for k in wanted if k in policy.approval_kinds(project)) or tuple(wanted)
     for rule in policy.approvals.rules:
         if rule.matches(project, wanted):
-            return Requirement(rule.approvers, tuple(rule.usergroups), risky, by_rule=True)
+            return Requirement(rule.needed, tuple(rule.usergroups), risky, by_rule=True)
     return Requirement(1, (), risky, by_rule=False)
 
 
