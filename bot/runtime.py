@@ -25,6 +25,7 @@ from bot.core.builder_steps.completer import StepCompleter
 from bot.core.builder_steps.runner import BuilderSteps
 from bot.core.home import HomeActions, HomeBuilder
 from bot.core.home_refresh import FanOutNotifier, HomeRefresher
+from bot.core.oncall import OnCallClients, OnCallGate, OnCallRoster
 from bot.core.policy import Policy, PolicyHolder, load_policy
 from bot.core.policy.reload import PolicyRejected, PolicyReloader, ReloadResult
 from bot.core.registry import AdapterRegistry
@@ -45,6 +46,7 @@ from bot.signals import Hangup
 from bot.slack.app import SlackEventsEndpoint, build_bolt_app
 from bot.slack.bolt_context import Services
 from bot.slack.builder_steps import SlackStepPort
+from bot.slack.directory import SlackEmailDirectory
 from bot.slack.home import HomePublisher
 from bot.slack.http_server import HttpLimits, limit_middlewares
 from bot.slack.messenger import Messenger, build_web_client, slack_http_session
@@ -112,7 +114,22 @@ class Runtime:
             holder,
             SlackUserGroupResolver(web_client, ttl_seconds=settings.gpuops_usergroup_cache_seconds),
         )
-        access = Access(authorizer=authorizer, store=store, adapter_for=registry)
+        roster = OnCallRoster(
+            holder,
+            OnCallClients(
+                environment.get,
+                settings.gpuops_oncall_base_urls,
+                deadline=settings.gpuops_oncall_deadline,
+            ),
+            SlackEmailDirectory(web_client),
+            cache_seconds=settings.gpuops_oncall_cache_seconds,
+        )
+        access = Access(
+            authorizer=authorizer,
+            store=store,
+            adapter_for=registry,
+            oncall=OnCallGate(roster, authorizer),
+        )
         home_builder = HomeBuilder(authorizer, store, registry, fleet=access.fleet)
         home_refresher = HomeRefresher(
             HomePublisher(home_builder, messenger).publish,
@@ -290,6 +307,8 @@ class Runtime:
         await self.workflow.close()
         await self.home_refresher.close()
         await self.registry.aclose()
+        if self.workflow.deps.access.oncall is not None:
+            await self.workflow.deps.access.oncall.roster.clients.aclose()
         await self.store.close()
         if self.web_client.session is not None:
             await self.web_client.session.close()

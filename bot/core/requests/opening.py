@@ -99,16 +99,27 @@ class Opening:
         stored["guard"] = guard_json(size, overridden)
         return await self._open(ask, plan, stored, overridden, run_at)
 
-    def _approvals(
+    async def _approvals(
         self, requirement: Requirement | None, project: str, channel: str, requester: str
     ) -> dict[str, Any] | None:
-        """The approval requirement as stored, with whom its prompt asks."""
+        """The approval requirement as stored, with whom its prompt asks: under on-call
+        approvers (SPEC §16), who is on call now (the prompt names them; eligibility is
+        judged again at each click)."""
         if requirement is None:
             return None
         ask = who_to_ask(
             self.deps.policy, requirement, project=project, channel=channel, requester=requester
         )
-        return {**requirement.as_json(), "ask": ask}
+        gate = self.deps.access.oncall
+        if not requirement.oncall or gate is None:
+            return {**requirement.as_json(), "ask": ask}
+        now = self.deps.clock()
+        on_call = await gate.now(requirement, opened_at=now, now=now)
+        ask = {
+            "users": [u for u in on_call.slack_ids if u != requester],
+            "usergroups": list(requirement.usergroups),
+        }
+        return {**requirement.as_json(), "ask": ask, "oncall_now": on_call.as_json()}
 
     async def _duplicate_of(
         self, record: ChangeRequestRecord, others: list[OpenBeside]
@@ -171,6 +182,7 @@ class Opening:
                 "run_at": run_at.isoformat() if run_at else "",
             },
         )
+        approvals = await self._approvals(requirement, plan.project, channel, user)
         record, others = await transitions.open_request(
             deps,
             opened,
@@ -188,7 +200,7 @@ class Opening:
             reason=reason,
             expires_at=expires_at if needs_approval else None,
             step=step,
-            approvals=self._approvals(requirement, plan.project, channel, user),
+            approvals=approvals,
             revert_of=revert_of,
             run_at=run_at,
         )
