@@ -1,0 +1,53 @@
+"""On-call approvers end to end over real HTTP (SPEC §16): signed Slack requests to the
+bot, the PagerDuty and Opsgenie simulators (their schedules rotating on a clock the test
+moves), the Slack stand-in. A night-time request names who is on call now and asks them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from bot.local.demo.stack import DEMO_POLICY, LocalStack
+from tests.conftest import StackFactory
+from tests.support.workflow_kit import BOB, CHANNEL, DAVE, readable_text, request
+
+NIGHT = datetime(2026, 12, 3, 3, 0, tzinfo=UTC)  # Bob on call (level 1), Alice behind (2)
+SCALE_101 = "action e2e-delhi 101 scale_cluster additional_nodes=2"
+
+
+def oncall_policy(rule: str = "", people: str = "{PBOB0001: U02BOB, PALICE01: U01ALICE}") -> str:
+    """The demo policy with e2e-delhi's changes approved by whoever is on call on
+    platform-primary (PagerDuty), up to level 2."""
+    head, approvals = DEMO_POLICY.split("approvals:\n")
+    return (
+        head
+        + "oncall:\n"
+        + "  pagerduty: {schedules: {platform-primary: PPLATFRM}}\n"
+        + "  opsgenie: {schedules: {storage: PPLATFRM}}\n"
+        + f"  people: {people}\n"
+        + "approvals:\n"
+        + approvals
+        + "  rules:\n"
+        + "    - projects: [e2e-delhi]\n"
+        + "      approvers: [{oncall: platform-primary, max_level: 2}]\n"
+        + rule
+    )
+
+
+@pytest.fixture
+async def stack(make_stack: StackFactory) -> LocalStack:
+    return await make_stack(policy_yaml=oncall_policy(), oncall_now=NIGHT)
+
+
+async def test_the_prompt_says_who_is_on_call_now_and_asks_them(stack: LocalStack) -> None:
+    opened = await request(stack, DAVE, SCALE_101)
+    prompt = stack.slack.message(CHANNEL, opened.prompt_ts or "")
+    assert prompt is not None
+    shown = readable_text(prompt)
+    assert "on call now: <@U02BOB> (level 1), <@U01ALICE> (level 2)" in shown
+    assert f"Asking <@{BOB}>, <@U01ALICE>." in shown
+    (call,) = stack.pagerduty.calls("oncalls")
+    assert call.query["schedule_ids[]"] == "PPLATFRM"
+    assert call.headers["authorization"].startswith("Token token=")
+    assert stack.slack.spec_problems == []
