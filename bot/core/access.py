@@ -13,6 +13,7 @@ from bot.core.answers import Reply, error
 from bot.core.authorizer import Authorizer
 from bot.core.fleet import FleetSnapshots
 from bot.core.oncall import OnCallGate
+from bot.core.oncall.copies import OnCallCopies
 from bot.core.policy import Policy, Role
 from bot.core.store import Store, StoreUnavailable
 from bot.errors import GpuopsError
@@ -69,6 +70,9 @@ class Access:
         # Who is on call now, for approval rules with on-call approvers (SPEC §16); None:
         # no on-call tool is reachable from here (a rule naming one then takes its fallback).
         self.oncall = oncall
+        # The prompt's DM copies to on-call approvers and their escalation (set by the
+        # composition root once the workflow's clock and Slack are at hand).
+        self.oncall_copies: OnCallCopies | None = None
         self.store = store
         self.adapter_for = adapter_for
         # The clusters of each project, shared by the list, Home and the watcher.

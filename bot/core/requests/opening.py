@@ -232,6 +232,8 @@ class Opening:
                 # wait for an approval that cannot come.
                 prompt_ts = await deps.notifier.approval_requested(record, expire_minutes)
                 record = await self._note(record, prompt_ts=prompt_ts)
+                if deps.access.oncall_copies is not None:  # SPEC §16: DMs to who is on call
+                    await deps.access.oncall_copies.opened(record)
         except NotDelivered as exc:
             shown = "the approval prompt" if record.root_ts else "in the channel"
             await self._withdraw(record, f"could not post {shown} ({exc.reason})")

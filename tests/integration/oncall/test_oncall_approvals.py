@@ -10,7 +10,16 @@ import pytest
 
 from bot.local.demo.stack import DEMO_POLICY, LocalStack
 from tests.conftest import StackFactory
-from tests.support.workflow_kit import BOB, CHANNEL, DAVE, readable_text, request
+from tests.support.workflow_kit import (
+    ALICE,
+    BOB,
+    CHANNEL,
+    DAVE,
+    DECISION_BUTTONS,
+    buttons,
+    readable_text,
+    request,
+)
 
 NIGHT = datetime(2026, 12, 3, 3, 0, tzinfo=UTC)  # Bob on call (level 1), Alice behind (2)
 SCALE_101 = "action e2e-delhi 101 scale_cluster additional_nodes=2"
@@ -51,3 +60,22 @@ async def test_the_prompt_says_who_is_on_call_now_and_asks_them(stack: LocalStac
     assert call.query["schedule_ids[]"] == "PPLATFRM"
     assert call.headers["authorization"].startswith("Token token=")
     assert stack.slack.spec_problems == []
+
+
+async def test_the_card_is_sent_by_dm_to_each_on_call_approver(stack: LocalStack) -> None:
+    opened = await request(stack, DAVE, SCALE_101)
+    copies = await stack.slack.wait_for(
+        lambda: (
+            [stack.slack.messages.get(stack.slack.dm_channel(u)) for u in (BOB, ALICE)]
+            if all(stack.slack.messages.get(stack.slack.dm_channel(u)) for u in (BOB, ALICE))
+            else None
+        )
+    )
+    for dm in copies:
+        assert dm is not None and len(dm) == 1
+        (copy,) = dm
+        assert buttons(copy) == dict.fromkeys(DECISION_BUTTONS, opened.id)
+        assert f"asks for approval of `{opened.id}` in <#C0INCIDENT>" in readable_text(copy)
+    stored = await stack.runtime.store.approval_copies(opened.id)
+    assert sorted(c.user_id for c in stored) == sorted([BOB, ALICE])
+    assert stack.slack.messages.get(stack.slack.dm_channel(DAVE)) is None  # the requester
