@@ -4,7 +4,8 @@ moves), the Slack stand-in. A night-time request names who is on call now and as
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import asyncio
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -19,6 +20,7 @@ from tests.support.workflow_kit import (
     buttons,
     readable_text,
     request,
+    thread_texts,
 )
 
 NIGHT = datetime(2026, 12, 3, 3, 0, tzinfo=UTC)  # Bob on call (level 1), Alice behind (2)
@@ -79,3 +81,32 @@ async def test_the_card_is_sent_by_dm_to_each_on_call_approver(stack: LocalStack
     stored = await stack.runtime.store.approval_copies(opened.id)
     assert sorted(c.user_id for c in stored) == sorted([BOB, ALICE])
     assert stack.slack.messages.get(stack.slack.dm_channel(DAVE)) is None  # the requester
+
+
+async def test_no_decision_after_escalate_after_adds_the_next_level_once(
+    make_stack: StackFactory,
+) -> None:
+    stack = await make_stack(
+        policy_yaml=oncall_policy(rule="      escalate_after: 10m\n"), oncall_now=NIGHT
+    )
+    opened = await request(stack, DAVE, SCALE_101)
+    prompt = stack.slack.message(CHANNEL, opened.prompt_ts or "")
+    assert prompt is not None
+    assert "on call now: <@U02BOB> (level 1)" in readable_text(prompt)
+    assert "U01ALICE" not in readable_text(prompt)  # level 2 comes after 10 minutes
+    await stack.slack.wait_for(lambda: stack.slack.messages.get(stack.slack.dm_channel(BOB)))
+    assert stack.slack.messages.get(stack.slack.dm_channel(ALICE)) is None
+
+    workflow = stack.runtime.workflow
+    workflow.clock = lambda: datetime.now(UTC) + timedelta(minutes=11)
+    await asyncio.gather(workflow.sweep_once(), workflow.sweep_once())  # two sweeps at once
+    await workflow.sweep_once()
+    notes = [t for t in thread_texts(stack, opened) if "No decision after" in t]
+    assert notes == [
+        f"No decision after 10 min: level 2 may approve {opened.id} now; on call now: "
+        "<@U02BOB> (level 1), <@U01ALICE> (level 2). Sent by DM to <@U01ALICE>."
+    ]
+    (copy,) = stack.slack.messages[stack.slack.dm_channel(ALICE)]
+    assert buttons(copy) == dict.fromkeys(DECISION_BUTTONS, opened.id)
+    assert len(stack.slack.messages[stack.slack.dm_channel(BOB)]) == 1  # not DMed twice
+    assert await stack.runtime.store.escalated_levels(opened.id) == [2]
