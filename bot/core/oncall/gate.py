@@ -58,7 +58,7 @@ class OnCallNow:
                 {"slack": m.slack_id, "level": m.level, "schedule": m.schedule}
                 for m in self.eligible
             ],
-            "unmapped": [unmapped_name(m) for m in self.unmapped],
+            "unmapped": [unmapped_words(m) for m in self.unmapped],
         }
 
 
@@ -68,10 +68,15 @@ def unmapped_name(member: OnCallMember) -> str:
     return f"{person.name} ({SOURCE_TITLES[person.source]} user {person.user_id})"
 
 
+def unmapped_words(member: OnCallMember) -> str:
+    """``Dave (PagerDuty user PDAVE001, level 2: no Slack user)``."""
+    return f"{unmapped_name(member)[:-1]}, level {member.level}: no Slack user)"
+
+
 def on_call_words(now: OnCallNow) -> str:
     """``<@U02BOB> (level 1), Dave (PagerDuty user PDAVE001, level 2: no Slack user)``."""
     said = [f"<@{m.slack_id}> (level {m.level})" for m in now.eligible if m.slack_id]
-    said += [f"{unmapped_name(m)[:-1]}, level {m.level}: no Slack user)" for m in now.unmapped]
+    said += [unmapped_words(m) for m in now.unmapped]
     return ", ".join(said) or "nobody"
 
 

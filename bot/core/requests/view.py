@@ -161,7 +161,7 @@ def oncall_state(approvals: dict[str, Any]) -> dict[str, Any]:
         return {"oncall_words": words, "oncall_mentions": ()}
     people = [p for p in noted.get("on_call", []) if isinstance(p, dict) and p.get("slack")]
     said_people = [f"<@{p['slack']}> (level {p.get('level', 1)})" for p in people]
-    said_people += [f"{name}: no Slack user" for name in noted.get("unmapped", [])]
+    said_people += [str(name) for name in noted.get("unmapped", [])]
     words = "on call now: " + (", ".join(said_people) or "nobody")
     return {"oncall_words": words, "oncall_mentions": tuple(str(p["slack"]) for p in people)}
 

@@ -10,6 +10,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from bot.local.demo.stack import DEMO_POLICY, LocalStack
+from bot.local.simulators.base import Fault
+from bot.local.slack.server import BOT_SCOPES
 from tests.conftest import StackFactory
 from tests.support.workflow_kit import (
     ALICE,
@@ -110,3 +112,61 @@ async def test_no_decision_after_escalate_after_adds_the_next_level_once(
     assert buttons(copy) == dict.fromkeys(DECISION_BUTTONS, opened.id)
     assert len(stack.slack.messages[stack.slack.dm_channel(BOB)]) == 1  # not DMed twice
     assert await stack.runtime.store.escalated_levels(opened.id) == [2]
+
+
+@pytest.mark.parametrize(
+    ("fault", "said"),
+    [
+        ({"kind": "latency", "seconds": 5}, "PagerDuty did not answer within 1.5 s"),
+        ({"kind": "rate_limit", "retry_after": 30}, "PagerDuty is rate limiting gpuops (429"),
+    ],
+)
+async def test_an_on_call_fault_at_request_says_the_fallback_in_the_prompt(
+    make_stack: StackFactory, fault: dict[str, object], said: str
+) -> None:
+    stack = await make_stack(policy_yaml=oncall_policy(), oncall_now=NIGHT)
+    stack.pagerduty.faults.add(Fault.model_validate({**fault, "times": -1}))
+    opened = await request(stack, DAVE, SCALE_101)
+    prompt = stack.slack.message(CHANNEL, opened.prompt_ts or "")
+    assert prompt is not None
+    shown = readable_text(prompt)
+    assert f"on call now: unknown (PagerDuty schedule PPLATFRM: {said}" in shown
+    assert "approvals are refused" in shown  # the rule's fallback: refuse
+    assert not any(stack.slack.messages.get(stack.slack.dm_channel(u)) for u in (BOB, ALICE))
+
+
+async def test_people_found_by_email_and_one_left_unmapped(make_stack: StackFactory) -> None:
+    stack = await make_stack(
+        policy_yaml=oncall_policy(people="{PALICE01: U01ALICE}").replace(
+            "  people:", "  match_by_email: true\n  people:"
+        ),
+        oncall_now=NIGHT,
+        slack_scopes=BOT_SCOPES | {"users:read.email"},
+    )
+    stack.slack.emails.pop(ALICE)  # Alice is mapped by the table, not by e-mail
+    opened = await request(stack, DAVE, SCALE_101)
+    prompt = stack.slack.message(CHANNEL, opened.prompt_ts or "")
+    assert prompt is not None
+    assert "on call now: <@U02BOB> (level 1), <@U01ALICE> (level 2)" in readable_text(prompt)
+    lookups = [c for c in stack.slack.calls if c.method == "users.lookupByEmail"]
+    assert [c.args.get("email") for c in lookups] == ["bob@example.com"]
+
+
+async def test_without_the_email_scope_the_on_call_person_is_named_unmapped(
+    make_stack: StackFactory,
+) -> None:
+    stack = await make_stack(
+        policy_yaml=oncall_policy(people="{PALICE01: U01ALICE}").replace(
+            "  people:", "  match_by_email: true\n  people:"
+        ),
+        oncall_now=NIGHT,
+    )
+    opened = await request(stack, DAVE, SCALE_101)
+    prompt = stack.slack.message(CHANNEL, opened.prompt_ts or "")
+    assert prompt is not None
+    assert (
+        "on call now: <@U01ALICE> (level 2), Bob (PagerDuty user PBOB0001, level 1: no Slack user)"
+        in readable_text(prompt)
+    )
+    refused = [c for c in stack.slack.calls if c.method == "users.lookupByEmail"]
+    assert refused and all(c.error == "missing_scope" for c in refused)
