@@ -21,6 +21,7 @@ from bot.core.oncall import (
     level_now,
     on_call_words,
 )
+from bot.core.oncall.report import oncall_report
 from bot.core.policy import PolicyHolder, parse_policy
 from bot.local.simulators.base import Fault
 from bot.local.simulators.oncall import OpsgenieSimulator, PagerDutySimulator
@@ -323,3 +324,37 @@ async def test_a_missing_token_is_a_fault_not_a_crash(
     )
     assert not verdict.allowed
     assert verdict.text.startswith("PagerDuty schedule PPLATFRM: PAGERDUTY_TOKEN is not set")
+
+
+async def test_the_online_report_names_each_mapping_and_the_unmapped(
+    pd: PagerDutySimulator, og: OpsgenieSimulator
+) -> None:
+    directory = Directory({"alice@example.com": "U01ALICE"})
+    gate, _ = _gate(
+        _policy_text(people="{PBOB0001: U02BOB}", extra="  match_by_email: true\n"),
+        pd,
+        og,
+        directory=directory,
+    )
+    pd.advance(12 * 3600)  # 15:00: Carol, unmapped, is on call at level 1
+    lines = [(line.level, line.text) for line in await oncall_report(gate.roster)]
+    where = "oncall platform-primary (PagerDuty schedule PPLATFRM)"
+    assert lines == [
+        ("ok", f"{where}: 2 on call now"),
+        (
+            "warning",
+            f"{where}: Carol (PagerDuty user PCAROL01), level 1: no Slack user (not in "
+            "people, no Slack user with their e-mail)",
+        ),
+        ("ok", f"{where}: Alice (PagerDuty user PALICE01), level 2 → <@U01ALICE> (by e-mail)"),
+        ("ok", "oncall storage (Opsgenie schedule PPLATFRM): 1 on call now"),
+        (
+            "ok",
+            "oncall storage (Opsgenie schedule PPLATFRM): bob@example.com (Opsgenie user "
+            "PBOB0001), level 1 → <@U02BOB> (by people)",
+        ),
+    ]
+    await og.stop()
+    gate.roster.forget()
+    lines = [(line.level, line.text) for line in await oncall_report(gate.roster)]
+    assert lines[-1][0] == "error" and "Opsgenie could not be reached" in lines[-1][1]
