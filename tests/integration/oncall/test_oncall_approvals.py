@@ -9,10 +9,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from bot.local.demo.stack import DEMO_POLICY, LocalStack
+from bot.local.demo.stack import LocalStack
 from bot.local.simulators.base import Fault
 from bot.local.slack.server import BOT_SCOPES
 from tests.conftest import StackFactory
+from tests.support.oncall_kit import NIGHT, SCALE_101, oncall_policy
 from tests.support.workflow_kit import (
     ALICE,
     BOB,
@@ -24,28 +25,6 @@ from tests.support.workflow_kit import (
     request,
     thread_texts,
 )
-
-NIGHT = datetime(2026, 12, 3, 3, 0, tzinfo=UTC)  # Bob on call (level 1), Alice behind (2)
-SCALE_101 = "action e2e-delhi 101 scale_cluster additional_nodes=2"
-
-
-def oncall_policy(rule: str = "", people: str = "{PBOB0001: U02BOB, PALICE01: U01ALICE}") -> str:
-    """The demo policy with e2e-delhi's changes approved by whoever is on call on
-    platform-primary (PagerDuty), up to level 2."""
-    head, approvals = DEMO_POLICY.split("approvals:\n")
-    return (
-        head
-        + "oncall:\n"
-        + "  pagerduty: {schedules: {platform-primary: PPLATFRM}}\n"
-        + "  opsgenie: {schedules: {storage: PPLATFRM}}\n"
-        + f"  people: {people}\n"
-        + "approvals:\n"
-        + approvals
-        + "  rules:\n"
-        + "    - projects: [e2e-delhi]\n"
-        + "      approvers: [{oncall: platform-primary, max_level: 2}]\n"
-        + rule
-    )
 
 
 @pytest.fixture
