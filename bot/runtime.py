@@ -128,7 +128,7 @@ class Runtime:
         )
         oncall = OnCallGate(roster, authorizer)
         access = Access(authorizer=authorizer, store=store, adapter_for=registry, oncall=oncall)
-        home_builder = HomeBuilder(authorizer, store, registry, fleet=access.fleet)
+        home_builder = HomeBuilder(authorizer, store, registry, fleet=access.fleet, oncall=oncall)
         home_refresher = HomeRefresher(
             HomePublisher(home_builder, messenger).publish,
             home_builder.may_approve,

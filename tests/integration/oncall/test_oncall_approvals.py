@@ -5,6 +5,8 @@ moves), the Slack stand-in. A night-time request names who is on call now and as
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -17,6 +19,7 @@ from tests.support.oncall_kit import NIGHT, SCALE_101, oncall_policy
 from tests.support.workflow_kit import (
     ALICE,
     BOB,
+    CAROL,
     CHANNEL,
     DAVE,
     DECISION_BUTTONS,
@@ -149,3 +152,14 @@ async def test_without_the_email_scope_the_on_call_person_is_named_unmapped(
     )
     refused = [c for c in stack.slack.calls if c.method == "users.lookupByEmail"]
     assert refused and all(c.error == "missing_scope" for c in refused)
+
+
+async def test_home_lists_the_request_for_the_on_call_only(stack: LocalStack) -> None:
+    opened = await request(stack, DAVE, SCALE_101)
+    for user, waiting in ((BOB, True), (CAROL, False)):
+        result = await stack.sender.app_home_opened(user)
+        assert result.status == 200
+        home = await stack.slack.wait_for(functools.partial(stack.slack.home_of, user))
+        shown = json.dumps(home.blocks, ensure_ascii=False)
+        assert "Waiting for your approval" in shown
+        assert (opened.id in shown) is waiting, (user, shown)
