@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from bot.core.answers import Reply, error
 from bot.core.authorizer import Authorizer
@@ -101,7 +100,7 @@ class Access:
         cluster_id: str | None = None,
         request_id: str | None = None,
         outcome: str | None = None,
-        **detail: Any,
+        **detail: object,
     ) -> None:
         await self.store.append_audit(
             actor=actor,
@@ -174,7 +173,7 @@ class Access:
             ) from None
 
     def make_plan(
-        self, project: str, state: ClusterState, action: str, inputs: Mapping[str, Any]
+        self, project: str, state: ClusterState, action: str, inputs: Mapping[str, object]
     ) -> ChangePlan:
         try:
             return self.adapter_for(project).plan(state, action, inputs)

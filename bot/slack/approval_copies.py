@@ -7,8 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from bot.core.api import ChangeRequestRecord
-from bot.core.requests.view import view_of
+from bot.core.api import ChangeRequestRecord, view_of
 from bot.slack.messenger import Messenger, SlackDeliveryError
 from bot.slack.render import requests
 from bot.slack.render.primitives import SlackMessage, context, user_ref

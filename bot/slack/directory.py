@@ -11,7 +11,7 @@ import logging
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.core.oncall import DirectoryError
+from bot.core.api import DirectoryError
 
 logger = logging.getLogger(__name__)
 LOOKUP_SECONDS = 1.0  # inside the click's 3 s, beside the on-call tool's own deadline

@@ -26,8 +26,8 @@ class Requirement:
     escalate_after_seconds: float | None = None
     requester_counts_as: int = 0
 
-    def as_json(self, approvers: Iterable[str] = ()) -> dict[str, Any]:
-        noted: dict[str, Any] = {
+    def as_json(self, approvers: Iterable[str] = ()) -> dict[str, object]:
+        noted: dict[str, object] = {
             "needed": self.needed,
             "usergroups": list(self.usergroups),
             "kinds": list(self.kinds),

@@ -4,9 +4,8 @@ catalog it is given, every problem named with the file and the key path."""
 from __future__ import annotations
 
 import difflib
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -41,8 +40,8 @@ class _StrictLoader(yaml.SafeLoader):
     silently replacing the first would change who may do what."""
 
 
-def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    seen: set[Any] = set()
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Hashable, object]:
+    seen: set[object] = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=True)
         try:
@@ -212,7 +211,7 @@ def _dotted(loc: Sequence[int | str]) -> str:
     return path
 
 
-def _raw_kinds(catalog: Catalog, data: dict[Any, Any]) -> list[str]:
+def _raw_kinds(catalog: Catalog, data: Mapping[object, object]) -> list[str]:
     """The unknown kinds of the raw file's rules and freezes (each checked however
     broken the rest of its entry is)."""
     approvals = data.get("approvals")
@@ -227,5 +226,5 @@ def _raw_kinds(catalog: Catalog, data: dict[Any, Any]) -> list[str]:
     ]
 
 
-def _as_list(value: object) -> list[Any]:
+def _as_list(value: object) -> list[object]:
     return value if isinstance(value, list) else []

@@ -8,7 +8,6 @@ itself (``freezes: []``, ``limits: null``, ``rules: []``); a key merely absent i
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from pydantic import BaseModel
 
@@ -65,7 +64,7 @@ def _has_content(model: BaseModel, key: str) -> bool:
     return value != default and _meaningful(value)
 
 
-def _meaningful(value: Any) -> bool:
+def _meaningful(value: object) -> bool:
     if value is None or (isinstance(value, list | dict | tuple) and not value):
         return False
     if isinstance(value, BaseModel):
