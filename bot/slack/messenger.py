@@ -201,6 +201,12 @@ class Messenger:
             return None
         return str(link) if link else None
 
+    async def post_to_person(self, user: str, message: SlackMessage) -> tuple[str, str]:
+        """Post into the bot's DM with ``user`` (Slack opens it); its channel and ts."""
+        args = {"channel": user, **message.as_kwargs(), "unfurl_links": False}
+        data = await self._call("chat.postMessage", user, **args)
+        return str(data.get("channel", "")), str(data.get("ts", ""))
+
     async def update(self, channel: str, ts: str, message: SlackMessage) -> None:
         await self._call("chat.update", channel, channel=channel, ts=ts, **message.as_kwargs())
 
