@@ -42,7 +42,6 @@ from bot.core.watch.reservations import ReminderDesk
 from bot.core.watch.watcher import Watcher
 from bot.mcp.http import McpEndpoint, bearer_token
 from bot.mcp.server import TokenOf, Tools, build_server
-from bot.metrics import render_metrics
 from bot.providers.catalog import Catalog
 from bot.providers.installed import load_catalog
 from bot.redact import install_log_redaction, register_secret
@@ -53,7 +52,7 @@ from bot.slack.bolt_context import Services
 from bot.slack.builder_steps import SlackStepPort
 from bot.slack.directory import SlackEmailDirectory
 from bot.slack.home import HomePublisher
-from bot.slack.http_server import HttpLimits, limit_middlewares
+from bot.slack.http_server import HttpLimits, add_ops_routes, limit_middlewares
 from bot.slack.messenger import Messenger, build_web_client, slack_http_session
 from bot.slack.notifier import SlackNotifier
 from bot.slack.startup import Backoff, BotIdentity, Readiness, check_bot_token
@@ -383,28 +382,3 @@ def _provider_registry(
         for variable in project.section.credential_variables():
             register_secret(environment.get(variable))
     return registry
-
-
-def add_ops_routes(
-    app: web.Application,
-    healthy: Callable[[], Awaitable[bool]],
-    readiness: Readiness | None = None,
-) -> None:
-    """``GET /healthz`` (503 when not healthy or not ready yet, with the reason) and
-    ``GET /metrics`` (Prometheus text)."""
-
-    async def healthz(_: web.Request) -> web.Response:
-        if readiness is not None and readiness.reason is not None:
-            return web.json_response({"ok": False, "reason": readiness.reason}, status=503)
-        ok = await healthy()
-        return web.json_response({"ok": ok}, status=200 if ok else 503)
-
-    async def metrics(_: web.Request) -> web.Response:
-        return web.Response(
-            body=render_metrics(),
-            content_type="text/plain",
-            headers={"X-Content-Type-Options": "nosniff"},
-        )
-
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/metrics", metrics)
