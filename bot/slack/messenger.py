@@ -7,10 +7,9 @@ handler (a 429 was not processed); any other failure becomes a SlackDeliveryErro
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -26,6 +25,9 @@ from bot.pacing import waiting_elsewhere
 from bot.redact import redact
 from bot.slack.calls import count_slack_calls
 from bot.slack.render.primitives import SlackMessage, channel_ref
+from bot.slack.upload_bytes import NOT_CONNECTED as _NOT_CONNECTED
+from bot.slack.upload_bytes import chunks as _chunks
+from bot.slack.upload_bytes import nothing_sent as _nothing_sent
 
 log = logging.getLogger(__name__)
 
@@ -387,29 +389,3 @@ def _name_of(user: object) -> str:
             return value.strip()
     name = user.get("name")
     return name.strip() if isinstance(name, str) else ""
-
-
-_UPLOAD_CHUNK = 64 * 1024
-
-
-async def _chunks(content: BinaryIO, length: int) -> AsyncIterator[bytes]:
-    """``length`` bytes of ``content`` from where it is, read off the event loop."""
-    left = length
-    while left > 0:
-        chunk = await asyncio.to_thread(content.read, min(_UPLOAD_CHUNK, left))
-        if not chunk:
-            return
-        left -= len(chunk)
-        yield chunk
-
-
-# Errors raised before the request's first byte was written: the connection was never made.
-_NOT_CONNECTED = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
-# A certificate or TLS refusal is not a connection that failed to happen: trying again will
-# not change it.
-_NOT_TRANSIENT = (aiohttp.ClientConnectorCertificateError, aiohttp.ClientConnectorSSLError)
-
-
-def _nothing_sent(exc: Exception) -> bool:
-    """True for a connection that could not be made and may be made on another try."""
-    return isinstance(exc, _NOT_CONNECTED) and not isinstance(exc, _NOT_TRANSIENT)
