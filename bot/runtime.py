@@ -119,17 +119,12 @@ class Runtime:
             holder,
             SlackUserGroupResolver(web_client, ttl_seconds=settings.gpuops_usergroup_cache_seconds),
         )
-        roster = OnCallRoster(
-            holder,
-            OnCallClients(
-                environment.get,
-                settings.gpuops_oncall_base_urls,
-                deadline=settings.gpuops_oncall_deadline,
-            ),
-            SlackEmailDirectory(web_client),
-            cache_seconds=settings.gpuops_oncall_cache_seconds,
+        clients = OnCallClients.of(settings, environment)
+        directory = SlackEmailDirectory(web_client)
+        cache = settings.gpuops_oncall_cache_seconds
+        oncall = OnCallGate(
+            OnCallRoster(holder, clients, directory, cache_seconds=cache), authorizer
         )
-        oncall = OnCallGate(roster, authorizer)
         access = Access(authorizer=authorizer, store=store, adapter_for=registry, oncall=oncall)
         home_builder = HomeBuilder(authorizer, store, registry, fleet=access.fleet, oncall=oncall)
         home_refresher = HomeRefresher(
@@ -144,7 +139,8 @@ class Runtime:
             access=access,
             store=store,
             notifier=FanOutNotifier(
-                SlackNotifier(messenger, copies=_copies_of(store)), [home_refresher, completer]
+                SlackNotifier(messenger, copies=store.approval_copy_refs),
+                [home_refresher, completer],
             ),
             instance_id=instance,
             poll_seconds=settings.gpuops_poll_seconds,
@@ -329,15 +325,6 @@ class Runtime:
         await self.store.close()
         if self.web_client.session is not None:
             await self.web_client.session.close()
-
-
-def _copies_of(store: Store) -> Callable[[str], Awaitable[list[tuple[str, str]]]]:
-    """Where a request's prompt was copied by DM (SPEC §16), for the notifier's edits."""
-
-    async def copies(request_id: str) -> list[tuple[str, str]]:
-        return [(c.channel, c.ts) for c in await store.approval_copies(request_id)]
-
-    return copies
 
 
 def _policy_readier(

@@ -70,6 +70,10 @@ class OnCallMixin(StoreBase):
             for r in rows
         ]
 
+    async def approval_copy_refs(self, request_id: str) -> list[tuple[str, str]]:
+        """Where the request's prompt was copied: (channel, ts) of each DM copy."""
+        return [(c.channel, c.ts) for c in await self.approval_copies(request_id)]
+
     async def claim_escalation(self, request_id: str, level: int) -> bool:
         """True for the one caller (across replicas) that escalates the request to ``level``."""
         row = {"request_id": request_id, "level": level, "claimed_at": utcnow()}
