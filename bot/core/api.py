@@ -40,7 +40,7 @@ from bot.core.notifier import Tone as Tone
 from bot.core.paging import Page as Page
 from bot.core.policy import PolicyHolder as PolicyHolder
 from bot.core.policy import Role as Role
-from bot.core.requests.decisions import Decision as Decision
+from bot.core.requests.deciders import Decision as Decision
 from bot.core.requests.decisions import NeedsBreakGlass as NeedsBreakGlass
 from bot.core.requests.schedule import example_run_at as example_run_at
 from bot.core.requests.schedule import utc_text as utc_text

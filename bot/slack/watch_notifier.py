@@ -16,7 +16,7 @@ from bot.core.api import (
     RemediationRecord,
     ReservationReminder,
 )
-from bot.providers.base import ProviderDescriptor
+from bot.providers.descriptor import ProviderDescriptor
 from bot.providers.remediations import Remediation
 from bot.slack.messenger import Messenger, SlackDeliveryError
 from bot.slack.render import watch as render

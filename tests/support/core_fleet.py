@@ -15,10 +15,9 @@ from bot.providers.base import (
     ChangePlan,
     ClusterState,
     ClusterSummary,
-    Connection,
     ProviderAdapter,
-    ProviderDescriptor,
 )
+from bot.providers.descriptor import Connection, ProviderDescriptor
 from bot.providers.e2e.adapter import _current_of
 from bot.providers.e2e.models import E2EClusterDetail
 from bot.providers.e2e.summary import to_summary as e2e_summary

@@ -20,13 +20,11 @@ from bot.providers.base import (
     ChangePlan,
     ClusterState,
     ClusterSummary,
-    Connection,
     FieldSpec,
     Inverse,
     ProviderAdapter,
-    ProviderDescriptor,
-    ProviderSection,
 )
+from bot.providers.descriptor import Connection, ProviderDescriptor, ProviderSection
 from bot.providers.http import ClientSettings, ProviderTransport
 from tests.support.transaction_guard import note
 
