@@ -1,10 +1,18 @@
-"""The core's front door for what stands above it: the listeners (``handlers``) and the Slack
-layer (``bot.slack``) import the core only from here, never from its rooms (import-linter
-contracts and ``tests/unit/test_import_graph.py``). It hands on the services the listeners
-call, the records, answers and errors those hand out, and what the Slack layer renders and
-implements: the answers' shapes, request views and their words, the Home's data, the
-notifier ports and their events, the watcher's events."""
+"""The core's front door for what stands above it: the listeners (``handlers``), the Slack
+layer (``bot.slack``) and the MCP surface (``bot.mcp``) import the core only from here,
+never from its rooms (import-linter contracts and ``tests/unit/test_import_graph.py``). It
+hands on the services the listeners call, the records, answers and errors those hand out,
+and what the Slack layer renders and implements: the answers' shapes, request views and
+their words, the Home's data, the notifier ports and their events, the watcher's events."""
 
+from bot.core.agents.desk import AgentDesk as AgentDesk
+from bot.core.agents.desk import AgentRefused as AgentRefused
+from bot.core.agents.desk import ClusterAnswer as ClusterAnswer
+from bot.core.agents.desk import ClustersAnswer as ClustersAnswer
+from bot.core.agents.desk import PolicyAnswer as PolicyAnswer
+from bot.core.agents.desk import RequestAnswer as RequestAnswer
+from bot.core.agents.tokens import Caller as Caller
+from bot.core.agents.tokens import TokenRefused as TokenRefused
 from bot.core.answers import AuditListing as AuditListing
 from bot.core.answers import ClusterCard as ClusterCard
 from bot.core.answers import ClusterListing as ClusterListing
@@ -32,11 +40,13 @@ from bot.core.home import HomeCluster as HomeCluster
 from bot.core.home import HomeData as HomeData
 from bot.core.home import HomeProject as HomeProject
 from bot.core.home import HomeRequest as HomeRequest
+from bot.core.home import HomeToken as HomeToken
 from bot.core.home_refresh import HomeRefresher as HomeRefresher
 from bot.core.notifier import EventKind as EventKind
 from bot.core.notifier import NotDelivered as NotDelivered
 from bot.core.notifier import RequestEvent as RequestEvent
 from bot.core.notifier import Tone as Tone
+from bot.core.oncall import DirectoryError as DirectoryError
 from bot.core.paging import Page as Page
 from bot.core.policy import PolicyHolder as PolicyHolder
 from bot.core.policy import Role as Role
