@@ -7,9 +7,16 @@ from __future__ import annotations
 import logging
 import tempfile
 
-from bot.core.answers import Reply, error, store_unavailable
-from bot.core.api import StoreUnavailable
-from bot.core.timeline import Timeline, TimelineRequest, nothing_to_list, shared_comment
+from bot.core.api import (
+    Reply,
+    StoreUnavailable,
+    Timeline,
+    TimelineRequest,
+    error,
+    nothing_to_list,
+    shared_comment,
+    store_unavailable,
+)
 from bot.slack.messenger import FileUpload, Messenger, SlackDeliveryError
 
 log = logging.getLogger(__name__)

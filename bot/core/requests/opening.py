@@ -18,7 +18,7 @@ from bot.core.ask.change import ChangeAsk
 from bot.core.guardrails.approvals import Requirement, requirement_for, who_to_ask
 from bot.core.guardrails.guard import Guard, Override, guard_json
 from bot.core.notifier import NotDelivered
-from bot.core.requests import transitions
+from bot.core.requests import table, transitions
 from bot.core.requests.deps import RequestDeps
 from bot.core.requests.execution import Execution, Posted
 from bot.core.requests.outcomes import Result
@@ -95,20 +95,36 @@ class Opening:
                 cluster_id=ask.cluster_id,
                 command=ask.command,
             )
-        stored = {"plan": plan.model_dump(mode="json"), "inputs": dict(plan.body)}
+        stored: dict[str, object] = {
+            "plan": plan.model_dump(mode="json"),
+            "inputs": dict(plan.body),
+        }
         stored["guard"] = guard_json(size, overridden)
+        if ask.via is not None:  # shown verbatim in Slack before anyone confirms
+            stored["proposed"] = {str(k): str(v) for k, v in ask.inputs.items()}
         return await self._open(ask, plan, stored, overridden, run_at)
 
-    def _approvals(
+    async def _approvals(
         self, requirement: Requirement | None, project: str, channel: str, requester: str
-    ) -> dict[str, Any] | None:
-        """The approval requirement as stored, with whom its prompt asks."""
+    ) -> dict[str, object] | None:
+        """The approval requirement as stored, with whom its prompt asks: under on-call
+        approvers (SPEC §16), who is on call now (the prompt names them; eligibility is
+        judged again at each click)."""
         if requirement is None:
             return None
         ask = who_to_ask(
             self.deps.policy, requirement, project=project, channel=channel, requester=requester
         )
-        return {**requirement.as_json(), "ask": ask}
+        gate = self.deps.access.oncall
+        if not requirement.oncall or gate is None:
+            return {**requirement.as_json(), "ask": ask}
+        now = self.deps.clock()
+        on_call = await gate.now(requirement, opened_at=now, now=now)
+        ask = {
+            "users": [u for u in on_call.slack_ids if u != requester],
+            "usergroups": list(requirement.usergroups),
+        }
+        return {**requirement.as_json(), "ask": ask, "oncall_now": on_call.as_json()}
 
     async def _duplicate_of(
         self, record: ChangeRequestRecord, others: list[OpenBeside]
@@ -138,7 +154,7 @@ class Opening:
         self,
         ask: ChangeAsk,
         plan: ChangePlan,
-        stored: dict[str, Any],
+        stored: dict[str, object],
         overridden: Override | None,
         run_at: datetime | None,
     ) -> Reply:
@@ -152,15 +168,20 @@ class Opening:
         )
         requirement = requirement_for(deps.policy, plan.project, plan.kinds)
         needs_approval = requirement is not None
+        # An agent's proposal waits for its requester's Confirm first (SPEC §15), even when
+        # the policy would let it run at once: the agent's ask is not the person's decision.
+        awaiting = ask.via is not None
+        held = needs_approval or awaiting
         expire_minutes = deps.policy.approvals.expire_after_minutes
         expires_at = deps.clock() + timedelta(minutes=expire_minutes)
         if run_at is not None:  # approved before its time, or it expires then
             expire_minutes = max(ceil((run_at - deps.clock()).total_seconds() / 60), 1)
             expires_at = run_at
+        agent = {"via": ask.via, "client": ask.client, "token": ask.token} if awaiting else {}
         opened = Change(
-            transitions.OPEN if needs_approval else transitions.OPEN_APPROVED,
+            table.OPEN if held else table.OPEN_APPROVED,
             user,
-            outcome=str(RequestState.PENDING if needs_approval else RequestState.APPROVED),
+            outcome=str(RequestState.PENDING if held else RequestState.APPROVED),
             detail={
                 "preview": plan.preview_text(),
                 "kinds": plan.kinds,
@@ -169,8 +190,11 @@ class Opening:
                 **({"workflow_step": step} if step else {}),
                 "revert_of": revert_of or "",
                 "run_at": run_at.isoformat() if run_at else "",
+                **agent,
+                **({"confirm": "awaiting"} if awaiting else {}),
             },
         )
+        approvals = await self._approvals(requirement, plan.project, channel, user)
         record, others = await transitions.open_request(
             deps,
             opened,
@@ -186,11 +210,14 @@ class Opening:
             requester=user,
             channel=channel,
             reason=reason,
-            expires_at=expires_at if needs_approval else None,
+            expires_at=expires_at if held else None,
             step=step,
-            approvals=self._approvals(requirement, plan.project, channel, user),
+            approvals=approvals,
             revert_of=revert_of,
             run_at=run_at,
+            via=ask.via,
+            client=ask.client,
+            confirm="awaiting" if awaiting else None,
         )
         duplicate = await self._duplicate_of(record, others)
         if duplicate is not None:
@@ -211,15 +238,17 @@ class Opening:
         beside = _beside_note(record, others)
         try:
             root_ts = await deps.notifier.request_opened(record)
-            if needs_approval or run_at is not None:
+            if held or run_at is not None:
                 record = await self._note(record, root_ts=root_ts)
             else:  # run now: stored with its start (or refusal), one transaction fewer
                 record = record.model_copy(update={"root_ts": root_ts})
-            if needs_approval:
+            if needs_approval and not awaiting:  # a proposal asks once it is confirmed
                 # Without the prompt nobody can approve it: withdraw it rather than let it
                 # wait for an approval that cannot come.
                 prompt_ts = await deps.notifier.approval_requested(record, expire_minutes)
                 record = await self._note(record, prompt_ts=prompt_ts)
+                if deps.access.oncall_copies is not None:  # SPEC §16: DMs to who is on call
+                    await deps.access.oncall_copies.opened(record)
         except NotDelivered as exc:
             shown = "the approval prompt" if record.root_ts else "in the channel"
             await self._withdraw(record, f"could not post {shown} ({exc.reason})")
@@ -228,6 +257,14 @@ class Opening:
             await deps.notifier.follow_up_note(record, beside, "warning")
         also = f"\n{beside}" if beside else ""
         when = "" if run_at is None else f", scheduled for {when_text(run_at, deps.clock())}"
+        if awaiting:
+            APPROVALS_PENDING.inc()
+            await mirror(deps, record, "Change proposed by an agent", its_copy=True)
+            then = ", then for approval" if needs_approval else ""
+            return notice(
+                f"Request {record.id} is waiting for <@{user}> to confirm it in the thread"
+                f"{then}{when}: {plan.preview_text()}{also}"
+            )
         if needs_approval:
             APPROVALS_PENDING.inc()
             await mirror(deps, record, "Change requested", its_copy=True)
@@ -312,7 +349,7 @@ class Opening:
 
     async def _withdraw(self, record: ChangeRequestRecord, why: str) -> None:
         withdrawn = Change(
-            transitions.WITHDRAW,
+            table.WITHDRAW,
             "gpuops",
             outcome="cancelled",
             text=why,

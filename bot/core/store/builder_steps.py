@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from bot.core.store.db import Store
@@ -65,7 +65,7 @@ class StepStore:
         self.store = store
 
     def _new_step(
-        self, execution_id: str, requester: str, channel: str, **values: Any
+        self, execution_id: str, requester: str, channel: str, **values: object
     ) -> postgresql.Insert | sqlite.Insert:
         """The insert of an execution not known yet (nothing when it is: the first wins)."""
         now = _now()
@@ -103,7 +103,7 @@ class StepStore:
             rows = (await conn.execute(statement)).mappings().all()
         return [StepRecord.model_validate(dict(row)) for row in rows]
 
-    async def _one(self, condition: Any) -> StepRecord | None:
+    async def _one(self, condition: ColumnElement[bool]) -> StepRecord | None:
         async with self.store._begin() as conn:
             row = (await conn.execute(select(workflow_steps).where(condition))).mappings().first()
         return None if row is None else StepRecord.model_validate(dict(row))

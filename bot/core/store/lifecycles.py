@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from datetime import UTC, datetime
-from typing import Any
 
 from sqlalchemy import update
 
@@ -42,7 +41,7 @@ async def move_remediation(
     from_decisions: Collection[RemediationDecision],
     to: RemediationDecision | None,
     audit: AuditRow,
-    **fields: Any,
+    **fields: object,
 ) -> RemediationRecord | None:
     """Move the decision to ``to`` (None: it stays) if it is still one of
     ``from_decisions`` (with ``fields``), and append ``audit``, in one transaction: the new
@@ -93,7 +92,7 @@ async def new_step(
     requester: str,
     channel: str,
     state: StepState,
-    **values: Any,
+    **values: object,
 ) -> StepRecord | None:
     """Store an execution not known yet in ``state`` (with ``values``), in one statement:
     the step for the one caller that wins (across replicas and redeliveries), None when the
@@ -113,7 +112,7 @@ async def move_step(
     to: StepState,
     *,
     updated_before: datetime | None = None,
-    **values: Any,
+    **values: object,
 ) -> StepRecord | None:
     """Move a step to ``to`` if it is still in one of ``from_states`` (and, with
     ``updated_before``, was last written before then), with ``values``, in one statement:

@@ -9,7 +9,6 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import islice
-from typing import Any
 
 from sqlalchemy import Select, and_, func, not_, or_, select
 
@@ -136,7 +135,7 @@ def _channel_statement(
     since: datetime,
     until: datetime,
     after: tuple[datetime, int] | None,
-) -> Select[Any]:
+) -> Select[tuple[object, ...]]:
     """The channel's events in [since, until) after ``after``, unordered and unbounded."""
     statement = (
         _notify_events(channel, projects, notify_projects, since, until)
@@ -157,7 +156,7 @@ def _notify_events(
     notify_projects: Collection[str],
     since: datetime,
     until: datetime,
-) -> Select[Any]:
+) -> Select[tuple[object, ...]]:
     """Where requests are mirrored: the projects' trail in time (the (project, at, id)
     index), the requests made here or of a project that notifies here, and the watch
     posts of those projects."""
@@ -187,7 +186,7 @@ def _notify_events(
 
 def _own_events(
     channel: str, projects: Collection[str], since: datetime, until: datetime
-) -> Select[Any]:
+) -> Select[tuple[object, ...]]:
     """The events of the requests made in ``channel`` (none is mirrored there): read from
     those requests (ix_gpuops_change_requests_channel, then each one's entries), so the
     cost follows the channel's own requests, not the projects' whole trail. A page is
