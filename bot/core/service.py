@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
+from typing import Unpack
 
 from bot.core.access import Access, Refusal, invalid_change
 from bot.core.answers import Reply, error, notice, store_unavailable
@@ -28,9 +29,8 @@ from bot.core.ask.reading import ReadCommand, Reader
 from bot.core.authorizer import one_authorization
 from bot.core.policy import Role
 from bot.core.queries import Queries
-from bot.core.requests.deciders import Decision
 from bot.core.requests.decisions import NeedsBreakGlass
-from bot.core.requests.workflow import ChangeWorkflow
+from bot.core.requests.workflow import ChangeWorkflow, DecisionAsked
 from bot.core.store import StoreUnavailable
 from bot.core.timeline import Timeline, TimelineRequest
 from bot.logs import log_context
@@ -87,27 +87,11 @@ class CommandService:
         task.add_done_callback(_forget_late(self._late))
         raise StoreUnavailable(store.database, f"no answer within {DEDUP_SECONDS:g} s")
 
-    async def decide(
-        self,
-        *,
-        user: str,
-        channel: str,
-        request_id: str,
-        decision: Decision,
-        break_glass_reason: str | None = None,
-        reason: str | None = None,
-    ) -> Reply | NeedsBreakGlass | None:
+    async def decide(self, **asked: Unpack[DecisionAsked]) -> Reply | NeedsBreakGlass | None:
         """Approve, deny or cancel a request (ChangeWorkflow.decide)."""
         try:
             with one_authorization():
-                return await self.workflow.decide(
-                    user=user,
-                    channel=channel,
-                    request_id=request_id,
-                    decision=decision,
-                    break_glass_reason=break_glass_reason,
-                    reason=reason,
-                )
+                return await self.workflow.decide(**asked)
         except StoreUnavailable as exc:
             return _store_down("a decision", exc)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import NotRequired, TypedDict, Unpack
 
 from bot.core.access import Access
 from bot.core.answers import Reply
@@ -32,6 +33,19 @@ from bot.core.requests.sweeper import Sweeper
 from bot.core.requests.tasks import BackgroundTasks
 from bot.core.store import Store
 from bot.logs import log_context
+
+
+class DecisionAsked(TypedDict):
+    """A decision as someone asked for it (a button, a modal), passed on as it came: who,
+    where they clicked, which request, what; an admin's break-glass reason and a denier's
+    why (``Decisions.decide`` says what each does)."""
+
+    user: str
+    channel: str
+    request_id: str
+    decision: Decision
+    break_glass_reason: NotRequired[str | None]
+    reason: NotRequired[str | None]
 
 
 class ChangeWorkflow:
@@ -87,26 +101,10 @@ class ChangeWorkflow:
         with log_context(project=ask.project, cluster=ask.cluster_id):
             return await self.opening.request_change(ask)
 
-    async def decide(
-        self,
-        *,
-        user: str,
-        channel: str,
-        request_id: str,
-        decision: Decision,
-        break_glass_reason: str | None = None,
-        reason: str | None = None,
-    ) -> Reply | NeedsBreakGlass | None:
+    async def decide(self, **asked: Unpack[DecisionAsked]) -> Reply | NeedsBreakGlass | None:
         """Act on a decision (bot.core.requests.decisions)."""
-        with log_context(request_id=request_id):
-            return await self.decisions.decide(
-                user=user,
-                channel=channel,
-                request_id=request_id,
-                decision=decision,
-                break_glass_reason=break_glass_reason,
-                reason=reason,
-            )
+        with log_context(request_id=asked["request_id"]):
+            return await self.decisions.decide(**asked)
 
     async def revert(self, *, user: str, channel: str, request_id: str) -> Reply:
         """Request the inverse of a change (bot.core.requests.revert)."""
