@@ -22,7 +22,7 @@ from bot.errors import GpuopsError
 from bot.providers.catalog import Catalog
 from bot.providers.http import ClientSettings
 
-Mode = Literal["serve", "socket", "demo", "check"]
+Mode = Literal["serve", "socket", "demo", "check", "mcp"]
 
 _DATABASE_SCHEMES = ("sqlite", "postgresql", "postgres")
 
@@ -82,6 +82,10 @@ class Settings(BaseSettings):
     gpuops_sweep_seconds: float = 30
     # A person's App Home tab is republished at most once per this many seconds.
     gpuops_home_refresh_seconds: float = 5
+    # Agents (SPEC §15): the calls a personal token may make a minute (across replicas),
+    # and the token `gpuops mcp` uses over stdio.
+    gpuops_mcp_calls_per_minute: int = Field(default=60, ge=1, le=10_000)
+    gpuops_mcp_token: SecretStr | None = None
     # The state store: how long to wait for a connection and for one transaction, and how
     # long a change's execution lease lasts without a heartbeat (its fencing period).
     gpuops_db_connect_timeout: float = 5
@@ -215,6 +219,8 @@ class Settings(BaseSettings):
                 problems.append(f"SLACK_SIGNING_SECRET is not set; `gpuops {mode}` needs it")
         elif mode == "socket":
             problems += _token_problems(self.slack_app_token, "SLACK_APP_TOKEN", "xapp-", mode)
+        elif mode == "mcp":
+            pass  # it posts proposals with the bot token and takes no Slack request
         else:
             if self.slack_signing_secret is None and self.slack_app_token is None:
                 problems.append(
@@ -257,7 +263,12 @@ class Settings(BaseSettings):
         """Every secret this object holds, for bot.redact.register_secret."""
         secrets = [
             s.get_secret_value()
-            for s in (self.slack_bot_token, self.slack_signing_secret, self.slack_app_token)
+            for s in (
+                self.slack_bot_token,
+                self.slack_signing_secret,
+                self.slack_app_token,
+                self.gpuops_mcp_token,
+            )
             if s is not None
         ]
         password = urlsplit(self.gpuops_database_url).password

@@ -20,6 +20,7 @@ _PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(r"(xox[abpors]-)[A-Za-z0-9\-]+"),
     re.compile(r"(xapp-)[A-Za-z0-9\-]+"),
     re.compile(r"(xwfp-)[A-Za-z0-9\-]+"),  # a workflow step's token (function_executed)
+    re.compile(r"(gpo_)[A-Za-z0-9_\-]{8,}"),  # a person's token for agents (SPEC §15)
 )
 
 _lock = threading.Lock()

@@ -20,6 +20,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 import handlers
 from bot.config import Settings
 from bot.core.access import Access
+from bot.core.agents.desk import AgentDesk
 from bot.core.authorizer import Authorizer
 from bot.core.builder_steps.completer import StepCompleter
 from bot.core.builder_steps.runner import BuilderSteps
@@ -37,6 +38,8 @@ from bot.core.watch.incidents import IncidentDesk
 from bot.core.watch.remediations import RemediationDesk
 from bot.core.watch.reservations import ReminderDesk
 from bot.core.watch.watcher import Watcher
+from bot.mcp.http import McpEndpoint, bearer_token
+from bot.mcp.server import TokenOf, Tools, build_server
 from bot.metrics import render_metrics
 from bot.providers.catalog import Catalog
 from bot.providers.installed import load_catalog
@@ -80,6 +83,7 @@ class Runtime:
     _background: list[asyncio.Task[Any]] = field(default_factory=list)
     readiness: Readiness = field(default_factory=Readiness)
     hangup: Hangup = field(default_factory=Hangup)
+    mcp: McpEndpoint | None = None  # /mcp: the MCP server for agents (SPEC §15)
 
     @classmethod
     async def create(
@@ -133,7 +137,11 @@ class Runtime:
             max_call_seconds=settings.client_settings().max_call_seconds,
             schedule_grace_seconds=settings.gpuops_schedule_grace_seconds,
         )
-        ops = CommandService(access=access, workflow=workflow)
+        ops = CommandService(
+            access=access,
+            workflow=workflow,
+            calls_per_minute=settings.gpuops_mcp_calls_per_minute,
+        )
         steps = BuilderSteps(ops, step_store, completer)
         watch_store = WatchStore(
             store, claim_takeover=timedelta(seconds=settings.gpuops_claim_takeover_seconds)
@@ -194,7 +202,12 @@ class Runtime:
             reloader,
         )
         runtime.hangup.on_hangup("reload the policy", runtime._reload_on_hangup)
+        runtime.mcp = McpEndpoint(build_server(runtime.mcp_tools(bearer_token)))
         return runtime
+
+    def mcp_tools(self, token_of: TokenOf) -> Tools:
+        """The MCP tools on this bot's core; ``token_of`` reads a call's token."""
+        return Tools(AgentDesk(self.ops), token_of, permalink=self.messenger.permalink)
 
     async def _reload_on_hangup(self) -> None:
         await self.reload_policy()
@@ -258,6 +271,8 @@ class Runtime:
         )
         endpoint = SlackEventsEndpoint(self.bolt, _signing_secret(self.settings))
         app.router.add_post("/slack/events", self._when_ready(endpoint.handle))
+        if self.mcp is not None:
+            self.mcp.install(app)
         add_ops_routes(app, self._healthy, self.readiness)
         return app
 

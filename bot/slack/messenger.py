@@ -192,6 +192,15 @@ class Messenger:
         data = await self._call("chat.postMessage", channel, **args)
         return str(data.get("ts", ""))
 
+    async def permalink(self, channel: str, ts: str) -> str | None:
+        """A message's link (chat.getPermalink, form-style); None when Slack gives none."""
+        params = {"channel": channel, "message_ts": ts}
+        try:
+            link = (await self._call("chat.getPermalink", channel, params=params)).get("permalink")
+        except SlackDeliveryError:
+            return None
+        return str(link) if link else None
+
     async def update(self, channel: str, ts: str, message: SlackMessage) -> None:
         await self._call("chat.update", channel, channel=channel, ts=ts, **message.as_kwargs())
 

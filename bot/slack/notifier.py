@@ -12,9 +12,17 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
-from bot.core.api import TERMINAL_STATES, ChangeRequestRecord, RequestState
-from bot.core.notifier import EventKind, NotDelivered, RequestEvent, Tone
-from bot.core.requests.view import revertible, view_of
+from bot.core.api import (
+    TERMINAL_STATES,
+    ChangeRequestRecord,
+    EventKind,
+    NotDelivered,
+    RequestEvent,
+    RequestState,
+    Tone,
+    revertible,
+    view_of,
+)
 from bot.providers.base import ClusterSummary
 from bot.slack.messenger import Messenger, SlackDeliveryError
 from bot.slack.render import clusters, primitives, requests
@@ -26,6 +34,7 @@ _DECISION_WORDS: dict[EventKind, tuple[str, str]] = {
     "approved": (":white_check_mark:", "Approved"),
     "denied": (":no_entry_sign:", "Denied"),
     "cancelled": (":heavy_multiplication_x:", "Cancelled"),
+    "confirmed": (":ballot_box_with_check:", "Confirmed"),
 }
 _NOTE_ICONS: dict[EventKind, str] = {
     "break_glass": ":rotating_light:",
@@ -270,5 +279,7 @@ def _mirrored(record: ChangeRequestRecord, headline: str) -> SlackMessage:
     root = requests.request_root(view_of(record))
     said = primitives.composed_text(headline, (record.requester, record.decided_by or ""))
     return SlackMessage(
-        text=f"{said} — {root.text}", blocks=[primitives.context(said), *root.blocks]
+        text=f"{said} — {root.text}",
+        # A copy tells; it carries no buttons (an agent's proposal is confirmed in its thread).
+        blocks=[primitives.context(said), *(b for b in root.blocks if b.get("type") != "actions")],
     )

@@ -13,9 +13,8 @@ from slack_bolt.middleware.async_middleware import AsyncMiddleware
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
-from bot.core.answers import Reply, error
-from bot.core.answers import store_unavailable as store_unavailable_reply
-from bot.core.api import StoreUnavailable
+from bot.core.api import Reply, StoreUnavailable, error
+from bot.core.api import store_unavailable as store_unavailable_reply
 from bot.slack.bolt_context import find_services, store_unavailable
 from bot.slack.home import SHOW_ACTION_ID
 from bot.slack.interactions import DirectMessage, Route, Whisper, modal_metadata, tell

@@ -57,6 +57,7 @@ USAGE = {
     "audit": "/gpu audit [project] [limit] [page=N]",
     "timeline": "/gpu timeline [since]",
     "policy": "/gpu policy [project]",
+    "token": "/gpu token new [ttl=7d] [name=…]",
 }
 _BEFORE_THE_VERBS = ("help", "list", "show")
 
@@ -121,6 +122,15 @@ class PolicyCommand(BaseModel):
     project: str | None = None
 
 
+class TokenCommand(BaseModel):
+    """A personal token for agents (SPEC §15): make one, list them, revoke one."""
+
+    name: Literal["token"] = "token"
+    verb: Literal["new", "list", "revoke"]
+    ttl: str | None = None
+    token_name: str | None = None
+
+
 Command = (
     HelpCommand
     | ListCommand
@@ -129,6 +139,7 @@ Command = (
     | AuditCommand
     | TimelineCommand
     | PolicyCommand
+    | TokenCommand
 )
 
 
@@ -258,7 +269,31 @@ def parse_command(text: str, catalog: Catalog) -> Command:
             raise UsageError(f"`policy` takes at most a project. Usage: `{USAGE['policy']}`")
         project = _token(args[0], "project", USAGE["policy"]) if args else None
         return PolicyCommand(project=project)
+    if verb == "token":
+        return _parse_token(args)
     raise _unknown_verb(verb, usage(catalog))
+
+
+def _parse_token(args: list[str]) -> TokenCommand:
+    usage = f"{USAGE['token']}`, `/gpu token list`, `/gpu token revoke <name>"
+    if not args or args[0].lower() not in ("new", "list", "revoke"):
+        raise UsageError(f"`token` takes `new`, `list` or `revoke`. Usage: `{usage}`")
+    verb, rest = args[0].lower(), args[1:]
+    if verb == "list":
+        if rest:
+            raise UsageError(f"`token list` takes nothing more. Usage: `{usage}`")
+        return TokenCommand(verb="list")
+    if verb == "revoke":
+        if len(rest) != 1 or "=" in rest[0]:
+            raise UsageError(f"`token revoke` takes the token's name. Usage: `{usage}`")
+        return TokenCommand(verb="revoke", token_name=_token(rest[0], "token name", usage))
+    given: dict[str, str] = {}
+    for word in rest:
+        key, sep, value = word.partition("=")
+        if not sep or key not in ("ttl", "name") or key in given:
+            raise UsageError(f"`token new` takes `ttl=` and `name=` once each. Usage: `{usage}`")
+        given[key] = value.strip()
+    return TokenCommand(verb="new", ttl=given.get("ttl"), token_name=given.get("name"))
 
 
 def _extra_words(extra: list[str]) -> str:

@@ -111,7 +111,15 @@ class Deciders:
         decision: Decision,
         break_glass_reason: str | None,
     ) -> bool:
-        """Check the decider in the request's channel; True for a break-glass self-approval."""
+        """Check the decider in the request's channel; True for a break-glass self-approval.
+        An agent's proposal is approved only once its requester has confirmed it."""
+        if decision == "approve" and record.confirm == "awaiting":
+            raise Refusal(
+                f"{record.id} is an agent's proposal that <@{record.requester}> has not "
+                "confirmed yet: it can be approved once they press Confirm.",
+                kind="unconfirmed",
+                mentions=(record.requester,),
+            )
         role = await self.deps.access.require(
             user, record.project, record.channel, Role.approver, doing=_DOING[decision]
         )

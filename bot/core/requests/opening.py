@@ -100,6 +100,8 @@ class Opening:
             "inputs": dict(plan.body),
         }
         stored["guard"] = guard_json(size, overridden)
+        if ask.via is not None:  # shown verbatim in Slack before anyone confirms
+            stored["proposed"] = {str(k): str(v) for k, v in ask.inputs.items()}
         return await self._open(ask, plan, stored, overridden, run_at)
 
     def _approvals(
@@ -155,15 +157,20 @@ class Opening:
         )
         requirement = requirement_for(deps.policy, plan.project, plan.kinds)
         needs_approval = requirement is not None
+        # An agent's proposal waits for its requester's Confirm first (SPEC §15), even when
+        # the policy would let it run at once: the agent's ask is not the person's decision.
+        awaiting = ask.via is not None
+        held = needs_approval or awaiting
         expire_minutes = deps.policy.approvals.expire_after_minutes
         expires_at = deps.clock() + timedelta(minutes=expire_minutes)
         if run_at is not None:  # approved before its time, or it expires then
             expire_minutes = max(ceil((run_at - deps.clock()).total_seconds() / 60), 1)
             expires_at = run_at
+        agent = {"via": ask.via, "client": ask.client, "token": ask.token} if awaiting else {}
         opened = Change(
-            table.OPEN if needs_approval else table.OPEN_APPROVED,
+            table.OPEN if held else table.OPEN_APPROVED,
             user,
-            outcome=str(RequestState.PENDING if needs_approval else RequestState.APPROVED),
+            outcome=str(RequestState.PENDING if held else RequestState.APPROVED),
             detail={
                 "preview": plan.preview_text(),
                 "kinds": plan.kinds,
@@ -172,6 +179,8 @@ class Opening:
                 **({"workflow_step": step} if step else {}),
                 "revert_of": revert_of or "",
                 "run_at": run_at.isoformat() if run_at else "",
+                **agent,
+                **({"confirm": "awaiting"} if awaiting else {}),
             },
         )
         record, others = await transitions.open_request(
@@ -189,11 +198,14 @@ class Opening:
             requester=user,
             channel=channel,
             reason=reason,
-            expires_at=expires_at if needs_approval else None,
+            expires_at=expires_at if held else None,
             step=step,
             approvals=self._approvals(requirement, plan.project, channel, user),
             revert_of=revert_of,
             run_at=run_at,
+            via=ask.via,
+            client=ask.client,
+            confirm="awaiting" if awaiting else None,
         )
         duplicate = await self._duplicate_of(record, others)
         if duplicate is not None:
@@ -214,11 +226,11 @@ class Opening:
         beside = _beside_note(record, others)
         try:
             root_ts = await deps.notifier.request_opened(record)
-            if needs_approval or run_at is not None:
+            if held or run_at is not None:
                 record = await self._note(record, root_ts=root_ts)
             else:  # run now: stored with its start (or refusal), one transaction fewer
                 record = record.model_copy(update={"root_ts": root_ts})
-            if needs_approval:
+            if needs_approval and not awaiting:  # a proposal asks once it is confirmed
                 # Without the prompt nobody can approve it: withdraw it rather than let it
                 # wait for an approval that cannot come.
                 prompt_ts = await deps.notifier.approval_requested(record, expire_minutes)
@@ -231,6 +243,14 @@ class Opening:
             await deps.notifier.follow_up_note(record, beside, "warning")
         also = f"\n{beside}" if beside else ""
         when = "" if run_at is None else f", scheduled for {when_text(run_at, deps.clock())}"
+        if awaiting:
+            APPROVALS_PENDING.inc()
+            await mirror(deps, record, "Change proposed by an agent", its_copy=True)
+            then = ", then for approval" if needs_approval else ""
+            return notice(
+                f"Request {record.id} is waiting for <@{user}> to confirm it in the thread"
+                f"{then}{when}: {plan.preview_text()}{also}"
+            )
         if needs_approval:
             APPROVALS_PENDING.inc()
             await mirror(deps, record, "Change requested", its_copy=True)

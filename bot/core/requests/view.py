@@ -90,6 +90,16 @@ class RequestView:
     revert_of: str | None = None  # the request this one undoes
     revertible: bool = False  # it succeeded and has an inverse: its result offers a revert
     run_at: datetime | None = None  # a scheduled change runs then
+    # An agent's proposal (SPEC §15): the client's name, its fields as the agent gave them,
+    # and whether its requester has confirmed it yet ("awaiting", "confirmed").
+    via: str | None = None
+    client: str | None = None
+    proposed: tuple[str, ...] = ()
+    confirm: str | None = None
+
+    @property
+    def awaiting_confirm(self) -> bool:
+        return self.confirm == "awaiting" and self.state == "pending"
 
     @property
     def counted(self) -> tuple[str, ...]:
@@ -168,6 +178,10 @@ def view_of(record: ChangeRequestRecord) -> RequestView:
         revert_of=record.revert_of,
         revertible=revertible(record),
         run_at=record.run_at,
+        via=record.via,
+        client=record.client,
+        proposed=tuple(f"{k}={v}" for k, v in (record.plan.get("proposed") or {}).items()),
+        confirm=record.confirm,
         **approval_state(record),
     )
 

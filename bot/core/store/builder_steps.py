@@ -30,6 +30,9 @@ class StepState(enum.StrEnum):
     COMPLETED = "completed"  # Slack was told (or the execution was gone)
 
 
+OPEN_STEP_STATES = frozenset(state.value for state in StepState if state is not StepState.COMPLETED)
+
+
 class StepOutcome(enum.StrEnum):
     SUCCESS = "success"
     ERROR = "error"
@@ -87,10 +90,12 @@ class StepStore:
         return await self._one(workflow_steps.c.request_id == request_id)
 
     async def unfinished(self, limit: int = 200) -> list[StepRecord]:
-        """Steps not completed yet, oldest first."""
+        """Steps not completed yet, oldest first. Read on the state index by the open
+        states (``!= completed`` would walk every step ever completed, a year of them at
+        each start-up and sweep); only the open steps are sorted."""
         statement = (
             select(workflow_steps)
-            .where(workflow_steps.c.state != StepState.COMPLETED.value)
+            .where(workflow_steps.c.state.in_(sorted(OPEN_STEP_STATES)))
             .order_by(workflow_steps.c.created_at)
             .limit(limit)
         )

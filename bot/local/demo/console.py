@@ -109,6 +109,9 @@ Console commands:
   users                  who is who;  wait <seconds>  let background work run
   degrade <cluster> [status] / restore <cluster>      a cluster turns unhealthy / healthy
   remediate <cluster>    Together proposes a node remediation (it awaits approval)
+  agent <project> <cluster> [<action>] [field=value …]   a scripted MCP client runs
+                         `gpuops mcp` over stdio as you and proposes the change: it
+                         waits for your Confirm in the channel
   step <project> <cluster> <change…>   a Workflow Builder step (request_gpu_change) asks
                          for the change as you, here: e.g. step together-prod c-1 num_gpus=16
   clock +<N>m|+<N>h      the demo's clock jumps ahead (scheduled changes come due); the
@@ -343,6 +346,8 @@ class DemoConsole:
                 await self._watched_since(provider, polls)
         elif word == "step":
             await self.run_step(rest)
+        elif word == "agent":
+            await self.run_agent(rest)
         elif word == "clock":
             await self.jump_clock(rest)
         elif word == "help":
@@ -385,6 +390,18 @@ class DemoConsole:
         }
         _, result = await self.stack.sender.function_executed("request_gpu_change", inputs)
         self._check(result, "the workflow step")
+
+    async def run_agent(self, rest: str) -> None:
+        """An agent proposes a change as the current user, over MCP (bot.local.demo.agent)."""
+        from bot.local.demo.agent import parse_proposal, run_agent
+
+        try:
+            proposal = parse_proposal(rest, self.channel)
+        except ValueError as exc:
+            self.fail(str(exc))
+            return
+        if await run_agent(self.stack, self.user, proposal, lambda t: self.emit(t, "dim")) is None:
+            self.fail("the agent's proposal was refused")
 
     async def open_home(self) -> None:
         """Open the current user's App Home tab and draw it as published for them."""

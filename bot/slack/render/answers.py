@@ -7,18 +7,18 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Protocol
 
-from bot.core.answers import (
+from bot.core.api import (
     AuditListing,
     ClusterCard,
     ClusterListing,
     HelpCard,
     Notice,
+    Page,
     PolicyCard,
     Reply,
+    Role,
+    example_run_at,
 )
-from bot.core.paging import Page
-from bot.core.policy import Role
-from bot.core.requests.schedule import example_run_at
 from bot.providers.base import ProviderChanges, example_time
 from bot.slack.render.clusters import cluster_list, cluster_summary
 from bot.slack.render.primitives import (

@@ -7,8 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-from bot.core.ask.forms import FormKind, FormMessage, FormView
-from bot.core.ask.justification import MAX_JUSTIFICATION, MIN_JUSTIFICATION
+from bot.core.api import MAX_JUSTIFICATION, MIN_JUSTIFICATION, FormKind, FormMessage, FormView
 from bot.providers.base import ClusterSummary, FieldSpec
 from bot.slack.render.primitives import (
     _PLAIN_TEXT_MAX,

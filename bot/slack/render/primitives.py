@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-from bot.core.paging import Page
+from bot.core.api import Page
 from bot.slack.text import clip, fit_lines, pack_lines
 from bot.slack.text import escape as escape  # surfaces escape through this module
 from bot.slack.text import plain as plain

@@ -334,3 +334,14 @@ def test_a_scripts_wait_for_what_it_expects_can_be_shortened(
     assert wait_limit() == 2.0
     monkeypatch.setenv(WAIT_ENV, "soon")
     assert wait_limit() == 30.0  # not a number: the default
+
+
+def test_the_agent_script_proposes_over_mcp_and_waits_for_confirm() -> None:
+    """``agent``: a scripted MCP client runs ``gpuops mcp`` over stdio as dave and proposes
+    a change; it waits for dave's Confirm, then for bob's approval (examples/agent.script)."""
+    done = run_demo(ROOT / "examples" / "agent.script")
+    out = done.stdout
+    assert done.returncode == 0, out[-3000:] + done.stderr[-2000:]
+    assert "(agent) propose_change →" in out and "via agent (gpuops-demo-agent)" in out
+    assert out.index("waiting for its requester to confirm") < out.index("Confirmed")
+    assert out.rstrip().endswith("script: 5 steps, all passed")

@@ -79,6 +79,19 @@ class WritesMixin(FastPathMixin, ReadsMixin):
         values["approvals"] = {**noted, "by": approvers}
         return await self._update_pending(seen, values, audit)
 
+    async def confirm_request(
+        self, seen: ChangeRequestRecord, *, to: RequestState, audit: AuditRow, **updates: object
+    ) -> ChangeRequestRecord | None:
+        """An agent's proposal confirmed by its requester, as one transaction: ``confirm``
+        set to "confirmed", the state set to ``to`` (``approved`` when it needs no approval,
+        else it stays ``pending`` for its approvers) with ``updates``, and ``audit``
+        appended, compare-and-set on ``seen``'s version: None when it moved meanwhile (a
+        second click, a cancel, its expiry)."""
+        if seen.confirm != "awaiting":
+            return None
+        values = transition_values(to, {**updates, "confirm": "confirmed"})
+        return await self._update_pending(seen, values, audit)
+
     async def note_requirement(
         self, seen: ChangeRequestRecord, requirement: Mapping[str, object], audit: AuditRow
     ) -> ChangeRequestRecord | None:
