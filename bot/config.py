@@ -111,6 +111,13 @@ class Settings(BaseSettings):
     # Tests and the demo only: provider base URLs by provider name, over each provider's
     # <NAME>_BASE_URL variable (TOGETHER_BASE_URL, E2E_BASE_URL; see base_urls).
     gpuops_provider_base_urls: dict[str, str] = Field(default_factory=dict)
+    # On-call approvers (SPEC §16): each on-call tool's read has this deadline (inside the
+    # 3 s of a click), and its answer is kept this long (at most 60 s).
+    gpuops_oncall_deadline: float = Field(default=1.5, gt=0, le=2.5)
+    gpuops_oncall_cache_seconds: float = Field(default=60, ge=0, le=60)
+    # Tests and the demo only: on-call tool base URLs by tool (pagerduty, opsgenie), over
+    # the policy's oncall.<tool>.base_url.
+    gpuops_oncall_base_urls: dict[str, str] = Field(default_factory=dict)
     # Identifies this replica for leases (one executor / poller per request). A restarted
     # process with the same id reclaims its own interrupted work at once; default hostname.
     gpuops_instance_id: str | None = None

@@ -26,6 +26,8 @@ from bot.core.builder_steps.completer import StepCompleter
 from bot.core.builder_steps.runner import BuilderSteps
 from bot.core.home import HomeActions, HomeBuilder
 from bot.core.home_refresh import FanOutNotifier, HomeRefresher
+from bot.core.oncall import OnCallClients, OnCallGate, OnCallRoster
+from bot.core.oncall.copies import OnCallCopies
 from bot.core.policy import Policy, PolicyHolder, load_policy
 from bot.core.policy.reload import PolicyRejected, PolicyReloader, ReloadResult
 from bot.core.registry import AdapterRegistry
@@ -46,8 +48,10 @@ from bot.providers.installed import load_catalog
 from bot.redact import install_log_redaction, register_secret
 from bot.signals import Hangup
 from bot.slack.app import SlackEventsEndpoint, build_bolt_app
+from bot.slack.approval_copies import SlackApprovalCopies
 from bot.slack.bolt_context import Services
 from bot.slack.builder_steps import SlackStepPort
+from bot.slack.directory import SlackEmailDirectory
 from bot.slack.home import HomePublisher
 from bot.slack.http_server import HttpLimits, limit_middlewares
 from bot.slack.messenger import Messenger, build_web_client, slack_http_session
@@ -116,8 +120,19 @@ class Runtime:
             holder,
             SlackUserGroupResolver(web_client, ttl_seconds=settings.gpuops_usergroup_cache_seconds),
         )
-        access = Access(authorizer=authorizer, store=store, adapter_for=registry)
-        home_builder = HomeBuilder(authorizer, store, registry, fleet=access.fleet)
+        roster = OnCallRoster(
+            holder,
+            OnCallClients(
+                environment.get,
+                settings.gpuops_oncall_base_urls,
+                deadline=settings.gpuops_oncall_deadline,
+            ),
+            SlackEmailDirectory(web_client),
+            cache_seconds=settings.gpuops_oncall_cache_seconds,
+        )
+        oncall = OnCallGate(roster, authorizer)
+        access = Access(authorizer=authorizer, store=store, adapter_for=registry, oncall=oncall)
+        home_builder = HomeBuilder(authorizer, store, registry, fleet=access.fleet, oncall=oncall)
         home_refresher = HomeRefresher(
             HomePublisher(home_builder, messenger).publish,
             home_builder.may_approve,
@@ -129,13 +144,18 @@ class Runtime:
         workflow = ChangeWorkflow(
             access=access,
             store=store,
-            notifier=FanOutNotifier(SlackNotifier(messenger), [home_refresher, completer]),
+            notifier=FanOutNotifier(
+                SlackNotifier(messenger, copies=_copies_of(store)), [home_refresher, completer]
+            ),
             instance_id=instance,
             poll_seconds=settings.gpuops_poll_seconds,
             followup_minutes=settings.gpuops_followup_minutes,
             exec_lease_seconds=settings.gpuops_exec_lease_seconds,
             max_call_seconds=settings.client_settings().max_call_seconds,
             schedule_grace_seconds=settings.gpuops_schedule_grace_seconds,
+        )
+        access.oncall_copies = OnCallCopies(
+            store, SlackApprovalCopies(messenger), oncall, holder, lambda: workflow.clock()
         )
         ops = CommandService(
             access=access,
@@ -305,9 +325,20 @@ class Runtime:
         await self.workflow.close()
         await self.home_refresher.close()
         await self.registry.aclose()
+        if self.workflow.deps.access.oncall is not None:
+            await self.workflow.deps.access.oncall.roster.clients.aclose()
         await self.store.close()
         if self.web_client.session is not None:
             await self.web_client.session.close()
+
+
+def _copies_of(store: Store) -> Callable[[str], Awaitable[list[tuple[str, str]]]]:
+    """Where a request's prompt was copied by DM (SPEC §16), for the notifier's edits."""
+
+    async def copies(request_id: str) -> list[tuple[str, str]]:
+        return [(c.channel, c.ts) for c in await store.approval_copies(request_id)]
+
+    return copies
 
 
 def _policy_readier(

@@ -46,6 +46,7 @@ from bot.core.notifier import EventKind as EventKind
 from bot.core.notifier import NotDelivered as NotDelivered
 from bot.core.notifier import RequestEvent as RequestEvent
 from bot.core.notifier import Tone as Tone
+from bot.core.oncall import DirectoryError as DirectoryError
 from bot.core.paging import Page as Page
 from bot.core.policy import PolicyHolder as PolicyHolder
 from bot.core.policy import Role as Role

@@ -15,6 +15,7 @@ from bot.core.answers import ClusterCard, Reply, store_unavailable
 from bot.core.authorizer import Authorizer
 from bot.core.fleet import FleetSnapshots
 from bot.core.guardrails.approvals import requirement_for
+from bot.core.oncall import OnCallGate
 from bot.core.policy import Role
 from bot.core.registry import MissingCredential
 from bot.core.requests.deciders import Decision
@@ -204,8 +205,10 @@ class HomeBuilder:
         adapter_for: AdapterLookup,
         limits: HomeLimits | None = None,
         fleet: FleetSnapshots | None = None,
+        oncall: OnCallGate | None = None,
     ) -> None:
         self.authorizer = authorizer
+        self.oncall = oncall  # SPEC §16: who is on call now decides on-call rules' approvers
         self.store = store
         self.adapter_for = adapter_for
         self.limits = limits or HomeLimits()
@@ -273,6 +276,15 @@ class HomeBuilder:
         if not decision.allowed:
             return False
         requirement = requirement_for(self.authorizer.policy, record.project, record.kinds)
+        if requirement is not None and requirement.oncall and self.oncall is not None:
+            verdict = await self.oncall.judge(
+                user,
+                requirement,
+                doing=f"approve {record.id}",
+                opened_at=record.created_at,
+                now=datetime.now(UTC),
+            )
+            return verdict.allowed
         if requirement is None or not requirement.usergroups:
             return True
         return await self.authorizer.in_any_group(user, requirement.usergroups)

@@ -194,12 +194,18 @@ class Messenger:
 
     async def permalink(self, channel: str, ts: str) -> str | None:
         """A message's link (chat.getPermalink, form-style); None when Slack gives none."""
-        params = {"channel": channel, "message_ts": ts}
+        params: dict[str, object] = {"channel": channel, "message_ts": ts}
         try:
-            link = (await self._call("chat.getPermalink", channel, params=params)).get("permalink")
+            link = (await self._form_call("chat.getPermalink", channel, params)).get("permalink")
         except SlackDeliveryError:
             return None
         return str(link) if link else None
+
+    async def post_to_person(self, user: str, message: SlackMessage) -> tuple[str, str]:
+        """Post into the bot's DM with ``user`` (Slack opens it); its channel and ts."""
+        args = {"channel": user, **message.as_kwargs(), "unfurl_links": False}
+        data = await self._call("chat.postMessage", user, **args)
+        return str(data.get("channel", "")), str(data.get("ts", ""))
 
     async def update(self, channel: str, ts: str, message: SlackMessage) -> None:
         await self._call("chat.update", channel, channel=channel, ts=ts, **message.as_kwargs())

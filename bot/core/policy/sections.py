@@ -15,7 +15,12 @@ from bot.core.policy.model import Policy
 
 # The sections, by key, each with the sections inside it (checked when both files have it).
 Sections = Mapping[str, "Sections"]
-TOP_SECTIONS: Sections = {"grants": {}, "approvals": {"rules": {}}, "freezes": {}}
+TOP_SECTIONS: Sections = {
+    "grants": {},
+    "approvals": {"rules": {}},
+    "freezes": {},
+    "oncall": {},  # SPEC §16
+}
 PROJECT_SECTIONS: Sections = {
     "limits": {"max_gpus": {}, "max_nodes": {}, "max_hourly_increase": {}},
     "require_approval": {},
@@ -80,6 +85,8 @@ def where_lost(in_force: Policy, key: str) -> list[str]:
         named = [p for f in in_force.freezes for p in f.projects]
     elif key == "approvals.rules":
         named = [p for r in in_force.approvals.rules for p in r.projects]
+    elif key == "oncall":
+        named = [p for r in in_force.approvals.rules if r.oncall for p in r.projects]
     else:
         return every
     return every if "*" in named else sorted(set(named) & set(every))

@@ -104,16 +104,27 @@ class Opening:
             stored["proposed"] = {str(k): str(v) for k, v in ask.inputs.items()}
         return await self._open(ask, plan, stored, overridden, run_at)
 
-    def _approvals(
+    async def _approvals(
         self, requirement: Requirement | None, project: str, channel: str, requester: str
     ) -> dict[str, object] | None:
-        """The approval requirement as stored, with whom its prompt asks."""
+        """The approval requirement as stored, with whom its prompt asks: under on-call
+        approvers (SPEC §16), who is on call now (the prompt names them; eligibility is
+        judged again at each click)."""
         if requirement is None:
             return None
         ask = who_to_ask(
             self.deps.policy, requirement, project=project, channel=channel, requester=requester
         )
-        return {**requirement.as_json(), "ask": ask}
+        gate = self.deps.access.oncall
+        if not requirement.oncall or gate is None:
+            return {**requirement.as_json(), "ask": ask}
+        now = self.deps.clock()
+        on_call = await gate.now(requirement, opened_at=now, now=now)
+        ask = {
+            "users": [u for u in on_call.slack_ids if u != requester],
+            "usergroups": list(requirement.usergroups),
+        }
+        return {**requirement.as_json(), "ask": ask, "oncall_now": on_call.as_json()}
 
     async def _duplicate_of(
         self, record: ChangeRequestRecord, others: list[OpenBeside]
@@ -183,6 +194,7 @@ class Opening:
                 **({"confirm": "awaiting"} if awaiting else {}),
             },
         )
+        approvals = await self._approvals(requirement, plan.project, channel, user)
         record, others = await transitions.open_request(
             deps,
             opened,
@@ -200,7 +212,7 @@ class Opening:
             reason=reason,
             expires_at=expires_at if held else None,
             step=step,
-            approvals=self._approvals(requirement, plan.project, channel, user),
+            approvals=approvals,
             revert_of=revert_of,
             run_at=run_at,
             via=ask.via,
@@ -235,6 +247,8 @@ class Opening:
                 # wait for an approval that cannot come.
                 prompt_ts = await deps.notifier.approval_requested(record, expire_minutes)
                 record = await self._note(record, prompt_ts=prompt_ts)
+                if deps.access.oncall_copies is not None:  # SPEC §16: DMs to who is on call
+                    await deps.access.oncall_copies.opened(record)
         except NotDelivered as exc:
             shown = "the approval prompt" if record.root_ts else "in the channel"
             await self._withdraw(record, f"could not post {shown} ({exc.reason})")

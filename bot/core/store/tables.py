@@ -183,12 +183,35 @@ tokens = Table(
     Index("ux_gpuops_tokens_user_name", "user_id", "name", unique=True),
 )
 
+# On-call approvers (SPEC §16): the DM copies of a prompt, and the escalations made.
+approval_copies = Table(
+    "gpuops_approval_copies",
+    metadata,
+    Column("request_id", String(16), nullable=False),
+    Column("user_id", Text(), nullable=False),
+    Column("level", Integer(), nullable=False),
+    Column("channel", Text()),
+    Column("ts", Text()),
+    Column("claimed_at", UTCDateTime(), nullable=False),
+    PrimaryKeyConstraint("request_id", "user_id", name="pk_gpuops_approval_copies"),
+)
+escalations = Table(
+    "gpuops_escalations",
+    metadata,
+    Column("request_id", String(16), nullable=False),
+    Column("level", Integer(), nullable=False),
+    Column("claimed_at", UTCDateTime(), nullable=False),
+    PrimaryKeyConstraint("request_id", "level", name="pk_gpuops_escalations"),
+)
+
 __all__ = [
+    "approval_copies",
     "audit",
     "audit_chain",
     "change_requests",
     "cluster_locks",
     "deliveries",
+    "escalations",
     "leases",
     "metadata",
     "tokens",

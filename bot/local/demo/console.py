@@ -585,6 +585,9 @@ class DemoConsole:
         self.emit(f"(the demo's clock is now {ahead} ahead)", "dim")
         due = [r.id for r in await self.stack.runtime.store.list_due(workflow.clock())]
         await workflow.scheduler.run_due()
+        copies = self.stack.runtime.workflow.deps.access.oncall_copies
+        if copies is not None:  # a pending request waited long enough: its next level
+            await copies.escalate_due()
         await self._ended(due)
 
     async def _ended(self, request_ids: list[str]) -> None:
@@ -865,6 +868,12 @@ def read_script(path: str) -> list[str]:
     return Path(path).read_text(encoding="utf-8").splitlines()
 
 
+def demo_night() -> datetime:
+    """The on-call simulators' clock in the demo: 03:00 UTC today, Bob's night shift (level 1),
+    Alice behind him (level 2), whatever the time of the demo."""
+    return datetime.now(UTC).replace(hour=3, minute=0, second=0, microsecond=0)
+
+
 async def run_demo(*, script: str | None = None, tour: bool = True, socket: bool = False) -> int:
     """Start the local stack and run the console; the exit code of ``gpuops demo``. With
     ``socket`` the bot is connected over Socket Mode instead of receiving HTTP requests."""
@@ -887,6 +896,7 @@ async def run_demo(*, script: str | None = None, tour: bool = True, socket: bool
             poll_seconds=1.0,
             transition_seconds=4.0,
             extra_settings={"gpuops_watch_every_seconds": DEMO_WATCH_EVERY_SECONDS},
+            oncall_now=demo_night(),
         )
     )
     demo = DemoConsole(stack, console, interactive=interactive)

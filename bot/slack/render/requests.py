@@ -196,6 +196,7 @@ def approval_prompt(r: RequestView, *, expire_minutes: int) -> SlackMessage:
             f"Expires in {expire_minutes} min.{asked}"
         ),
         context(approval_why(r)),
+        *([context(oncall_text(r))] if r.oncall_words else []),
         *([context(price_text(r.price_line))] if r.price_line else []),
         {
             "type": "actions",
@@ -207,7 +208,13 @@ def approval_prompt(r: RequestView, *, expire_minutes: int) -> SlackMessage:
             ],
         },
     ]
-    return SlackMessage(text=f"{escape(text)}{asked} {approval_why(r)}", blocks=blocks)
+    oncall = f" {composed_text(r.oncall_words, r.oncall_mentions)}." if r.oncall_words else ""
+    return SlackMessage(text=f"{escape(text)}{asked} {approval_why(r)}{oncall}", blocks=blocks)
+
+
+def oncall_text(r: RequestView) -> str:
+    """``:pager: on call now: @bob (level 1)`` (SPEC §16), the on-call tool's words escaped."""
+    return f":pager: {composed_text(r.oncall_words or '', r.oncall_mentions)}"
 
 
 def _asked(r: RequestView) -> str:

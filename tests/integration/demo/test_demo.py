@@ -134,6 +134,19 @@ def test_a_missing_script_is_a_clear_error(tmp_path: Path) -> None:
     assert "cannot read" in done.stdout
 
 
+def test_the_oncall_script_approves_at_night_and_escalates() -> None:
+    """examples/oncall.script (SPEC §16): the on-call approves at 3 a.m. from the DM copy, an
+    approver off call is refused, and a request nobody answers escalates to level 2."""
+    done = run_demo(ROOT / "examples" / "oncall.script")
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert "📟 on call now: @bob (level 1)" in out
+    assert "you must be on call now on platform-primary (up to level 1)" in out
+    assert "[DM with bob" in out and "[DM with alice" in out
+    assert "No decision after 10 min: level 2 may approve" in out
+    assert "Approved by @alice" in out and "script: 10 steps, all passed" in out
+
+
 def test_the_home_script_approves_from_the_home_tab() -> None:
     done = run_demo(ROOT / "examples" / "home.script")
     out = done.stdout
@@ -172,7 +185,7 @@ def test_a_form_asks_again_on_a_choice_not_offered_or_a_required_input_left_empt
         "remediate tc-h100-reserved",
         "as bob",
         "in gpu-audit",
-        "press 5",  # Reject… on the remediation (the request took 1-3, its mirror none)
+        "press 8",  # Reject… on the remediation (the request took 1-3, its DM copy 4-6)
         "",  # the comment is required
         "not this node",
         "",

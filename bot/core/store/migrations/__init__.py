@@ -46,6 +46,7 @@ from bot.core.store.migrations.tables import (
     v3_watch_tables,
     v6_workflow_steps,
     v16_agent_tokens,
+    v17_oncall_tables,
 )
 from bot.core.store.migrations.triggers import v11_single_statement_transitions
 from bot.core.store.migrations.types import Migration as Migration
@@ -87,6 +88,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(14, "indexes in read order: timeline, Home, schedule", v14_ordered_indexes),
     Migration(15, "change requests: index by channel", v15_channel_index),
     Migration(16, "agent tokens; change requests: via, client, confirm", v16_agent_tokens),
+    Migration(17, "on-call approvers: DM copies of prompts, escalations", v17_oncall_tables),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -202,3 +202,30 @@ def v16_agent_tokens(conn: Connection) -> None:
     conn.execute(text(f"ALTER TABLE {table} ADD COLUMN via TEXT"))
     conn.execute(text(f"ALTER TABLE {table} ADD COLUMN client TEXT"))
     conn.execute(text(f"ALTER TABLE {table} ADD COLUMN confirm TEXT"))
+
+
+def v17_oncall_tables(conn: Connection) -> None:
+    # On-call approvers (SPEC §16): each DM copy of a request's approval prompt (claimed
+    # once per person, then its message noted, so that a decision edits every copy), and
+    # each escalation to a further level, claimed once across replicas.
+    metadata = MetaData()
+    Table(
+        "gpuops_approval_copies",
+        metadata,
+        Column("request_id", String(16), nullable=False),
+        Column("user_id", Text(), nullable=False),
+        Column("level", Integer(), nullable=False),
+        Column("channel", Text()),
+        Column("ts", Text()),
+        Column("claimed_at", UTCDateTime(), nullable=False),
+        PrimaryKeyConstraint("request_id", "user_id", name="pk_gpuops_approval_copies"),
+    )
+    Table(
+        "gpuops_escalations",
+        metadata,
+        Column("request_id", String(16), nullable=False),
+        Column("level", Integer(), nullable=False),
+        Column("claimed_at", UTCDateTime(), nullable=False),
+        PrimaryKeyConstraint("request_id", "level", name="pk_gpuops_escalations"),
+    )
+    metadata.create_all(conn)
