@@ -6,16 +6,15 @@ noted, so that a decision edits every copy), and each escalation to a further le
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import Table, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from bot.core.store.engine import StoreBase, utcnow
+from bot.core.store.engine import StoreBase, Upsert, utcnow
 from bot.core.store.tables import approval_copies, escalations
 
 
-def _claims(table: Table) -> dict[str, Any]:
+def _claims(table: Table) -> dict[str, Upsert]:
     """An insert that is a claim: a row only the first caller writes, across replicas."""
     keys = [c for c in table.primary_key.columns]
     return {
