@@ -15,14 +15,12 @@ from dataclasses import dataclass
 import aiohttp
 import stamina
 from slack_sdk.errors import SlackApiError, SlackClientError
-from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.errors import GpuopsError
 from bot.metrics import SLACK_API_ERRORS
 from bot.pacing import waiting_elsewhere
 from bot.redact import redact
-from bot.slack.calls import count_slack_calls
 from bot.slack.render.primitives import SlackMessage, channel_ref
 from bot.slack.upload_bytes import (
     NOT_CONNECTED,
@@ -31,6 +29,9 @@ from bot.slack.upload_bytes import (
     nothing_sent,
     post_bytes,
 )
+from bot.slack.web_client import SLACK_TIMEOUT_SECONDS as SLACK_TIMEOUT_SECONDS
+from bot.slack.web_client import build_web_client as build_web_client
+from bot.slack.web_client import slack_http_session as slack_http_session
 
 log = logging.getLogger(__name__)
 
@@ -64,9 +65,6 @@ class SlackDeliveryError(GpuopsError):
         super().__init__(f"{method} failed: {code}")
 
 
-SLACK_TIMEOUT_SECONDS = 10
-
-
 _EXPLANATION_MAX = 1000
 
 
@@ -79,40 +77,6 @@ def _slack_explains(exc: SlackApiError) -> str:
         return ""
     text = "; ".join(str(m) for m in messages)
     return " — " + redact(text[:_EXPLANATION_MAX])
-
-
-def slack_http_session() -> aiohttp.ClientSession:
-    """One HTTP session (kept-alive connections) for every Web API call of the process;
-    without one, slack_sdk opens and closes a session and a TCP connection per call.
-    Create it inside the running event loop and close it on shutdown."""
-    return aiohttp.ClientSession(
-        timeout=aiohttp.ClientTimeout(total=SLACK_TIMEOUT_SECONDS),
-        middlewares=(count_slack_calls,),
-    )
-
-
-def _web_client_logger() -> logging.Logger:
-    """slack_sdk's client logger, set to the level it logs at now (as Bolt sets its own).
-    slack_sdk tests the logger's own level (``logger.level <= DEBUG``), not the effective
-    one: left at NOTSET, every call formatted its whole request and reply into debug lines
-    that were then dropped."""
-    logger = logging.getLogger("slack_sdk.web.async_base_client")
-    logger.setLevel(logger.getEffectiveLevel())
-    return logger
-
-
-def build_web_client(
-    token: str, base_url: str, session: aiohttp.ClientSession | None = None
-) -> AsyncWebClient:
-    client = AsyncWebClient(
-        token=token,
-        base_url=base_url,
-        timeout=SLACK_TIMEOUT_SECONDS,
-        session=session,
-        logger=_web_client_logger(),
-    )
-    client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=2))
-    return client
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ an execution's start (lease, lock, call deadline, state, audit) commits as one."
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import TypeAlias
 
 from sqlalchemy import (
     CTE,
@@ -26,9 +25,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.sql.dml import ReturningInsert
 
-from bot.core.store.engine import StoreBase, utcnow
+from bot.core.store.engine import DialectInsert, StoreBase, Upsert, utcnow
 from bot.core.store.records import ClusterRef, Lease
 from bot.core.store.tables import cluster_locks, leases
 
@@ -79,10 +77,7 @@ def cluster_is() -> list[ColumnElement[bool]]:
     ]
 
 
-DialectInsert: TypeAlias = postgresql.Insert | sqlite.Insert  # both have ON CONFLICT
-
-
-def _take_lease(insert: DialectInsert) -> ReturningInsert[tuple[object, ...]]:
+def _take_lease(insert: DialectInsert) -> Upsert:
     statement = insert.values(
         name=bindparam("b_name"),
         holder=bindparam("b_holder"),
@@ -101,9 +96,7 @@ def _take_lease(insert: DialectInsert) -> ReturningInsert[tuple[object, ...]]:
     ).returning(leases)
 
 
-def _lock_cluster(
-    insert: DialectInsert, after: CTE | None = None
-) -> ReturningInsert[tuple[object, ...]]:
+def _lock_cluster(insert: DialectInsert, after: CTE | None = None) -> Upsert:
     """The lock's upsert; with ``after`` (a CTE), it writes only if that returned a row
     (the execution lease, taken in the same statement), and after it."""
     binds = {

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Executable, Table, select, update
+from sqlalchemy import Table, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from bot.core.store.engine import StoreBase, utcnow
+from bot.core.store.engine import StoreBase, Upsert, utcnow
 from bot.core.store.tables import approval_copies, escalations
 
 
-def _claims(table: Table) -> dict[str, Executable]:
+def _claims(table: Table) -> dict[str, Upsert]:
     """An insert that is a claim: a row only the first caller writes, across replicas."""
     keys = [c for c in table.primary_key.columns]
     return {
