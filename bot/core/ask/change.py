@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from bot.core.ask.grammar import ChangeCommand
 from bot.core.requests.schedule import Schedule
+from bot.core.staged.plan import Staging
 
 # Where a change was asked: its audit rows, metrics and answers do not depend on it, but
 # reading a trail or a log is easier with it.
@@ -43,6 +44,7 @@ class ChangeAsk(BaseModel):
     command: str = ""  # how the audit rows of a refusal name it
     step: str | None = None  # the Workflow Builder step (function execution id) asking
     revert_of: str | None = None  # the request this one reverts
+    staging: Staging | None = None  # step= and soak=: sent in steps (SPEC §14)
 
     @classmethod
     def of_command(
@@ -59,6 +61,7 @@ class ChangeAsk(BaseModel):
             reason=command.reason,
             override=command.override,
             schedule=command.schedule,
+            staging=command.staging,
             origin="command" if step is None else "step",
             command=f"{command.name} {command.project} {command.cluster_id}",
             step=step,

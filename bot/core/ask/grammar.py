@@ -14,6 +14,8 @@ for E2E); a provider with several actions takes the action's name after the clus
 and shown; so may an admin's ``override="…"`` of a change freeze (SPEC §8), in 10 to 500
 characters as a break glass's reason;
 ``at=<RFC 3339>`` or ``in=<N>m|<N>h|<N>d`` schedules the change (SPEC §9).
+``step=N`` sends a size change in steps of N (GPUs or nodes), each held steady for
+``soak=<N>s|<N>m|<N>h`` (SPEC §14).
 ``page=N`` asks for a further page of a long answer.
 """
 
@@ -28,6 +30,7 @@ from pydantic import BaseModel, Field
 
 from bot.core.ask.justification import justification_problem
 from bot.core.requests.schedule import Schedule, ScheduleError, parse_at, parse_in
+from bot.core.staged.plan import Staging, StagingError, parse_duration, parse_step
 from bot.errors import GpuopsError
 from bot.providers.base import ProviderDescriptor
 from bot.providers.catalog import Catalog
@@ -102,6 +105,7 @@ class ChangeCommand(BaseModel):
     reason: str | None = None
     override: str | None = None  # an admin's reason to go ahead during a freeze
     schedule: Schedule | None = None
+    staging: Staging | None = None  # step= (and soak=): sent in steps (SPEC §14)
 
 
 class AuditCommand(BaseModel):
@@ -148,12 +152,15 @@ def _token(value: str, what: str, usage: str) -> str:
 _TEXTS = ("reason", "override")  # free text, not a provider field
 
 
+_STAGING = ("step", "soak")  # a staged change's step and soak, not provider fields
+
+
 def _assignments(
     words: list[str], usage: str
 ) -> tuple[dict[str, str], dict[str, str | None], Schedule | None]:
-    """The provider fields, the texts (reason, override) and the run time given."""
+    """The provider fields, the texts (reason, override, step, soak) and the run time."""
     fields: dict[str, str] = {}
-    texts: dict[str, str | None] = dict.fromkeys(_TEXTS)
+    texts: dict[str, str | None] = dict.fromkeys(_TEXTS + _STAGING)
     schedule: Schedule | None = None
     for word in words:
         name, sep, value = word.partition("=")
@@ -164,6 +171,11 @@ def _assignments(
             continue
         if name in _TEXTS:
             texts[name] = _reason(value)
+            continue
+        if name in _STAGING:
+            if texts[name] is not None:
+                raise UsageError(f"`{name}=` is given twice; give it once.")
+            texts[name] = value
             continue
         if name in ("at", "in"):
             if schedule is not None:
@@ -191,6 +203,22 @@ def _reason(value: str) -> str | None:
             "Shorten it and send the command again (the full story belongs in the thread)."
         )
     return reason or None
+
+
+def _staging(step: str | None, soak: str | None) -> Staging | None:
+    """``step=`` with its ``soak=`` (SPEC §14); ``soak=`` alone is refused."""
+    if step is None:
+        if soak is not None:
+            raise UsageError(
+                "`soak=` goes with `step=`: give the step too, e.g. `step=32 soak=10m`."
+            )
+        return None
+    try:
+        return Staging(
+            step=parse_step(step), soak=None if soak is None else parse_duration(soak, "soak")
+        )
+    except StagingError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _override(value: str) -> str:
@@ -309,6 +337,7 @@ def _parse_change(provider: ProviderDescriptor, args: list[str]) -> ChangeComman
         action = _token(rest[0], "action", usage)
         rest = rest[1:]
     fields, texts, schedule = _assignments(rest, usage)
+    staging = _staging(texts.pop("step"), texts.pop("soak"))
     return ChangeCommand(
         name=verb,
         project=project,
@@ -316,6 +345,7 @@ def _parse_change(provider: ProviderDescriptor, args: list[str]) -> ChangeComman
         action=action,
         fields=fields,
         schedule=schedule,
+        staging=staging,
         **texts,
     )
 

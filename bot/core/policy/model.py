@@ -32,6 +32,7 @@ from pydantic_core import PydanticCustomError
 
 from bot.config import check_http_url
 from bot.core.policy.guardrails import ApprovalRule, Freeze, Limits, Prices
+from bot.core.policy.staged import StagedDefaults
 from bot.core.policy.watch import WatchConfig
 from bot.providers.base import ProviderDescriptor, ProviderSection
 from bot.providers.catalog import Catalog, CatalogError
@@ -273,6 +274,7 @@ class Policy(_Strict):
     grants: list[Grant] = Field(default_factory=list)
     approvals: Approvals = Field(default_factory=Approvals)
     freezes: list[Freeze] = Field(default_factory=list)  # SPEC §8
+    staged: StagedDefaults = Field(default_factory=StagedDefaults)  # SPEC §14
 
     @model_validator(mode="after")
     def _grants_name_known_projects(self) -> Policy:
