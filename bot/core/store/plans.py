@@ -31,7 +31,7 @@ class StagedStepState(enum.StrEnum):
     PENDING = "pending"  # not sent
     SENDING = "sending"  # its call is being sent: never sent again
     FOLLOWING = "following"  # sent; waiting for the cluster to be steady and healthy
-    SOAKING = "soaking"  # steady and healthy; held until ``soak_until``
+    SOAKING = "soaking"  # steady and healthy; held until ``deadline``
     PASSED = "passed"  # held for its soak with nothing wrong
     FAILED = "failed"  # the provider refused it: nothing was changed
     UNKNOWN = "unknown"  # the call may have applied: resolved from the provider
@@ -81,7 +81,7 @@ class StagedStepRecord(BaseModel):
     size_after: int
     inputs: dict[str, Any]
     calls_until: datetime | None
-    soak_until: datetime | None
+    deadline: datetime | None
     result: str | None
     updated_at: datetime
 

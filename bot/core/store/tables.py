@@ -191,7 +191,7 @@ staged_steps = Table(
     Column("size_after", Integer(), nullable=False),
     Column("inputs", json_type(), nullable=False),
     Column("calls_until", UTCDateTime()),  # a sent call may still arrive until then
-    Column("soak_until", UTCDateTime()),
+    Column("deadline", UTCDateTime()),  # following: steady by then; soaking: held until then
     Column("result", Text()),
     Column("updated_at", UTCDateTime(), nullable=False),
     PrimaryKeyConstraint("request_id", "idx", name="pk_gpuops_staged_steps"),

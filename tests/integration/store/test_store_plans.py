@@ -57,7 +57,7 @@ def _plan(request_id: str = "R-PLAN1", steps: int = 3) -> tuple[PlanRecord, list
             size_after=64 + 32 * i,
             inputs={"num_gpus": 64 + 32 * i},
             calls_until=None,
-            soak_until=None,
+            deadline=None,
             result=None,
             updated_at=now,
         )

@@ -208,7 +208,7 @@ def v16_staged_plans(conn: Connection) -> None:
         Column("size_after", Integer(), nullable=False),
         Column("inputs", json_type(), nullable=False),
         Column("calls_until", UTCDateTime()),
-        Column("soak_until", UTCDateTime()),
+        Column("deadline", UTCDateTime()),
         Column("result", Text()),
         Column("updated_at", UTCDateTime(), nullable=False),
         PrimaryKeyConstraint("request_id", "idx", name="pk_gpuops_staged_steps"),
