@@ -8,6 +8,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 from bot.core.guardrails.guard import Guard, guard_json
+from bot.core.staged.controls import PlanControls
 from bot.core.staged.plan import Staging, build_plan
 from bot.core.staged.runner import PlanRunner
 from bot.core.store import ChangeRequestRecord, RequestState
@@ -76,3 +77,12 @@ async def staged_request(
 
 def runner_of(core: Core) -> PlanRunner:
     return PlanRunner(core.workflow.deps, PlanStore(core.store), WatchStore(core.store))
+
+
+def controls_of(core: Core, runner: PlanRunner) -> PlanControls:
+    """Pause/Resume/Abort/Revert over the harness; a resumed plan runs in the background."""
+
+    def run(record: ChangeRequestRecord) -> None:
+        core.workflow.deps.tasks.spawn(runner.run(record), f"plan-{record.id}")
+
+    return PlanControls(core.workflow.deps, runner.plans, run, core.workflow.request_change)

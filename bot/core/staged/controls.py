@@ -33,10 +33,10 @@ _MOVES = {
     "revert": lifecycle.REVERT,
 }
 _DONE = {
-    "pause": "paused: no step is sent until Resume",
-    "resume": "resumed",
-    "abort": "aborted: no step will be sent",
-    "revert": "ended by a revert to its start",
+    "pause": ("paused", ": no step is sent until Resume"),
+    "resume": ("resumed", ""),
+    "abort": ("aborted", ": no step will be sent"),
+    "revert": ("reverted to its start", ""),
 }
 
 
@@ -85,7 +85,8 @@ class PlanControls:
             now = await self.plans.get(request_id)
             state = now.state if now else "gone"
             return error(f"Plan {record.id} moved meanwhile: it is {state}.")
-        text = f"Plan {record.id} {_DONE[verb]} by <@{user}>."
+        done, then = _DONE[verb]
+        text = f"Plan {record.id} {done} by <@{user}>{then}."
         await self.deps.notifier.follow_up_note(record, text, "good")
         if verb == "resume":
             self.run(record)
@@ -138,6 +139,6 @@ class PlanControls:
         )
         if moved is not None:
             back = f"{staged.start} {staged.unit}"
-            text = f"Plan {record.id} {_DONE['revert']} ({back}), asked by <@{user}>."
+            text = f"Plan {record.id} ends: <@{user}> asked to revert it to its start ({back})."
             await self.deps.notifier.follow_up_note(record, text, "good")
         return reply
