@@ -32,8 +32,8 @@ from bot.core.ask.justification import justification_problem
 from bot.core.requests.schedule import Schedule, ScheduleError, parse_at, parse_in
 from bot.core.staged.plan import Staging, StagingError, parse_duration, parse_step
 from bot.errors import GpuopsError
-from bot.providers.base import ProviderDescriptor
 from bot.providers.catalog import Catalog
+from bot.providers.descriptor import ProviderDescriptor
 
 MAX_AUDIT_LIMIT = 100
 DEFAULT_AUDIT_LIMIT = 20

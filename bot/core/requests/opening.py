@@ -18,7 +18,7 @@ from bot.core.ask.change import ChangeAsk
 from bot.core.guardrails.approvals import Requirement, requirement_for, who_to_ask
 from bot.core.guardrails.guard import Guard, Override, guard_json
 from bot.core.notifier import NotDelivered
-from bot.core.requests import transitions
+from bot.core.requests import table, transitions
 from bot.core.requests.deps import RequestDeps
 from bot.core.requests.execution import Execution, Posted
 from bot.core.requests.outcomes import Result
@@ -158,7 +158,7 @@ class Opening:
             expire_minutes = max(ceil((run_at - deps.clock()).total_seconds() / 60), 1)
             expires_at = run_at
         opened = Change(
-            transitions.OPEN if needs_approval else transitions.OPEN_APPROVED,
+            table.OPEN if needs_approval else table.OPEN_APPROVED,
             user,
             outcome=str(RequestState.PENDING if needs_approval else RequestState.APPROVED),
             detail={
@@ -312,7 +312,7 @@ class Opening:
 
     async def _withdraw(self, record: ChangeRequestRecord, why: str) -> None:
         withdrawn = Change(
-            transitions.WITHDRAW,
+            table.WITHDRAW,
             "gpuops",
             outcome="cancelled",
             text=why,
