@@ -80,9 +80,5 @@ def runner_of(core: Core) -> PlanRunner:
 
 
 def controls_of(core: Core, runner: PlanRunner) -> PlanControls:
-    """Pause/Resume/Abort/Revert over the harness; a resumed plan runs in the background."""
-
-    def run(record: ChangeRequestRecord) -> None:
-        core.workflow.deps.tasks.spawn(runner.run(record), f"plan-{record.id}")
-
-    return PlanControls(core.workflow.deps, runner.plans, run, core.workflow.request_change)
+    """Pause/Resume/Abort/Revert over the harness."""
+    return PlanControls(core.workflow.deps, runner.plans, core.workflow.request_change)

@@ -25,6 +25,7 @@ from bot.core.requests.outcomes import Result
 from bot.core.requests.schedule import Schedule, ScheduleError, when_text
 from bot.core.requests.transitions import Change, mirror, settle
 from bot.core.requests.view import STALE_AT_APPROVAL, state_words
+from bot.core.staged.asking import plan_staged, staged_preview
 from bot.core.store import ChangeRequestRecord, OpenBeside, RequestState, StoreUnavailable
 from bot.metrics import APPROVALS_PENDING, CHANGE_REQUESTS
 from bot.providers.base import ChangePlan
@@ -85,6 +86,11 @@ class Opening:
                 user, channel, project, plan.kinds, now, ask.override
             )
             self.guard.check(project, plan.kinds, size, now, overridden=overridden is not None)
+            staged = None
+            if ask.staging is not None:  # sent in steps, judged on the final target (§14)
+                staged = plan_staged(
+                    ask.staging, access.policy, access.catalog, state, plan, ask.inputs, size
+                )
         except Refusal as refusal:
             CHANGE_REQUESTS.labels(access.provider_of(project), "refused").inc()
             return await access.refuse(
@@ -97,6 +103,8 @@ class Opening:
             )
         stored = {"plan": plan.model_dump(mode="json"), "inputs": dict(plan.body)}
         stored["guard"] = guard_json(size, overridden)
+        if staged is not None:
+            stored["staged"] = staged.to_json()
         return await self._open(ask, plan, stored, overridden, run_at)
 
     def _approvals(
@@ -162,7 +170,7 @@ class Opening:
             user,
             outcome=str(RequestState.PENDING if needs_approval else RequestState.APPROVED),
             detail={
-                "preview": plan.preview_text(),
+                "preview": staged_preview(stored, plan),
                 "kinds": plan.kinds,
                 "reason": reason or "",
                 "channel": channel,
@@ -233,11 +241,12 @@ class Opening:
             await mirror(deps, record, "Change requested", its_copy=True)
             return notice(
                 f"Request {record.id} is waiting for approval in the thread{when}: "
-                f"{plan.preview_text()}{also}"
+                f"{staged_preview(stored, plan)}{also}"
             )
         if run_at is not None:
             await mirror(deps, record, "Change requested (no approval needed)", its_copy=True)
-            return notice(f"Request {record.id} is approved{when}: {plan.preview_text()}{also}")
+            preview = staged_preview(stored, plan)
+            return notice(f"Request {record.id} is approved{when}: {preview}{also}")
         # Run now: the notify channel hears of it once, when it has ended (every way it
         # can end is mirrored).
         return await self._run(record, user, beside)
@@ -248,6 +257,11 @@ class Opening:
         of it: never "nothing was changed" because the store went away afterwards."""
         result: Result | None = None
         posted = Posted({"root_ts": record.root_ts})
+        if "staged" in record.plan:  # its plan runs in the background: the thread tells
+            await self.execution.execute(record.id, actor=user, record=record, posted=posted)
+            preview = staged_preview(record.plan, ChangePlan.model_validate(record.plan["plan"]))
+            started = f"Request {record.id} runs in steps: {preview}; the thread tells each step."
+            return notice(started + (f"\n{beside}" if beside else ""))
         try:
             result = await self.execution.execute(
                 record.id, actor=user, record=record, posted=posted

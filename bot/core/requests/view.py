@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from bot.core.pricing import change_price_line
+from bot.core.staged.asking import staged_lines
 from bot.core.store import ChangeRequestRecord, RequestState
 from bot.providers.base import ChangePlan
 
@@ -153,7 +154,7 @@ def view_of(record: ChangeRequestRecord) -> RequestView:
         cluster_id=record.cluster_id,
         cluster_name=record.cluster_name,
         action=record.action,
-        preview=plan_lines(plan),
+        preview=plan_lines(plan) + staged_lines(record.plan),
         requester=record.requester,
         channel=record.channel,
         needs_approval=record.needs_approval,

@@ -3,12 +3,14 @@ buttons of its root (``plan_pause``, ``plan_resume``, ``plan_abort``, ``plan_rev
 
 Only the requester or an approver of the project may, and only from the channel the plan's
 root is in (a click forged from elsewhere is refused); each is one move of the table, so
-two clicks at once move it once and the other is told how it stands. Resume runs the plan
-again here; Revert to start asks for the inverse change as a new request under the same
-policy, and ends the plan."""
+two clicks at once move it once and the other is told how it stands. A resumed plan goes on
+in the execution that holds it (its request's lease and cluster lock), which waits out a
+pause or a stop. Revert to start ends the plan, waits for its request to let the cluster
+go, and asks for the change back to the start as a new request under the same policy."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Literal
@@ -20,11 +22,12 @@ from bot.core.lifecycle import plans as lifecycle
 from bot.core.policy import Role
 from bot.core.requests.deps import RequestDeps
 from bot.core.staged.records import staged_of
-from bot.core.store import ChangeRequestRecord
+from bot.core.store import TERMINAL_STATES, ChangeRequestRecord
 from bot.core.store.plans import PlanRecord, PlanStore
 
 log = logging.getLogger(__name__)
 
+ENDING_SECONDS = 10.0  # how long Revert waits for the plan's request to free the cluster
 Verb = Literal["pause", "resume", "abort", "revert"]
 _MOVES = {
     "pause": lifecycle.PAUSE,
@@ -47,12 +50,10 @@ class PlanControls:
         self,
         deps: RequestDeps,
         plans: PlanStore,
-        run: Callable[[ChangeRequestRecord], None],
         request_change: Callable[[ChangeAsk], Awaitable[Reply]],
     ) -> None:
         self.deps = deps
         self.plans = plans
-        self.run = run  # drives a resumed plan (in the background)
         self.request_change = request_change
 
     async def steer(self, user: str, channel: str, request_id: str, verb: Verb) -> Reply:
@@ -88,8 +89,6 @@ class PlanControls:
         done, then = _DONE[verb]
         text = f"Plan {record.id} {done} by <@{user}>{then}."
         await self.deps.notifier.follow_up_note(record, text, "good")
-        if verb == "resume":
-            self.run(record)
         return notice(text)
 
     async def _may_steer(
@@ -131,14 +130,25 @@ class PlanControls:
             command=f"revert {record.id}",
             revert_of=record.id,
         )
-        reply = await self.request_change(ask)
         moved = await lifecycle.apply(
             self.plans,
             plan,
             lifecycle.Move(lifecycle.REVERT, user, outcome=str(lifecycle.REVERT.plan_to)),
         )
-        if moved is not None:
-            back = f"{staged.start} {staged.unit}"
-            text = f"Plan {record.id} ends: <@{user}> asked to revert it to its start ({back})."
-            await self.deps.notifier.follow_up_note(record, text, "good")
-        return reply
+        if moved is None:
+            return error(f"Plan {record.id} moved meanwhile: ask again.")
+        back = f"{staged.start} {staged.unit}"
+        text = f"Plan {record.id} ends: <@{user}> asked to revert it to its start ({back})."
+        await self.deps.notifier.follow_up_note(record, text, "good")
+        await self._ended(record.id)
+        return await self.request_change(ask)
+
+    async def _ended(self, request_id: str) -> None:
+        """Wait for the plan's execution to end its request (it frees the cluster)."""
+        give_up = asyncio.get_running_loop().time() + ENDING_SECONDS
+        while asyncio.get_running_loop().time() < give_up:
+            record = await self.deps.store.get_request(request_id)
+            if record is None or record.state in TERMINAL_STATES:
+                return
+            await asyncio.sleep(max(self.deps.poll_seconds, 0.02))
+        log.warning("plan %s: its request had not ended when its revert was asked", request_id)

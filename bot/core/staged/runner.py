@@ -38,6 +38,7 @@ from bot.providers.errors import ProviderError
 
 log = logging.getLogger(__name__)
 
+
 S = StagedStepState
 ACTOR = "gpuops"
 MIN_POLL = 0.02
@@ -205,7 +206,7 @@ class PlanRunner:
         """A step left ``sending`` (its sender died, or sends it now): once no call can
         arrive any more it is ``unknown``, and the plan stops to resolve it."""
         if step.calls_until is not None and step.calls_until > self.deps.clock():
-            await self._pause_a_poll()
+            await self.pause_a_poll()
             return
         staged = staged_of(record)
         assert staged is not None
@@ -238,7 +239,7 @@ class PlanRunner:
                 await self._note(record, words.resolved(staged, step, applied=False), "good")
             return
         if waiting:
-            await self._pause_a_poll()
+            await self.pause_a_poll()
             return
         text = words.unresolved(staged, step, size)
         await self._stop(record, staged, plan, StopCause.UNKNOWN, text)
@@ -271,7 +272,7 @@ class PlanRunner:
             text = words.not_steady(staged, step, state.summary.status)
             await self._hold(record, staged, plan, step, StopCause.NOT_STEADY, text)
             return
-        await self._pause_a_poll()
+        await self.pause_a_poll()
 
     async def _soak(
         self,
@@ -299,7 +300,7 @@ class PlanRunner:
             await self._hold(record, staged, plan, step, StopCause.ALERT, words.alert(raised))
             return
         if step.deadline is None or self.deps.clock() < step.deadline:
-            await self._pause_a_poll()
+            await self.pause_a_poll()
             return
         last = step.idx == plan.steps
         transition = lifecycle.COMPLETE if last else lifecycle.PASS
@@ -326,7 +327,7 @@ class PlanRunner:
             if step.deadline is not None and self.deps.clock() >= step.deadline:
                 await self._hold(record, staged, plan, step, StopCause.UNREADABLE, refusal.message)
             else:
-                await self._pause_a_poll()
+                await self.pause_a_poll()
             return None
 
     async def _size(self, record: ChangeRequestRecord, staged: StagedPlan) -> int | None:
@@ -390,5 +391,5 @@ class PlanRunner:
     async def _note(self, record: ChangeRequestRecord, text: str, tone: words.Tone) -> None:
         await self.deps.notifier.follow_up_note(record, text, tone)
 
-    async def _pause_a_poll(self) -> None:
+    async def pause_a_poll(self) -> None:
         await asyncio.sleep(max(self.deps.poll_seconds, MIN_POLL))

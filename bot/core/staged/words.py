@@ -119,3 +119,19 @@ def stopped(
         f"Plan stopped at step {step.idx}/{len(staged.steps)}, {CAUSES[cause]} "
         f"({reached} {staged.unit} reached): {why.rstrip('.')}. Resume to go on{revert}."
     )
+
+
+def completed(staged: StagedPlan) -> str:
+    return f"Plan complete in {len(staged.steps)} steps: {staged.field} {staged.sizes_text()}"
+
+
+def ended(staged: StagedPlan, state: str, reached: int) -> str:
+    how = "reverted to its start" if state == "reverted" else "aborted"
+    return (
+        f"Plan {how} with {reached} {staged.unit} reached (of {staged.start} → "
+        f"{staged.target}); no further step was sent"
+    )
+
+
+def lost(request_id: str) -> str:
+    return f"the plan of {request_id} is not in the store; gpuops cannot tell what it reached"

@@ -1,0 +1,79 @@
+"""A staged change as it is asked (SPEC §14): its plan made at request from the cluster as
+it is now and the change's size and price, stored with the request; the words that name it
+where a plain change shows its preview."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from bot.core.access import Refusal
+from bot.core.guardrails.checks import ChangeSize
+from bot.core.policy import Policy
+from bot.core.staged.plan import StagedPlan, Staging, StagingError, build_plan
+from bot.providers.base import ChangePlan, ClusterState
+from bot.providers.catalog import Catalog
+
+
+def plan_staged(
+    staging: Staging,
+    policy: Policy,
+    catalog: Catalog,
+    state: ClusterState,
+    plan: ChangePlan,
+    inputs: Mapping[str, Any],
+    size: ChangeSize,
+) -> StagedPlan:
+    """The steps of a staged change (a Refusal saying why when it cannot be staged)."""
+    descriptor = catalog.descriptor(plan.provider)
+    stepping = descriptor.stepping
+    if stepping is None:
+        raise Refusal(f"{descriptor.title} changes cannot be sent in steps.", kind="usage")
+    start: Any = (
+        size.nodes_before
+        if stepping.additive
+        else state.current.get(_field(stepping.fields, inputs))
+    )
+    if not isinstance(start, int):
+        raise Refusal(
+            f"the size of {plan.cluster_name} is not known: it cannot be sent in steps.",
+            kind="usage",
+        )
+    defaults = policy.staged
+    try:
+        return build_plan(
+            stepping,
+            plan.action,
+            inputs,
+            start=start,
+            staging=staging,
+            soak=staging.soak or defaults.soak,
+            steady_within=defaults.steady_within,
+            hourly_total=size.hourly,
+            currency=size.currency,
+        )
+    except StagingError as exc:
+        raise Refusal(str(exc), kind="usage", field="step") from None
+
+
+def _field(fields: tuple[str, ...], inputs: Mapping[str, Any]) -> str:
+    return next((name for name in inputs if name in fields), fields[0])
+
+
+def staged_preview(stored: Mapping[str, Any], plan: ChangePlan) -> str:
+    """A request's preview in one line: the plan's, with its steps when it has them."""
+    raw = stored.get("staged")
+    if not isinstance(raw, dict):
+        return plan.preview_text()
+    staged = StagedPlan.of_json(raw)
+    return f"{staged.field} {staged.sizes_text()} in {len(staged.steps)} steps"
+
+
+def staged_lines(stored: Mapping[str, Any]) -> list[str]:
+    """The preview's lines of a staged request (its headline and every step with its price);
+    none for a plain one."""
+    raw = stored.get("staged")
+    if not isinstance(raw, dict):
+        return []
+    staged = StagedPlan.of_json(raw)
+    return [f"In steps: {staged.headline()}", *staged.step_lines()]
