@@ -16,6 +16,7 @@ from bot.core.home_refresh import HomeRefresher as HomeRefresher
 from bot.core.requests.deciders import Decision as Decision
 from bot.core.requests.decisions import NeedsBreakGlass as NeedsBreakGlass
 from bot.core.service import CommandService as CommandService
+from bot.core.staged.controls import PlanVerb as PlanVerb
 from bot.core.store import TERMINAL_STATES as TERMINAL_STATES
 from bot.core.store import ChangeRequestRecord as ChangeRequestRecord
 from bot.core.store import RequestState as RequestState

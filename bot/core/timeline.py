@@ -258,6 +258,14 @@ def _request_text(event: ChannelEvent, who: str) -> str | None:
             f"{rid} break glass by {who}: their own request, one approval "
             f"({md(entry.outcome or '?')}){reason}"
         )
+    if event_name in PLAN_WORDS:  # a staged plan's steps (SPEC §14)
+        step = (
+            f" step {detail['step']}/{detail['steps']}" if {"step", "steps"} <= set(detail) else ""
+        )
+        said = detail.get("why") or detail.get("message")
+        return f"{rid} plan{step} {PLAN_WORDS[event_name]} by {who}" + (
+            f": {md(said)}" if said else ""
+        )
     why = f" · reason: {md(detail['reason'])}" if detail.get("reason") else ""
     simple = {
         "denied": f"{rid} denied by {who}{why}",
@@ -303,6 +311,23 @@ def _watch_text(entry: AuditEntry, provider: str, by: str) -> str | None:
         ends = md(detail.get("reservation_end_time", "?"))
         return f"reminder: the reservation of {where} ends {ends} ({md(detail.get('horizon', ''))})"
     return None
+
+
+PLAN_WORDS = {
+    "plan_begin": "started",
+    "plan_sent": "sent",
+    "plan_send_failed": "failed",
+    "plan_send_unknown": "outcome unknown",
+    "plan_resolved_applied": "found applied",
+    "plan_pass": "passed its soak",
+    "plan_complete": "passed its soak, plan complete",
+    "plan_hold": "stopped",
+    "plan_stop": "stopped",
+    "plan_pause": "paused",
+    "plan_resume": "resumed",
+    "plan_abort": "aborted",
+    "plan_revert": "ended by a revert to its start",
+}
 
 
 def building(request: TimelineRequest) -> Reply:

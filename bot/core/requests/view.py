@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from bot.core.pricing import change_price_line
-from bot.core.staged.asking import staged_lines
+from bot.core.staged.asking import progress_of, staged_lines
 from bot.core.store import ChangeRequestRecord, RequestState
 from bot.providers.base import ChangePlan
 
@@ -91,6 +91,9 @@ class RequestView:
     revert_of: str | None = None  # the request this one undoes
     revertible: bool = False  # it succeeded and has an inverse: its result offers a revert
     run_at: datetime | None = None  # a scheduled change runs then
+    # A staged plan under way (SPEC §14): its progress, and the buttons that steer it now.
+    plan_progress: str | None = None
+    plan_buttons: tuple[str, ...] = ()
 
     @property
     def counted(self) -> tuple[str, ...]:
@@ -169,6 +172,7 @@ def view_of(record: ChangeRequestRecord) -> RequestView:
         revert_of=record.revert_of,
         revertible=revertible(record),
         run_at=record.run_at,
+        **progress_of(record),
         **approval_state(record),
     )
 

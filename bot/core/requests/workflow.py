@@ -31,8 +31,7 @@ from bot.core.requests.revert import Reverts
 from bot.core.requests.schedule import Scheduler
 from bot.core.requests.sweeper import Sweeper
 from bot.core.requests.tasks import BackgroundTasks
-from bot.core.staged.controls import PlanControls
-from bot.core.staged.controls import Verb as PlanVerb
+from bot.core.staged.controls import PlanControls, PlanVerb
 from bot.core.staged.ending import execute_plan
 from bot.core.staged.runner import PlanRunner
 from bot.core.store import Store

@@ -11,6 +11,7 @@ from bot.core.access import Refusal
 from bot.core.guardrails.checks import ChangeSize
 from bot.core.policy import Policy
 from bot.core.staged.plan import StagedPlan, Staging, StagingError, build_plan
+from bot.core.store import TERMINAL_STATES, ChangeRequestRecord
 from bot.providers.base import ChangePlan, ClusterState
 from bot.providers.catalog import Catalog
 
@@ -77,3 +78,13 @@ def staged_lines(stored: Mapping[str, Any]) -> list[str]:
         return []
     staged = StagedPlan.of_json(raw)
     return [f"In steps: {staged.headline()}", *staged.step_lines()]
+
+
+def progress_of(record: ChangeRequestRecord) -> dict[str, Any]:
+    """A running plan's progress and buttons (RequestView's fields), as its runner shows
+    them; none once the request has ended (its result says how the plan ended)."""
+    raw = record.plan.get("progress")
+    if not isinstance(raw, dict) or record.state in TERMINAL_STATES:
+        return {}
+    buttons = tuple(str(b) for b in raw.get("buttons", ()))
+    return {"plan_progress": str(raw.get("text", "")), "plan_buttons": buttons}

@@ -21,6 +21,7 @@ from bot.core.ask.change import ChangeAsk
 from bot.core.lifecycle import plans as lifecycle
 from bot.core.policy import Role
 from bot.core.requests.deps import RequestDeps
+from bot.core.staged.progress import show_progress
 from bot.core.staged.records import staged_of
 from bot.core.store import TERMINAL_STATES, ChangeRequestRecord
 from bot.core.store.plans import PlanRecord, PlanStore
@@ -28,7 +29,7 @@ from bot.core.store.plans import PlanRecord, PlanStore
 log = logging.getLogger(__name__)
 
 ENDING_SECONDS = 10.0  # how long Revert waits for the plan's request to free the cluster
-Verb = Literal["pause", "resume", "abort", "revert"]
+PlanVerb = Literal["pause", "resume", "abort", "revert"]
 _MOVES = {
     "pause": lifecycle.PAUSE,
     "resume": lifecycle.RESUME,
@@ -56,7 +57,7 @@ class PlanControls:
         self.plans = plans
         self.request_change = request_change
 
-    async def steer(self, user: str, channel: str, request_id: str, verb: Verb) -> Reply:
+    async def steer(self, user: str, channel: str, request_id: str, verb: PlanVerb) -> Reply:
         access = self.deps.access
         record = await self.deps.store.get_request(request_id)
         plan = await self.plans.get(request_id)
@@ -89,6 +90,7 @@ class PlanControls:
         done, then = _DONE[verb]
         text = f"Plan {record.id} {done} by <@{user}>{then}."
         await self.deps.notifier.follow_up_note(record, text, "good")
+        await show_progress(self.deps.notifier, self.plans, record)
         return notice(text)
 
     async def _may_steer(

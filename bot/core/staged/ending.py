@@ -6,12 +6,12 @@ from __future__ import annotations
 from bot.core.requests.outcomes import Result
 from bot.core.staged import words
 from bot.core.staged.plan import StagedPlan
+from bot.core.staged.progress import ENDED
 from bot.core.staged.records import staged_of
 from bot.core.staged.runner import PlanRunner
 from bot.core.store import ChangeRequestRecord, RequestState
 from bot.core.store.plans import PlanRecord, PlanState, StagedStepRecord, StagedStepState
 
-ENDED = frozenset({PlanState.COMPLETED, PlanState.ABORTED, PlanState.REVERTED})
 S = StagedStepState
 
 

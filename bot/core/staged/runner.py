@@ -21,6 +21,7 @@ from bot.core.requests.deps import RequestDeps
 from bot.core.staged import words
 from bot.core.staged.cluster import size_of, unhealthy
 from bot.core.staged.plan import StagedPlan
+from bot.core.staged.progress import show_progress
 from bot.core.staged.records import new_plan_rows, staged_of
 from bot.core.store import ChangeRequestRecord, StoreUnavailable
 from bot.core.store.plans import (
@@ -389,7 +390,9 @@ class PlanRunner:
         return await lifecycle.apply(self.plans, plan, move)
 
     async def _note(self, record: ChangeRequestRecord, text: str, tone: words.Tone) -> None:
+        """A step's result in the thread, and the root shows where the plan stands."""
         await self.deps.notifier.follow_up_note(record, text, tone)
+        await show_progress(self.deps.notifier, self.plans, record)
 
     async def pause_a_poll(self) -> None:
         await asyncio.sleep(max(self.deps.poll_seconds, MIN_POLL))

@@ -75,6 +75,11 @@ def request_root(r: RequestView) -> SlackMessage:
     if r.run_at is not None:
         blocks.append(context(f":alarm_clock: {escape(scheduled_words(r))}"))
     blocks.append(context(f"{_state_line(r)} · request `{escape(r.id)}`"))
+    if r.plan_progress:
+        blocks.append(section(f":stairs: {escape(r.plan_progress)}"))
+    if r.plan_buttons:
+        steer = [_button(PLAN_LABELS[b], f"plan_{b}", r.id, None) for b in r.plan_buttons]
+        blocks.append({"type": "actions", "block_id": "plan", "elements": steer})
     if r.result_message and r.state in ("failed", "unknown", "succeeded"):
         blocks.append(context(escape(r.result_message)))
     text = (
@@ -84,6 +89,15 @@ def request_root(r: RequestView) -> SlackMessage:
         f" — {escape(r.id)}" + (f" · {escape(scheduled_words(r))}" if r.run_at is not None else "")
     )
     return SlackMessage(text=text, blocks=blocks)
+
+
+# The buttons that steer a staged plan (SPEC §14), by what they do: action_id plan_<verb>.
+PLAN_LABELS = {
+    "pause": "Pause",
+    "resume": "Resume",
+    "abort": "Abort",
+    "revert": "Revert to start",
+}
 
 
 def price_text(line: str) -> str:
