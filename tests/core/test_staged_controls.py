@@ -167,3 +167,31 @@ async def test_revert_to_start_after_a_stop(core: Core) -> None:
         if r.revert_of == request_id
     ]
     assert len(reverts) == 1 and reverts[0].state is RequestState.PENDING  # a scale-down
+
+
+async def test_a_plan_whose_replica_died_mid_step_never_goes_on(any_core: Core) -> None:
+    """Its replica dies while step 1's call is out (its tasks cancelled, as a SIGKILL
+    leaves them); another replica's recovery ends the request ``unknown`` (never re-run)
+    and the plan with it: no step is ever sent again. On SQLite and PostgreSQL."""
+    core = any_core
+    hang = core.together.script.hang("apply")
+    request_id = await _opened(core)
+    await asyncio.wait_for(hang.entered.wait(), 10)
+    await core.workflow.close()  # the replica is gone mid-call
+    other = await core.replica("core-b")
+    deps = core.workflow.deps
+    core.clock.advance(seconds=deps.exec_lease_seconds + deps.max_call_seconds + 1)
+    assert await other.recover_interrupted() == 1
+    assert (await core.record(request_id)).state is RequestState.UNKNOWN
+    plan = await _plan(core, request_id)
+    assert plan.state is PlanState.ABORTED
+    await core.notifier.wait_for(lambda: _count(core, request_id, "lost track of it") == 1)
+    hang.release()
+    assert await other.recover_interrupted() == 0
+    resumed = await other.steer_plan(
+        user=DAVE, channel=CHANNEL, request_id=request_id, verb="resume"
+    )
+    assert "is aborted" in _notice(resumed).text
+    assert len(core.together.script.of("apply")) == 1
+    events = [e.event for e in await core.store.list_audit(request_id=request_id, limit=100)]
+    assert events.count("plan_send") == 1 and "plan_orphan" in events

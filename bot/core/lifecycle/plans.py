@@ -134,6 +134,12 @@ REFOLLOW = _t(
     "refollow", {P.RUNNING}, None, {S.HELD}, S.FOLLOWING, "resumed: a held step is proven again"
 )
 ABORT = _t("abort", {P.RUNNING, P.PAUSED, P.STOPPED}, P.ABORTED, doc="a person ended it")
+ORPHAN = _t(
+    "orphan",
+    {P.RUNNING, P.PAUSED, P.STOPPED},
+    P.ABORTED,
+    doc="its request ended without it (its runner died, never re-run): never goes on",
+)
 REVERT = _t(
     "revert",
     {P.PAUSED, P.STOPPED},
@@ -159,6 +165,7 @@ TRANSITIONS: tuple[Transition, ...] = (
     RETRY,
     REFOLLOW,
     ABORT,
+    ORPHAN,
     REVERT,
 )
 

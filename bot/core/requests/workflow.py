@@ -32,7 +32,7 @@ from bot.core.requests.schedule import Scheduler
 from bot.core.requests.sweeper import Sweeper
 from bot.core.requests.tasks import BackgroundTasks
 from bot.core.staged.controls import PlanControls, PlanVerb
-from bot.core.staged.ending import execute_plan
+from bot.core.staged.ending import end_orphaned, execute_plan
 from bot.core.staged.runner import PlanRunner
 from bot.core.store import Store
 from bot.core.store.plans import PlanStore
@@ -83,7 +83,8 @@ class ChangeWorkflow:
             self.presend,
             functools.partial(execute_plan, self.plan_runner),
         )
-        self.sweeper = Sweeper(self.deps, self.follow_up)
+        end_plan = functools.partial(end_orphaned, self.plan_runner)
+        self.sweeper = Sweeper(self.deps, self.follow_up, end_plan)
         self.opening = Opening(self.deps, self.execution)
         self.decisions = Decisions(self.deps, self.execution, self.sweeper)
         self.requirement_refresh = RequirementRefresh(

@@ -3,6 +3,7 @@ end under the request's lease and cluster lock, and the request's result once it
 
 from __future__ import annotations
 
+from bot.core.lifecycle import plans as lifecycle
 from bot.core.requests.outcomes import Result
 from bot.core.staged import words
 from bot.core.staged.plan import StagedPlan
@@ -40,3 +41,16 @@ def _ended(staged: StagedPlan, plan: PlanRecord, steps: list[StagedStepRecord]) 
     applied = [s for s in steps if s.state not in (S.PENDING, S.FAILED)]
     reached = applied[-1].size_after if applied else staged.start
     return Result(RequestState.FAILED, words.ended(staged, plan.state, reached), str(plan.state))
+
+
+async def end_orphaned(runner: PlanRunner, record: ChangeRequestRecord) -> None:
+    """A staged request ended because its executor died (``unknown``, never re-run): its
+    plan ends with it (``orphan``), so no step is ever sent without its request; told in
+    the thread with the step it was at."""
+    plan = await runner.plans.get(record.id)
+    if plan is None:
+        return
+    move = lifecycle.Move(lifecycle.ORPHAN, "gpuops", outcome=str(PlanState.ABORTED))
+    if await lifecycle.apply(runner.plans, plan, move) is not None:
+        text = words.orphaned(record.id, plan.step, plan.steps)
+        await runner.deps.notifier.follow_up_note(record, text, "warning")

@@ -135,3 +135,11 @@ def ended(staged: StagedPlan, state: str, reached: int) -> str:
 
 def lost(request_id: str) -> str:
     return f"the plan of {request_id} is not in the store; gpuops cannot tell what it reached"
+
+
+def orphaned(request_id: str, step: int, steps: int) -> str:
+    return (
+        f"Plan {request_id} ended at step {step}/{steps}: gpuops lost track of it (it was "
+        "restarted or its replica died). No further step will be sent; check the cluster "
+        "and ask again for what is still needed."
+    )
