@@ -16,13 +16,15 @@ from bot.core.store.plans import PlanState, PlanStore
 from bot.local.demo.stack import WATCHED_DEMO_POLICY, LocalStack
 from bot.local.slack.files import UploadedFile
 from tests.conftest import StackFactory
-from tests.support.slack_support import command_reply
+from tests.support.slack_support import command_reply, roots
+from tests.support.step_kit import ended, inputs, run_step
 from tests.support.workflow_kit import (
     ALICE,
     BOB,
     CHANNEL,
     DAVE,
     MALLORY,
+    REQUEST_ID,
     Opened,
     buttons,
     next_ephemeral,
@@ -165,4 +167,23 @@ async def test_the_roots_buttons_steer_it_for_the_right_people(stack: LocalStack
     assert record.result_message == (
         "Plan aborted with 16 GPUs reached (of 8 → 40); no further step was sent"
     )
+    assert len(stack.together.calls("update", "PUT")) == 1
+
+
+async def test_a_workflow_step_with_a_plan_completes_only_when_the_plan_ends(
+    stack: LocalStack,
+) -> None:
+    change = "num_gpus=24 step=8 soak=10m"
+    run = await run_step(stack, inputs("together-prod", CLUSTER, change))
+    root = await stack.slack.wait_for(
+        lambda: next((m for m in roots(stack, CHANNEL) if REQUEST_ID.search(m.text)), None)
+    )
+    found = REQUEST_ID.search(root.text)
+    assert found is not None
+    opened = Opened(found.group(0), CHANNEL, root.ts, None)
+    await wait_reply(stack, opened, "Step 1/2 (8 → 16 GPUs) is steady")
+    assert run.state == "running"  # the plan soaks: the step waits for it
+    await _press(stack, opened, DAVE, "plan_abort")
+    await ended(stack, run, within=20)
+    assert run.state != "running"
     assert len(stack.together.calls("update", "PUT")) == 1
