@@ -18,22 +18,24 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 ARG UV_VERSION=0.13.9
 WORKDIR /src
 # The dependencies first, in their own layer: a change to the code alone reuses it. They are
-# uv.lock's, exactly (the server's, without the extras): pip checks every file's hash and
-# installs nothing the lock does not name (--no-deps).
+# uv.lock's, exactly (the server's: no extras, no groups, so nothing of the `local` group's
+# gpuops-local): pip checks every file's hash and installs nothing the lock does not name
+# (--no-deps).
 COPY pyproject.toml uv.lock ./
 RUN --mount=type=cache,target=/root/.cache/pip \
     python3 -m venv /opt/uv \
     && /opt/uv/bin/pip install --cert "$PIP_CERT" "uv==$UV_VERSION" \
-    && /opt/uv/bin/uv export --frozen --no-dev --no-emit-project --format requirements-txt \
+    && /opt/uv/bin/uv export --frozen --no-dev --no-emit-workspace --format requirements-txt \
       --output-file /tmp/requirements.txt >/dev/null \
     && python3 -m venv /opt/gpuops \
     && /opt/gpuops/bin/pip install --cert "$PIP_CERT" --require-hashes --no-deps \
       -r /tmp/requirements.txt
 COPY README.md LICENSE ./
+# The build context has no bot/local (.dockerignore): the simulators, the Slack stand-in and
+# the demo are the gpuops-local distribution (bot/local/pyproject.toml), which a server
+# never installs; the gpuops wheel leaves them out too.
 COPY bot ./bot
 COPY handlers ./handlers
-# The simulators, the Slack stand-in and the demo (bot/local) are not in the package
-# (pyproject's wheel target excludes them): a server gets none of their files.
 RUN --mount=type=cache,target=/root/.cache/pip \
     /opt/gpuops/bin/pip install --cert "$PIP_CERT" --no-deps . \
     && /opt/gpuops/bin/python -m compileall -q /opt/gpuops/lib

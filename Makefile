@@ -31,14 +31,16 @@ SYNC = $(UV) sync --quiet --frozen --inexact
 $(BIN)/uv: | $(BIN)/python
 	$(PIP) install --quiet --no-compile 'uv==$(UV_VERSION)'
 
-$(STAMP): pyproject.toml uv.lock | $(BIN)/uv
-	$(SYNC) --extra demo --extra test --extra dev --extra bench
+# The `local` group is gpuops-local (bot/local/pyproject.toml): the simulators, the Slack
+# stand-in, the demo. Both installs have it, editable; the image never does.
+$(STAMP): pyproject.toml bot/local/pyproject.toml uv.lock | $(BIN)/uv
+	$(SYNC) --group local --extra test --extra dev --extra bench
 	touch $(STAMP) $(DEMO_STAMP)
 
 # uv installs the demo's packages in about 2 s of CPU where pip takes about 20 (and uv,
 # one wheel, takes 3).
-$(DEMO_STAMP): pyproject.toml uv.lock | $(BIN)/uv
-	$(SYNC) --extra demo
+$(DEMO_STAMP): pyproject.toml bot/local/pyproject.toml uv.lock | $(BIN)/uv
+	$(SYNC) --group local
 	touch $(DEMO_STAMP)
 
 demo: $(DEMO_STAMP)

@@ -23,6 +23,7 @@ import copy
 import gc
 import json
 import math
+import os
 import statistics
 import sys
 import tempfile
@@ -37,7 +38,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection
 
 from bench.postgres import ADMIN_DSN, create_database, database_url, drop_database
-from bench.scale_children import Probe, audit_runs, startup_seconds, watch_rounds
+from bench.scale_children import Probe, audit_runs, startups, watch_rounds
 from bench.scale_preload import Template, preload, read_template, with_values
 from bench.scale_report import Targets, checks, table
 from bot.core.paging import LIST_PAGE_SIZE
@@ -264,29 +265,29 @@ async def clear_waiting(store: Store) -> None:
         )
 
 
-async def history_size(
-    size: int, template: Template, workdir: Path, args: argparse.Namespace, fake: FakeSlack
-) -> dict[str, Any]:
-    """Every figure of one history size (see the module docstring)."""
+async def history_store(size: int, workdir: Path, args: argparse.Namespace) -> str:
+    """The store of one history size: a SQLite file in ``workdir``, or a PostgreSQL
+    database of its own (created here, dropped by ``drop_history_stores``)."""
     if args.backend == "sqlite":
-        return await _history_in(
-            f"sqlite:///{workdir / f'history-{size}.db'}", size, template, workdir, args, fake
-        )
-    name = await create_database(ADMIN_DSN, f"scale{size}")
-    try:
-        return await _history_in(database_url(ADMIN_DSN, name), size, template, workdir, args, fake)
-    finally:
-        await drop_database(ADMIN_DSN, name)
+        return f"sqlite:///{workdir / f'history-{size}.db'}"
+    return database_url(ADMIN_DSN, await create_database(ADMIN_DSN, f"scale{size}"))
 
 
-async def _history_in(
+async def drop_history_stores(urls: list[str]) -> None:
+    for url in urls:
+        if url.startswith("postgresql"):
+            await drop_database(ADMIN_DSN, url.rsplit("/", 1)[-1])
+
+
+async def history_size(
     url: str,
     size: int,
     template: Template,
     workdir: Path,
     args: argparse.Namespace,
-    fake: FakeSlack,
 ) -> dict[str, Any]:
+    """Every figure of one history size (see the module docstring) but its start-up, which
+    ``startup_figures`` measures for every size together."""
     now = datetime.now(UTC)
     reused = args.reuse and _stored(url)
     store = await Store.open(url)
@@ -301,9 +302,6 @@ async def _history_in(
     print(f"  history {size:>9,}: preloaded in {seconds:.1f} s{' (reused)' * reused}", flush=True)
     result: dict[str, Any] = {"requests": size, "audit_entries": size * 3, "preload_s": seconds}
     result["audit"] = {k: v.as_json() for k, v in audit_runs(url, workdir).items()}
-    env = _serve_env(url, fake, workdir)
-    wall, cpu = await startup_seconds(env, workdir, runs=args.startup_runs)
-    result["startup_s"], result["startup_cpu_s"] = round(wall, 3), round(cpu, 3)
     session = await Session.start(url, workdir)
     try:
         result["ops"] = await _history_ops(session, args.reps)
@@ -312,6 +310,27 @@ async def _history_in(
     finally:
         await session.stop()
     return result
+
+
+async def startup_figures(
+    urls: dict[int, str], history: dict[str, Any], workdir: Path, args: argparse.Namespace
+) -> None:
+    """``gpuops serve``'s start-up on every size's store, interleaved (the same machine for
+    each), into ``history``; with the load average meanwhile (the machine is shared)."""
+    fake = FakeSlack(DEMO_BOT_TOKEN, channels=CHANNELS, users=USERS, usergroups=USERGROUPS)
+    await fake.start()
+    try:
+        load_before = os.getloadavg()[0]
+        envs = {str(size): _serve_env(url, fake, workdir) for size, url in urls.items()}
+        found = await startups(envs, workdir, runs=args.startup_runs)
+        load_after = os.getloadavg()[0]
+    finally:
+        await fake.stop()
+    for size, seen in found.items():
+        history[size]["startup_s"] = round(seen.wall, 3)
+        history[size]["startup_cpu_s"] = round(seen.cpu, 3)
+        history[size]["startup_cpu_runs"] = seen.cpu_runs
+        history[size]["startup_load"] = [round(load_before, 2), round(load_after, 2)]
 
 
 def _stored(url: str) -> bool:
@@ -495,15 +514,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         workdir.mkdir(parents=True, exist_ok=True)
         print("bench-scale: a template request through the product", flush=True)
         template = await make_template(workdir)
-        fake = FakeSlack(DEMO_BOT_TOKEN, channels=CHANNELS, users=USERS, usergroups=USERGROUPS)
-        await fake.start()
         history: dict[str, Any] = {}
+        urls: dict[int, str] = {}
         try:
             for size in _counts(args.sizes):
-                history[str(size)] = await history_size(size, template, workdir, args, fake)
+                urls[size] = await history_store(size, workdir, args)
+                history[str(size)] = await history_size(urls[size], size, template, workdir, args)
                 print(f"  history {size:>9,}: {_brief(history[str(size)]['ops'])}", flush=True)
+            if urls:
+                print("  start-up of every size, interleaved", flush=True)
+                await startup_figures(urls, history, workdir, args)
         finally:
-            await fake.stop()
+            await drop_history_stores(list(urls.values()))
         counts = _counts(args.clusters)
         clusters = await cluster_sizes(counts, workdir, args.reps) if counts else {}
         watcher = (

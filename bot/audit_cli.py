@@ -7,7 +7,7 @@ import csv
 import json
 from contextlib import aclosing
 from datetime import UTC, datetime
-from typing import Any, Literal, TextIO
+from typing import Literal, TextIO
 
 from bot.config import Settings
 from bot.core.since import parse_since
@@ -30,7 +30,7 @@ COLUMNS = (
 )
 
 
-def exported(entry: AuditEntry) -> dict[str, Any]:
+def exported(entry: AuditEntry) -> dict[str, object]:
     """One entry as written out: ``at`` in the chain's canonical form, so that a reader can
     recompute every hash from the file (bot.core.store.chain)."""
     row = entry.model_dump(include=set(COLUMNS))

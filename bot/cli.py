@@ -1,4 +1,4 @@
-"""The ``gpuops`` console script: demo, serve, socket, simulate, check-config, audit."""
+"""The ``gpuops`` console script: demo, serve, socket, mcp, simulate, check-config, audit."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bot.logs import LOG_FORMATS, configure_logging
-from bot.serving import serve, settings_or_exit, socket_mode
+from bot.serving import mcp_mode, serve, settings_or_exit, socket_mode
 
 if TYPE_CHECKING:
     from bot.providers.catalog import Catalog
@@ -52,8 +52,8 @@ def _version() -> str:
 
 LOCAL_TOOLS_MISSING = (
     "gpuops: the {what} is not part of this installation ({module} is missing): the local "
-    "tools (simulators, Slack stand-in, demo) are not in the gpuops package; run it from a "
-    "checkout of the repository (make demo)"
+    "tools (simulators, Slack stand-in, demo) are the gpuops-local distribution, which a "
+    "server does not install; run it from a checkout of the repository (make demo)"
 )
 
 
@@ -95,7 +95,7 @@ async def _simulate(host: str, port: int, transition_seconds: float) -> None:
         await e2e.stop()
 
 
-def _add_audit_parser(sub: Any) -> None:
+def _add_audit_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     audit = sub.add_parser("audit", help="the audit trail: export it, verify its hash chain")
     verbs = audit.add_subparsers(dest="audit_command", required=True)
     export = verbs.add_parser("export", help="write the entries with their hashes to stdout")
@@ -164,6 +164,15 @@ def _parser() -> argparse.ArgumentParser:
     _listen_arguments(serve, "the address to listen on")
     sock = sub.add_parser("socket", help="Socket Mode; /healthz and /metrics on --port")
     _listen_arguments(sock, "the address of /healthz and /metrics")
+    agents = sub.add_parser(
+        "mcp", help="the MCP server for agents: stdio, or streamable HTTP with --port"
+    )
+    agents.add_argument(
+        "--host", default="127.0.0.1", help="the address of --port (default: %(default)s)"
+    )
+    agents.add_argument(
+        "--port", type=int, default=None, help="serve /mcp over HTTP on this port (default: stdio)"
+    )
     sim = sub.add_parser("simulate", help="the provider simulators alone")
     sim.add_argument(
         "--host", default="127.0.0.1", help="the address to listen on (default: %(default)s)"
@@ -246,6 +255,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             asyncio.run(serve(args.host, args.port, catalog))
         elif args.command == "socket":
             asyncio.run(socket_mode(args.host, args.port, catalog))
+        elif args.command == "mcp":
+            asyncio.run(mcp_mode(args.host, args.port, catalog))
         else:
             asyncio.run(_simulate(args.host, args.port, args.transition_seconds))
     except KeyboardInterrupt:

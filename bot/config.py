@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
@@ -21,7 +22,7 @@ from bot.errors import GpuopsError
 from bot.providers.catalog import Catalog
 from bot.providers.http import ClientSettings
 
-Mode = Literal["serve", "socket", "demo", "check"]
+Mode = Literal["serve", "socket", "demo", "check", "mcp"]
 
 _DATABASE_SCHEMES = ("sqlite", "postgresql", "postgres")
 
@@ -81,6 +82,10 @@ class Settings(BaseSettings):
     gpuops_sweep_seconds: float = 30
     # A person's App Home tab is republished at most once per this many seconds.
     gpuops_home_refresh_seconds: float = 5
+    # Agents (SPEC §15): the calls a personal token may make a minute (across replicas),
+    # and the token `gpuops mcp` uses over stdio.
+    gpuops_mcp_calls_per_minute: int = Field(default=60, ge=1, le=10_000)
+    gpuops_mcp_token: SecretStr | None = None
     # The state store: how long to wait for a connection and for one transaction, and how
     # long a change's execution lease lasts without a heartbeat (its fencing period).
     gpuops_db_connect_timeout: float = 5
@@ -106,13 +111,20 @@ class Settings(BaseSettings):
     # Tests and the demo only: provider base URLs by provider name, over each provider's
     # <NAME>_BASE_URL variable (TOGETHER_BASE_URL, E2E_BASE_URL; see base_urls).
     gpuops_provider_base_urls: dict[str, str] = Field(default_factory=dict)
+    # On-call approvers (SPEC §16): each on-call tool's read has this deadline (inside the
+    # 3 s of a click), and its answer is kept this long (at most 60 s).
+    gpuops_oncall_deadline: float = Field(default=1.5, gt=0, le=2.5)
+    gpuops_oncall_cache_seconds: float = Field(default=60, ge=0, le=60)
+    # Tests and the demo only: on-call tool base URLs by tool (pagerduty, opsgenie), over
+    # the policy's oncall.<tool>.base_url.
+    gpuops_oncall_base_urls: dict[str, str] = Field(default_factory=dict)
     # Identifies this replica for leases (one executor / poller per request). A restarted
     # process with the same id reclaims its own interrupted work at once; default hostname.
     gpuops_instance_id: str | None = None
 
     _dotenv: dict[str, str] = PrivateAttr(default_factory=dict)
 
-    def model_post_init(self, context: Any, /) -> None:
+    def model_post_init(self, context: object, /) -> None:
         env_file = self.model_config.get("env_file")
         if isinstance(env_file, str | Path) and Path(env_file).is_file():
             self._dotenv = {k: v for k, v in dotenv_values(env_file).items() if v is not None}
@@ -196,7 +208,7 @@ class Settings(BaseSettings):
             raise ValueError("must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
         return level
 
-    def __repr_args__(self) -> Any:
+    def __repr_args__(self) -> Iterator[tuple[str | None, object]]:
         for name, value in super().__repr_args__():
             if name == "gpuops_database_url" and isinstance(value, str):
                 yield name, _mask_password(value)
@@ -214,6 +226,8 @@ class Settings(BaseSettings):
                 problems.append(f"SLACK_SIGNING_SECRET is not set; `gpuops {mode}` needs it")
         elif mode == "socket":
             problems += _token_problems(self.slack_app_token, "SLACK_APP_TOKEN", "xapp-", mode)
+        elif mode == "mcp":
+            pass  # it posts proposals with the bot token and takes no Slack request
         else:
             if self.slack_signing_secret is None and self.slack_app_token is None:
                 problems.append(
@@ -256,7 +270,12 @@ class Settings(BaseSettings):
         """Every secret this object holds, for bot.redact.register_secret."""
         secrets = [
             s.get_secret_value()
-            for s in (self.slack_bot_token, self.slack_signing_secret, self.slack_app_token)
+            for s in (
+                self.slack_bot_token,
+                self.slack_signing_secret,
+                self.slack_app_token,
+                self.gpuops_mcp_token,
+            )
             if s is not None
         ]
         password = urlsplit(self.gpuops_database_url).password

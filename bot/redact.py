@@ -20,6 +20,9 @@ _PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(r"(xox[abpors]-)[A-Za-z0-9\-]+"),
     re.compile(r"(xapp-)[A-Za-z0-9\-]+"),
     re.compile(r"(xwfp-)[A-Za-z0-9\-]+"),  # a workflow step's token (function_executed)
+    re.compile(r"(gpo_)[A-Za-z0-9_\-]{8,}"),  # a person's token for agents (SPEC §15)
+    re.compile(r"(?i)(token\s+token=)[^\s'\"<>,]+"),  # PagerDuty's Authorization header
+    re.compile(r"(?i)(geniekey\s+)[^\s'\"<>,]+"),  # Opsgenie's Authorization header
 )
 
 _lock = threading.Lock()

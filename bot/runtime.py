@@ -20,11 +20,14 @@ from slack_sdk.web.async_client import AsyncWebClient
 import handlers
 from bot.config import Settings
 from bot.core.access import Access
+from bot.core.agents.desk import AgentDesk
 from bot.core.authorizer import Authorizer
 from bot.core.builder_steps.completer import StepCompleter
 from bot.core.builder_steps.runner import BuilderSteps
 from bot.core.home import HomeActions, HomeBuilder
 from bot.core.home_refresh import FanOutNotifier, HomeRefresher
+from bot.core.oncall import OnCallClients, OnCallGate, OnCallRoster
+from bot.core.oncall.copies import OnCallCopies
 from bot.core.policy import Policy, PolicyHolder, load_policy
 from bot.core.policy.reload import PolicyRejected, PolicyReloader, ReloadResult
 from bot.core.registry import AdapterRegistry
@@ -37,14 +40,18 @@ from bot.core.watch.incidents import IncidentDesk
 from bot.core.watch.remediations import RemediationDesk
 from bot.core.watch.reservations import ReminderDesk
 from bot.core.watch.watcher import Watcher
+from bot.mcp.http import McpEndpoint, bearer_token
+from bot.mcp.server import TokenOf, Tools, build_server
 from bot.metrics import render_metrics
 from bot.providers.catalog import Catalog
 from bot.providers.installed import load_catalog
 from bot.redact import install_log_redaction, register_secret
 from bot.signals import Hangup
 from bot.slack.app import SlackEventsEndpoint, build_bolt_app
+from bot.slack.approval_copies import SlackApprovalCopies
 from bot.slack.bolt_context import Services
 from bot.slack.builder_steps import SlackStepPort
+from bot.slack.directory import SlackEmailDirectory
 from bot.slack.home import HomePublisher
 from bot.slack.http_server import HttpLimits, limit_middlewares
 from bot.slack.messenger import Messenger, build_web_client, slack_http_session
@@ -80,6 +87,7 @@ class Runtime:
     _background: list[asyncio.Task[Any]] = field(default_factory=list)
     readiness: Readiness = field(default_factory=Readiness)
     hangup: Hangup = field(default_factory=Hangup)
+    mcp: McpEndpoint | None = None  # /mcp: the MCP server for agents (SPEC §15)
 
     @classmethod
     async def create(
@@ -112,8 +120,19 @@ class Runtime:
             holder,
             SlackUserGroupResolver(web_client, ttl_seconds=settings.gpuops_usergroup_cache_seconds),
         )
-        access = Access(authorizer=authorizer, store=store, adapter_for=registry)
-        home_builder = HomeBuilder(authorizer, store, registry, fleet=access.fleet)
+        roster = OnCallRoster(
+            holder,
+            OnCallClients(
+                environment.get,
+                settings.gpuops_oncall_base_urls,
+                deadline=settings.gpuops_oncall_deadline,
+            ),
+            SlackEmailDirectory(web_client),
+            cache_seconds=settings.gpuops_oncall_cache_seconds,
+        )
+        oncall = OnCallGate(roster, authorizer)
+        access = Access(authorizer=authorizer, store=store, adapter_for=registry, oncall=oncall)
+        home_builder = HomeBuilder(authorizer, store, registry, fleet=access.fleet, oncall=oncall)
         home_refresher = HomeRefresher(
             HomePublisher(home_builder, messenger).publish,
             home_builder.may_approve,
@@ -125,7 +144,9 @@ class Runtime:
         workflow = ChangeWorkflow(
             access=access,
             store=store,
-            notifier=FanOutNotifier(SlackNotifier(messenger), [home_refresher, completer]),
+            notifier=FanOutNotifier(
+                SlackNotifier(messenger, copies=_copies_of(store)), [home_refresher, completer]
+            ),
             instance_id=instance,
             poll_seconds=settings.gpuops_poll_seconds,
             followup_minutes=settings.gpuops_followup_minutes,
@@ -133,7 +154,14 @@ class Runtime:
             max_call_seconds=settings.client_settings().max_call_seconds,
             schedule_grace_seconds=settings.gpuops_schedule_grace_seconds,
         )
-        ops = CommandService(access=access, workflow=workflow)
+        access.oncall_copies = OnCallCopies(
+            store, SlackApprovalCopies(messenger), oncall, holder, lambda: workflow.clock()
+        )
+        ops = CommandService(
+            access=access,
+            workflow=workflow,
+            calls_per_minute=settings.gpuops_mcp_calls_per_minute,
+        )
         steps = BuilderSteps(ops, step_store, completer)
         watch_store = WatchStore(
             store, claim_takeover=timedelta(seconds=settings.gpuops_claim_takeover_seconds)
@@ -194,7 +222,12 @@ class Runtime:
             reloader,
         )
         runtime.hangup.on_hangup("reload the policy", runtime._reload_on_hangup)
+        runtime.mcp = McpEndpoint(build_server(runtime.mcp_tools(bearer_token)))
         return runtime
+
+    def mcp_tools(self, token_of: TokenOf) -> Tools:
+        """The MCP tools on this bot's core; ``token_of`` reads a call's token."""
+        return Tools(AgentDesk(self.ops), token_of, permalink=self.messenger.permalink)
 
     async def _reload_on_hangup(self) -> None:
         await self.reload_policy()
@@ -258,6 +291,8 @@ class Runtime:
         )
         endpoint = SlackEventsEndpoint(self.bolt, _signing_secret(self.settings))
         app.router.add_post("/slack/events", self._when_ready(endpoint.handle))
+        if self.mcp is not None:
+            self.mcp.install(app)
         add_ops_routes(app, self._healthy, self.readiness)
         return app
 
@@ -290,9 +325,20 @@ class Runtime:
         await self.workflow.close()
         await self.home_refresher.close()
         await self.registry.aclose()
+        if self.workflow.deps.access.oncall is not None:
+            await self.workflow.deps.access.oncall.roster.clients.aclose()
         await self.store.close()
         if self.web_client.session is not None:
             await self.web_client.session.close()
+
+
+def _copies_of(store: Store) -> Callable[[str], Awaitable[list[tuple[str, str]]]]:
+    """Where a request's prompt was copied by DM (SPEC §16), for the notifier's edits."""
+
+    async def copies(request_id: str) -> list[tuple[str, str]]:
+        return [(c.channel, c.ts) for c in await store.approval_copies(request_id)]
+
+    return copies
 
 
 def _policy_readier(

@@ -127,6 +127,48 @@ async def serve(host: str, port: int, catalog: Catalog) -> None:
         await runtime.close(grace=shutdown_grace(settings))
 
 
+async def mcp_mode(host: str, port: int | None, catalog: Catalog) -> None:
+    """``gpuops mcp``: the MCP server for agents (SPEC §15) on this bot's core and store,
+    over stdio with ``GPUOPS_MCP_TOKEN``, or over streamable HTTP at ``/mcp`` on ``port``
+    (bearer tokens). It opens proposals; their Confirm and approvals arrive at
+    ``gpuops serve`` or ``socket`` on the same database, which run them."""
+    from aiohttp import web
+
+    from bot.config import Settings
+    from bot.mcp.http import McpEndpoint, bearer_token, serving
+    from bot.mcp.server import build_server
+    from bot.runtime import Runtime, add_ops_routes
+
+    settings = settings_or_exit()
+    assert isinstance(settings, Settings)
+    settings.require_for("mcp")
+    token = settings.gpuops_mcp_token
+    if port is None and token is None:
+        raise SystemExit(
+            "gpuops: GPUOPS_MCP_TOKEN is not set; `gpuops mcp` over stdio acts with that "
+            "personal token (make one with `/gpu token new` in Slack)"
+        )
+    runtime = await Runtime.create(settings, catalog=catalog)
+    log = logging.getLogger("gpuops")
+    try:
+        if port is None:
+            assert token is not None
+            secret = token.get_secret_value()
+            server = build_server(runtime.mcp_tools(lambda _ctx: secret))
+            log.info("serving MCP over stdio")
+            await server.run_stdio_async()
+            return
+        app = web.Application(client_max_size=1024 * 1024)
+        McpEndpoint(build_server(runtime.mcp_tools(bearer_token))).install(app)
+        add_ops_routes(app, runtime._healthy)
+        stop = stop_signal(runtime.hangup)
+        async with serving(app, host, port) as bound:
+            log.info("serving MCP on http://%s:%d/mcp", host, bound)
+            await stop.wait()
+    finally:
+        await runtime.close()
+
+
 async def socket_mode(host: str, port: int, catalog: Catalog) -> None:
     from aiohttp import web
 

@@ -1,6 +1,6 @@
-"""Buttons: approve_request, deny_request, cancel_request, revert_request, a staged plan's
-plan_pause, plan_resume, plan_abort and plan_revert; and the action select in the
-gpu_action modal."""
+"""Buttons: approve_request, deny_request, cancel_request, revert_request, confirm_request
+(an agent's proposal, by its requester), a staged plan's plan_pause, plan_resume,
+plan_abort and plan_revert; and the action select in the gpu_action modal."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ def register(app: AsyncApp) -> None:
     for action_id in DECISIONS:
         app.action(action_id)(handle_decision)
     app.action("revert_request")(handle_revert)
+    app.action("confirm_request")(handle_confirm)
     for action_id in PLAN_BUTTONS:
         app.action(action_id)(handle_plan)
     app.action("action")(handle_action_select)
@@ -59,6 +60,14 @@ async def handle_revert(click: Click, services: Services) -> None:
     ops = services.ops
     reply = await ops.revert(user=click.user, channel=click.channel, request_id=click.value)
     await click.answer(reply, about="a revert's answer")
+
+
+@on_click
+async def handle_confirm(click: Click, services: Services) -> None:
+    reply = await services.ops.confirm(
+        user=click.user, channel=click.channel, request_id=click.value
+    )
+    await click.answer(reply, about="a confirmation's answer")
 
 
 PLAN_BUTTONS: dict[str, PlanVerb] = {

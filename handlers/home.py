@@ -1,5 +1,6 @@
-"""The App Home tab: app_home_opened publishes it; its Approve, Deny, Cancel and Show buttons
-act with no channel (decisions are checked in the request's channel, answers go by DM)."""
+"""The App Home tab: app_home_opened publishes it; its Approve, Deny, Cancel, Show and
+Revoke (a token's) buttons act with no channel (decisions are checked in the request's
+channel, answers go by DM)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from slack_bolt.context.async_context import AsyncBoltContext
 
 from bot.core.api import HomeActions, NeedsBreakGlass, Reply
 from bot.slack.bolt_context import services
-from bot.slack.home import SHOW_ACTION_ID
+from bot.slack.home import REVOKE_TOKEN_ACTION_ID, SHOW_ACTION_ID
 from bot.slack.interactions import DirectMessage, open_form, tell
 from bot.slack.messenger import Messenger
 from bot.slack.render import forms
@@ -29,6 +30,7 @@ def register(app: AsyncApp) -> None:
     for action_id in DECISIONS:
         app.action(action_id, matchers=[from_home])(handle_home_decision)
     app.action(SHOW_ACTION_ID)(handle_home_show)
+    app.action(REVOKE_TOKEN_ACTION_ID)(handle_revoke_token)
 
 
 async def handle_home_opened(event: Payload, context: AsyncBoltContext) -> None:
@@ -89,3 +91,17 @@ async def handle_home_show(ack: AsyncAck, body: Payload, context: AsyncBoltConte
         return
     reply = await home.show(action.user.id, project, cluster_id)
     await tell(reply, DirectMessage(messenger, action.user.id), about="the answer to a Home click")
+
+
+async def handle_revoke_token(ack: AsyncAck, body: Payload, context: AsyncBoltContext) -> None:
+    """Revoke one of the clicker's own tokens (the value is its name), answer by DM and
+    republish their tab."""
+    await ack()
+    given = services(context)
+    action = parse(BlockAction, body)
+    name = str(action.actions[0].value or "")[:64] if action is not None else ""
+    if action is None or not name:
+        return
+    reply = await given.ops.revoke_token(action.user.id, name)
+    await tell(reply, DirectMessage(given.messenger, action.user.id), about="a token's revoke")
+    given.home_refresher.schedule(action.user.id, delay=0.0)

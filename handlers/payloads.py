@@ -6,6 +6,7 @@ answered with a clear message, never an exception escaping the handler.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -140,7 +141,7 @@ def state_values(view: _View) -> dict[str, str | None]:
     return values
 
 
-def _element_value(element: dict[str, Any]) -> str | None:
+def _element_value(element: Mapping[str, object]) -> str | None:
     if isinstance(element.get("value"), str):
         return str(element["value"])[:3000]
     option = element.get("selected_option")

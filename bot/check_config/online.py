@@ -10,6 +10,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.check_config.offline import credential_variables
 from bot.config import Settings
+from bot.core.oncall import OnCallClients, OnCallRoster
+from bot.core.oncall.report import oncall_report
 from bot.core.policy import (
     Policy,
     PolicyHolder,
@@ -20,6 +22,7 @@ from bot.providers.base import SupportsProbe
 from bot.providers.errors import ProviderError
 from bot.providers.probe import differences
 from bot.redact import redact, register_secret
+from bot.slack.directory import SlackEmailDirectory
 from bot.slack.messenger import build_web_client, slack_http_session
 from bot.slack.startup import BotIdentity, TokenRefused, auth_test_once
 
@@ -38,6 +41,38 @@ async def online_checks(settings: Settings, policy: Policy | None) -> list[Onlin
     checks = await _slack_checks(settings, policy)
     if policy is not None:
         checks += await _provider_checks(settings, policy)
+    if policy is not None and policy.oncall is not None:
+        checks += await _oncall_checks(settings, policy)
+    return checks
+
+
+async def _oncall_checks(settings: Settings, policy: Policy) -> list[OnlineCheck]:
+    """Each on-call schedule read once (SPEC §16), and each person on call on it with the
+    mapping that makes them a Slack user; an unmapped one fails the check, named."""
+    assert policy.oncall is not None
+    for source in (policy.oncall.pagerduty, policy.oncall.opsgenie):
+        if source is not None:
+            register_secret(settings.credential(source.token_env))
+    clients = OnCallClients(
+        settings.credential,
+        settings.gpuops_oncall_base_urls,
+        deadline=settings.gpuops_oncall_deadline,
+    )
+    token = settings.slack_bot_token.get_secret_value() if settings.slack_bot_token else ""
+    session = slack_http_session()
+    directory = SlackEmailDirectory(build_web_client(token, settings.slack_api_url, session))
+    try:
+        roster = OnCallRoster(PolicyHolder(policy), clients, directory if token else None)
+        lines = await oncall_report(roster)
+    finally:
+        await clients.aclose()
+        await session.close()
+    checks = []
+    for line in lines:
+        what, _, detail = line.text.partition(": ")
+        if line.level == "warning":
+            detail += ": add them to oncall.people"
+        checks.append(OnlineCheck(line.level == "ok", what, detail))
     return checks
 
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from bot.core.answers import Reply, error
 from bot.core.authorizer import Authorizer
 from bot.core.fleet import FleetSnapshots
+from bot.core.oncall import OnCallGate
+from bot.core.oncall.copies import OnCallCopies
 from bot.core.policy import Policy, Role
 from bot.core.store import Store, StoreUnavailable
 from bot.errors import GpuopsError
@@ -56,8 +57,21 @@ class Access:
     """Authorization, the cluster allowlist, the audit trail and the provider lookups that
     the command service and the change workflow share."""
 
-    def __init__(self, *, authorizer: Authorizer, store: Store, adapter_for: AdapterLookup) -> None:
+    def __init__(
+        self,
+        *,
+        authorizer: Authorizer,
+        store: Store,
+        adapter_for: AdapterLookup,
+        oncall: OnCallGate | None = None,
+    ) -> None:
         self.authorizer = authorizer
+        # Who is on call now, for approval rules with on-call approvers (SPEC §16); None:
+        # no on-call tool is reachable from here (a rule naming one then takes its fallback).
+        self.oncall = oncall
+        # The prompt's DM copies to on-call approvers and their escalation (set by the
+        # composition root once the workflow's clock and Slack are at hand).
+        self.oncall_copies: OnCallCopies | None = None
         self.store = store
         self.adapter_for = adapter_for
         # The clusters of each project, shared by the list, Home and the watcher.
@@ -86,7 +100,7 @@ class Access:
         cluster_id: str | None = None,
         request_id: str | None = None,
         outcome: str | None = None,
-        **detail: Any,
+        **detail: object,
     ) -> None:
         await self.store.append_audit(
             actor=actor,
@@ -159,7 +173,7 @@ class Access:
             ) from None
 
     def make_plan(
-        self, project: str, state: ClusterState, action: str, inputs: Mapping[str, Any]
+        self, project: str, state: ClusterState, action: str, inputs: Mapping[str, object]
     ) -> ChangePlan:
         try:
             return self.adapter_for(project).plan(state, action, inputs)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import UTC, datetime
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -15,6 +15,7 @@ from bot.core.answers import ClusterCard, Reply, store_unavailable
 from bot.core.authorizer import Authorizer
 from bot.core.fleet import FleetSnapshots
 from bot.core.guardrails.approvals import requirement_for
+from bot.core.oncall import OnCallGate
 from bot.core.policy import Role
 from bot.core.registry import MissingCredential
 from bot.core.requests.deciders import Decision
@@ -27,6 +28,7 @@ from bot.core.store.home_queries import (
     pending_approvals,
     requests_of,
 )
+from bot.core.store.tokens import TokenStore
 from bot.providers.base import ChangePlan, ClusterSummary, ProviderAdapter
 from bot.providers.errors import ProviderError
 from bot.redact import redact
@@ -110,6 +112,17 @@ class HomeProject(BaseModel):
     as_of_seconds: float | None = None  # the age of the fleet snapshot shown (bot.core.fleet)
 
 
+class HomeToken(BaseModel):
+    """One of the person's live tokens for agents (SPEC §15): never the token itself."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    expires_at: datetime
+    last_used_at: datetime | None = None
+    last_client: str | None = None
+
+
 class HomeData(BaseModel):
     """Everything the Home view shows; each list carries the total it was cut from."""
 
@@ -128,6 +141,7 @@ class HomeData(BaseModel):
     recent_total_bounded: bool = False  # more than recent_total (counted only so far)
     projects: list[HomeProject]
     requests_error: str | None = None  # the requests could not be read (the store failed)
+    tokens: list[HomeToken] = []  # the person's live tokens for agents, newest first
 
 
 AdapterLookup = Callable[[str], ProviderAdapter]
@@ -191,8 +205,10 @@ class HomeBuilder:
         adapter_for: AdapterLookup,
         limits: HomeLimits | None = None,
         fleet: FleetSnapshots | None = None,
+        oncall: OnCallGate | None = None,
     ) -> None:
         self.authorizer = authorizer
+        self.oncall = oncall  # SPEC §16: who is on call now decides on-call rules' approvers
         self.store = store
         self.adapter_for = adapter_for
         self.limits = limits or HomeLimits()
@@ -225,6 +241,8 @@ class HomeBuilder:
         approvals, more = await self._approvals(user)
         open_page = await requests_of(self.store, user, OPEN_STATES, self.limits.open_requests)
         recent_page = await requests_of(self.store, user, FINISHED_STATES, self.limits.recent)
+        now = datetime.now(UTC)
+        tokens = [t for t in await TokenStore(self.store).of_user(user) if t.live(now)]
         return HomeData(
             user=user,
             approvals=[home_request(r) for r in approvals[: self.limits.approvals]],
@@ -238,6 +256,15 @@ class HomeBuilder:
             recent_total=recent_page.total,
             recent_total_bounded=recent_page.bounded,
             projects=projects,
+            tokens=[
+                HomeToken(
+                    name=t.name,
+                    expires_at=t.expires_at,
+                    last_used_at=t.last_used_at,
+                    last_client=t.last_client,
+                )
+                for t in tokens
+            ],
         )
 
     async def may_approve(self, user: str, record: ChangeRequestRecord) -> bool:
@@ -249,6 +276,15 @@ class HomeBuilder:
         if not decision.allowed:
             return False
         requirement = requirement_for(self.authorizer.policy, record.project, record.kinds)
+        if requirement is not None and requirement.oncall and self.oncall is not None:
+            verdict = await self.oncall.judge(
+                user,
+                requirement,
+                doing=f"approve {record.id}",
+                opened_at=record.created_at,
+                now=datetime.now(UTC),
+            )
+            return verdict.allowed
         if requirement is None or not requirement.usergroups:
             return True
         return await self.authorizer.in_any_group(user, requirement.usergroups)

@@ -27,6 +27,7 @@ EventKind = Literal[
     "finished",  # the provider answered, or did not: see the record's state
     "interrupted",  # its executor is gone: ended without being (re)sent
     "revert_requested",  # someone asked to undo it: the text names the new request
+    "confirmed",  # its requester confirmed an agent's proposal (SPEC §15)
 ]
 Tone = Literal["good", "warning"]
 

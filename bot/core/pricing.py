@@ -3,7 +3,7 @@ says (a price per node), never a guess."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 from bot.providers.pricing import NodePrice, money
 
@@ -29,7 +29,9 @@ def scale_price_line(price: NodePrice | None, additional_nodes: int) -> str | No
     return f"≈ +{total}/h: {_nodes(additional_nodes)} at {each}/h each, hourly plan"
 
 
-def change_price_line(price: NodePrice | None, action: str, body: dict[str, Any]) -> str | None:
+def change_price_line(
+    price: NodePrice | None, action: str, body: Mapping[str, object]
+) -> str | None:
     """The price line of a stored change (only ``scale_cluster`` changes the price)."""
     if action != "scale_cluster":
         return None

@@ -10,8 +10,9 @@ import logging
 from collections.abc import Callable, Mapping
 
 from bot.core.access import Access, Refusal, invalid_change
+from bot.core.agents.tokens import DEFAULT_CALLS_PER_MINUTE, Tokens
 from bot.core.answers import Reply, error, notice, store_unavailable
-from bot.core.ask.change import ChangeAsk
+from bot.core.ask.change import AgentOrigin, ChangeAsk
 from bot.core.ask.forms import FormKind, FormRequest, Forms, SubmissionErrors
 from bot.core.ask.grammar import (
     AuditCommand,
@@ -21,6 +22,7 @@ from bot.core.ask.grammar import (
     PolicyCommand,
     ShowCommand,
     TimelineCommand,
+    TokenCommand,
     UsageError,
     parse_command,
 )
@@ -33,6 +35,7 @@ from bot.core.requests.decisions import NeedsBreakGlass
 from bot.core.requests.workflow import ChangeWorkflow
 from bot.core.staged.controls import PlanVerb
 from bot.core.store import StoreUnavailable
+from bot.core.store.tokens import TokenStore
 from bot.core.timeline import Timeline, TimelineRequest
 from bot.logs import log_context
 from bot.metrics import COMMANDS
@@ -52,9 +55,21 @@ class CommandService:
     Queries answer read-only commands, Forms check change forms, the ChangeWorkflow runs
     change requests; every refusal is audited through Access."""
 
-    def __init__(self, *, access: Access, workflow: ChangeWorkflow) -> None:
+    def __init__(
+        self,
+        *,
+        access: Access,
+        workflow: ChangeWorkflow,
+        calls_per_minute: int = DEFAULT_CALLS_PER_MINUTE,
+    ) -> None:
         self.access = access
         self.workflow = workflow
+        self.tokens = Tokens(
+            access,
+            TokenStore(access.store),
+            calls_per_minute=calls_per_minute,
+            clock=lambda: workflow.clock(),
+        )
         self.queries = Queries(access)
         self.forms = Forms(access, lambda: workflow.clock())
         self.reader = Reader(self.forms)
@@ -112,6 +127,16 @@ class CommandService:
         except StoreUnavailable as exc:
             return _store_down("a decision", exc)
 
+    async def confirm(self, *, user: str, channel: str, request_id: str) -> Reply:
+        """Its requester confirms an agent's proposal (bot.core.requests.confirm)."""
+        try:
+            with one_authorization():
+                return await self.workflow.confirm(
+                    user=user, channel=channel, request_id=request_id
+                )
+        except StoreUnavailable as exc:
+            return _store_down("a confirmation", exc)
+
     async def may_deny(self, *, user: str, channel: str, request_id: str) -> Reply | None:
         """None when the person may deny the request here (ask them why next), else why not."""
         try:
@@ -131,13 +156,11 @@ class CommandService:
 
     async def steer_plan(
         self, *, user: str, channel: str, request_id: str, verb: PlanVerb
-    ) -> Reply:
-        """Pause, resume, abort or revert a staged plan (ChangeWorkflow.steer_plan)."""
+    ) -> Reply:  # Pause, Resume, Abort, Revert to start (ChangeWorkflow.steer_plan)
+        asked = {"user": user, "channel": channel, "request_id": request_id}
         try:
             with one_authorization():
-                return await self.workflow.steer_plan(
-                    user=user, channel=channel, request_id=request_id, verb=verb
-                )
+                return await self.workflow.steer_plan(**asked, verb=verb)
         except StoreUnavailable as exc:
             return _store_down("a plan's button", exc)
 
@@ -160,18 +183,25 @@ class CommandService:
             return _store_down("a command", exc)
 
     async def handle_change(
-        self, user: str, channel: str, read: ReadCommand, *, step: str | None = None
+        self,
+        user: str,
+        channel: str,
+        read: ReadCommand,
+        *,
+        step: str | None = None,
+        agent: AgentOrigin | None = None,
     ) -> Reply | FormRequest:
-        """A change read elsewhere (a workflow step's inputs: ``Reader.read_change``), run
-        as ``/gpu`` runs it; ``step`` is linked to the request it makes."""
+        """A change read elsewhere (a workflow step's inputs: ``Reader.read_change``; an
+        agent's proposal), run as ``/gpu`` runs it; ``step`` is linked to the request it
+        makes; an ``agent``'s waits for its requester's Confirm."""
         if not isinstance(read.command, ChangeCommand):
             raise TypeError("handle_change takes a change command")
         try:
             with one_authorization():
-                outcome = await self._run(user, channel, read, read.command, step)
+                outcome = await self._run(user, channel, read, read.command, step, agent)
         except StoreUnavailable as exc:
             COMMANDS.labels("store", "unavailable").inc()
-            return _store_down("a workflow step", exc)
+            return _store_down("an agent's proposal" if agent else "a workflow step", exc)
         if not isinstance(outcome, Reply | FormRequest):
             raise TypeError(f"a change command answered with {type(outcome).__name__}")
         return outcome
@@ -189,13 +219,14 @@ class CommandService:
         read: ReadCommand,
         command: Command,
         step: str | None = None,
+        agent: AgentOrigin | None = None,
     ) -> CommandOutcome:
         try:
             with log_context(
                 project=getattr(command, "project", None),
                 cluster=getattr(command, "cluster_id", None),
             ):
-                outcome = await self._dispatch(user, channel, read, command, step)
+                outcome = await self._dispatch(user, channel, read, command, step, agent)
         except Refusal as refusal:
             COMMANDS.labels(command.name, "refused").inc()
             return await self.access.refuse(
@@ -216,18 +247,21 @@ class CommandService:
         read: ReadCommand,
         command: Command,
         step: str | None = None,
+        agent: AgentOrigin | None = None,
     ) -> CommandOutcome:
         if isinstance(command, ListCommand):
             return await self.queries.list_clusters(user, channel, command.project, command.page)
         if isinstance(command, ShowCommand):
             return await self.queries.show(user, channel, command.project, command.cluster_id)
         if isinstance(command, ChangeCommand):
-            return await self._change(user, channel, read, command, step)
+            return await self._change(user, channel, read, command, step, agent)
         if isinstance(command, TimelineCommand):
             return await self.timeline.prepare(user, channel, command.since)
         if isinstance(command, PolicyCommand):
             now = self.workflow.clock()
             return await self.queries.policy(user, channel, command.project, now)
+        if isinstance(command, TokenCommand):
+            return await self._token(user, command)
         if isinstance(command, AuditCommand):
             return await self.queries.audit(
                 user, channel, command.project, command.limit, command.page
@@ -241,6 +275,7 @@ class CommandService:
         read: ReadCommand,
         command: ChangeCommand,
         step: str | None = None,
+        agent: AgentOrigin | None = None,
     ) -> CommandOutcome:
         """The one check of a change command (its role and cluster here, its grammar and
         fields as it was read), then its form or its ask to the workflow."""
@@ -259,8 +294,25 @@ class CommandService:
         if read.form is not None:
             return read.form
         return await self.workflow.request_change(
-            ChangeAsk.of_command(user, channel, command, step=step)
+            ChangeAsk.of_command(user, channel, command, step=step, agent=agent)
         )
+
+    async def revoke_token(self, user: str, name: str) -> Reply:
+        """Home's Revoke: the person's own token of that name (the refusal audited)."""
+        try:
+            return await self.tokens.revoke(user, name)
+        except Refusal as refusal:
+            return await self.access.refuse(user, "home", refusal, command="home revoke_token")
+        except StoreUnavailable as exc:
+            return _store_down("a token revoke", exc)
+
+    async def _token(self, user: str, command: TokenCommand) -> Reply:
+        if command.verb == "new":
+            return await self.tokens.issue(user, command.ttl, command.token_name)
+        if command.verb == "revoke":
+            assert command.token_name is not None  # the grammar requires it
+            return await self.tokens.revoke(user, command.token_name)
+        return await self.tokens.list_reply(user)
 
     # -- forms ----------------------------------------------------------
     async def check_submission(

@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeAlias
 
 import httpx
 import stamina
@@ -35,6 +35,9 @@ from bot.providers.wire import AiohttpTransport
 from bot.redact import register_secret
 
 log = logging.getLogger(__name__)
+
+# A query parameter's value, as httpx takes it.
+QueryValue: TypeAlias = str | int | float | bool | None
 
 USER_AGENT = f"python-httpx/{httpx.__version__}"  # as AsyncClient sent it
 
@@ -179,7 +182,7 @@ class ProviderTransport:
                 await wire.aclose()
 
     async def _send(
-        self, method: str, path: str, query: Mapping[str, Any], body: Any
+        self, method: str, path: str, query: Mapping[str, QueryValue], body: object
     ) -> httpx.Response:
         """One HTTP exchange, read whole. No client between us and the transport: redirects
         are not followed, no cookies kept, and this costs half of AsyncClient.request."""
@@ -205,8 +208,8 @@ class ProviderTransport:
         *,
         operation: Operation,
         mode: RetryMode,
-        params: Mapping[str, Any] | None = None,
-        json: Any = None,
+        params: Mapping[str, QueryValue] | None = None,
+        json: object = None,
     ) -> httpx.Response:
         async with waiting_elsewhere():  # a paced command's slot is free meanwhile
             return await self._request(
@@ -220,8 +223,8 @@ class ProviderTransport:
         *,
         operation: Operation,
         mode: RetryMode,
-        params: Mapping[str, Any] | None,
-        json: Any,
+        params: Mapping[str, QueryValue] | None,
+        json: object,
     ) -> httpx.Response:
         query = {**self.auth_params, **(params or {})}
         s = self.settings
@@ -263,8 +266,8 @@ class ProviderTransport:
         path: str,
         operation: Operation,
         mode: RetryMode,
-        query: Mapping[str, Any],
-        body: Any,
+        query: Mapping[str, QueryValue],
+        body: object,
     ) -> httpx.Response:
         started = time.perf_counter()
         try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from decimal import Decimal, InvalidOperation
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict
 
@@ -30,7 +30,7 @@ def money(value: Decimal, currency: str) -> str:
     return f"{_amount(value)} {currency}".rstrip()
 
 
-def _decimal_or_none(value: Any) -> Decimal | None:
+def _decimal_or_none(value: object) -> Decimal | None:
     """A non-negative finite amount; a float goes through its shortest repr, so the JSON
     literal 12.3 becomes Decimal("12.3"), not 12.300000000000000710542735760100185871124."""
     if isinstance(value, bool) or value is None:
@@ -48,7 +48,7 @@ def _decimal_or_none(value: Any) -> Decimal | None:
     return amount
 
 
-def _days_or_none(value: Any) -> int | None:
+def _days_or_none(value: object) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -60,7 +60,7 @@ def _days_or_none(value: Any) -> int | None:
     return None
 
 
-def _text_or_none(value: Any) -> str | None:
+def _text_or_none(value: object) -> str | None:
     if not isinstance(value, str):
         return None
     text = value.strip()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from pydantic import BaseModel
 
@@ -42,7 +41,7 @@ def _walk(model: BaseModel, prefix: str) -> Iterator[tuple[str, str]]:
         yield from _nested(getattr(model, name), shown)
 
 
-def _nested(value: Any, path: str) -> Iterator[tuple[str, str]]:
+def _nested(value: object, path: str) -> Iterator[tuple[str, str]]:
     if isinstance(value, BaseModel):
         yield from _walk(value, path + ".")
     elif isinstance(value, list | tuple):

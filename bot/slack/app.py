@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
@@ -136,7 +135,7 @@ class SlackEventsEndpoint:
             log.info("Slack went away before its answer was written (%s)", type(exc).__name__)
         return response
 
-    def _signed(self, body: str, headers: Mapping[str, Any]) -> bool:
+    def _signed(self, body: str, headers: Mapping[str, str]) -> bool:
         if self.signing_secret is None:
             return False
         return SignatureVerifier(self.signing_secret).is_valid_request(body, dict(headers))

@@ -14,10 +14,7 @@ from slack_bolt.context.ack.async_ack import AsyncAck
 from slack_bolt.context.async_context import AsyncBoltContext
 from slack_bolt.context.respond.async_respond import AsyncRespond
 
-from bot.core.api import BuilderSteps, RemediationDesk
-from bot.core.home import HomeActions
-from bot.core.home_refresh import HomeRefresher
-from bot.core.service import CommandService
+from bot.core.api import BuilderSteps, CommandService, HomeActions, HomeRefresher, RemediationDesk
 from bot.errors import GpuopsError
 from bot.slack.messenger import Messenger
 

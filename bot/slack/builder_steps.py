@@ -16,8 +16,7 @@ import re
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from bot.core.api import StepOutcome, StepRecord
-from bot.core.builder_steps.completer import CompletionFailed
+from bot.core.api import CompletionFailed, StepOutcome, StepRecord
 from bot.slack.messenger import Messenger, SlackDeliveryError
 
 # A bare channel link or mention as the core writes them (``<#C…>``, ``<@U…>``): shown as

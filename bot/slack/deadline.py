@@ -19,6 +19,7 @@ from slack_bolt.async_app import AsyncApp
 from slack_bolt.context.ack.async_ack import AsyncAck
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
+from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
 from slack_sdk.socket_mode.request import SocketModeRequest
 
 from bot.logs import log_context
@@ -87,7 +88,7 @@ class RunningListeners:
 RUNNING_LISTENERS = RunningListeners()
 
 
-def _kind(body: Any) -> str:
+def _kind(body: object) -> str:
     if not isinstance(body, dict):
         return "unknown"
     if body.get("command"):
@@ -144,7 +145,7 @@ class DeadlineSocketModeHandler(AsyncSocketModeHandler):
             ping_interval=ping_interval,
         )
 
-    async def handle(self, client: Any, req: SocketModeRequest) -> None:
+    async def handle(self, client: AsyncBaseSocketModeClient, req: SocketModeRequest) -> None:
         started, deadline = time.time(), Deadline()
         request = AsyncBoltRequest(mode="socket_mode", body=req.payload, headers=build_headers(req))
 

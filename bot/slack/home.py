@@ -8,12 +8,18 @@ import logging
 from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
 
-from bot.core.fleet import age_text
-from bot.core.home import HomeBuilder, HomeCluster, HomeData, HomeProject, HomeRequest
-from bot.core.requests.schedule import when_text
-from bot.core.requests.view import STATE_WORDS
+from bot.core.api import (
+    STATE_WORDS,
+    HomeBuilder,
+    HomeCluster,
+    HomeData,
+    HomeProject,
+    HomeRequest,
+    HomeToken,
+    age_text,
+    when_text,
+)
 from bot.slack.messenger import Messenger, SlackDeliveryError
 from bot.slack.render.primitives import (
     Block,
@@ -32,6 +38,8 @@ log = logging.getLogger(__name__)
 MAX_BLOCKS = 100
 BUTTON_VALUE_MAX = 2000
 SHOW_ACTION_ID = "home_show_cluster"
+REVOKE_TOKEN_ACTION_ID = "revoke_token"  # noqa: S105 - an action_id, not a secret
+_TOKENS_SHOWN = 5
 NO_PROJECTS = (
     "No projects here: the Home tab lists the projects whose grant holds in every channel "
     "(a grant scoped to channels is used there, with `/gpu list`)."
@@ -175,6 +183,33 @@ def _recent_blocks(data: HomeData) -> list[Block]:
     return blocks
 
 
+def _when(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _token_block(token: HomeToken) -> Block:
+    used = (
+        f"last used {_when(token.last_used_at)}"
+        + (f" by {escape(token.last_client)}" if token.last_client else "")
+        if token.last_used_at
+        else "never used"
+    )
+    block = section(f"`{escape(token.name)}` — valid until {_when(token.expires_at)} · {used}")
+    block["block_id"] = f"home_token:{token.name}"[:255]
+    block["accessory"] = _button("Revoke", REVOKE_TOKEN_ACTION_ID, token.name, "danger")
+    return block
+
+
+def _token_blocks(data: HomeData) -> list[Block]:
+    """The person's live tokens for agents, each with Revoke (SPEC §15)."""
+    if not data.tokens:
+        return []
+    blocks: list[Block] = [section(f"*:key: Your agent tokens* ({len(data.tokens)})")]
+    blocks += [_token_block(t) for t in data.tokens[:_TOKENS_SHOWN]]
+    blocks += _more(min(len(data.tokens), _TOKENS_SHOWN), len(data.tokens), "`/gpu token list`")
+    return [*blocks, _divider()]
+
+
 def _cluster_block(project: str, cluster: HomeCluster) -> Block:
     gpu = f" · {escape(cluster.gpu_type)}" if cluster.gpu_type else ""
     icon = ":large_green_circle:" if cluster.steady else ":large_yellow_circle:"
@@ -227,7 +262,7 @@ def _projects_blocks(projects: Sequence[HomeProject], budget: int) -> list[Block
     return blocks
 
 
-def home_view(data: HomeData) -> dict[str, Any]:
+def home_view(data: HomeData) -> Block:
     """The ``home`` view to publish for ``data.user``."""
     blocks: list[Block] = [header("gpuops")]
     if data.requests_error is not None:
@@ -238,7 +273,10 @@ def home_view(data: HomeData) -> dict[str, Any]:
         blocks += _open_blocks(data)
         blocks.append(_divider())
         blocks += _recent_blocks(data)
-    blocks.append(_divider())
+        blocks.append(_divider())
+        blocks += _token_blocks(data)
+    if blocks[-1] != _divider():
+        blocks.append(_divider())
     blocks += _projects_blocks(data.projects, MAX_BLOCKS - len(blocks))
     return {"type": "home", "blocks": blocks}
 

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bot.core.answers import Reply
+from bot.core.api import Reply
 from bot.slack.messenger import Messenger, SlackDeliveryError
 from bot.slack.render.answers import reply_message
 from bot.slack.render.primitives import Block, SlackMessage, error

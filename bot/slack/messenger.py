@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import aiohttp
 import stamina
@@ -133,8 +133,9 @@ class OpenedView:
     hash: str
 
     @classmethod
-    def of(cls, data: dict[str, Any]) -> OpenedView:
-        view = data.get("view") or {}
+    def of(cls, data: Mapping[str, object]) -> OpenedView:
+        found = data.get("view")
+        view = found if isinstance(found, dict) else {}
         return cls(str(view.get("id", "")), str(view.get("hash", "")))
 
 
@@ -142,22 +143,30 @@ class Messenger:
     def __init__(self, client: AsyncWebClient) -> None:
         self.client = client
 
-    async def _call(
+    async def _call(self, method: str, where: str | None, **kwargs: object) -> dict[str, object]:
+        """Call ``method`` with a JSON body of ``kwargs``."""
+        return await self._api_call(method, where, json=kwargs)
+
+    async def _form_call(
+        self, method: str, where: str | None, params: dict[str, object]
+    ) -> dict[str, object]:
+        """Call ``method`` with form-style arguments, as slack_sdk sends the file methods."""
+        return await self._api_call(method, where, params=params)
+
+    async def _api_call(
         self,
         method: str,
         where: str | None,
         *,
-        params: dict[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> dict[str, Any]:
-        """Call ``method`` with a JSON body of ``kwargs`` (or, with ``params``, form-style
-        arguments, as slack_sdk sends the file methods)."""
+        params: dict[str, object] | None = None,
+        json: dict[str, object] | None = None,
+    ) -> dict[str, object]:
         try:
             async with waiting_elsewhere():  # a paced command's slot is free meanwhile
                 if params is not None:
                     response = await self.client.api_call(method, params=params)
                 else:
-                    response = await self.client.api_call(method, json=kwargs)
+                    response = await self.client.api_call(method, json=json)
         except SlackApiError as exc:
             code = str(exc.response.get("error") or f"http_{exc.response.status_code}")
             SLACK_API_ERRORS.labels(method, code).inc()
@@ -172,7 +181,7 @@ class Messenger:
     async def post(
         self, channel: str, message: SlackMessage, *, thread_ts: str | None = None
     ) -> str:
-        args: dict[str, Any] = {
+        args: dict[str, object] = {
             "channel": channel,
             **message.as_kwargs(),
             "unfurl_links": False,
@@ -183,31 +192,46 @@ class Messenger:
         data = await self._call("chat.postMessage", channel, **args)
         return str(data.get("ts", ""))
 
+    async def permalink(self, channel: str, ts: str) -> str | None:
+        """A message's link (chat.getPermalink, form-style); None when Slack gives none."""
+        params: dict[str, object] = {"channel": channel, "message_ts": ts}
+        try:
+            link = (await self._form_call("chat.getPermalink", channel, params)).get("permalink")
+        except SlackDeliveryError:
+            return None
+        return str(link) if link else None
+
+    async def post_to_person(self, user: str, message: SlackMessage) -> tuple[str, str]:
+        """Post into the bot's DM with ``user`` (Slack opens it); its channel and ts."""
+        args = {"channel": user, **message.as_kwargs(), "unfurl_links": False}
+        data = await self._call("chat.postMessage", user, **args)
+        return str(data.get("channel", "")), str(data.get("ts", ""))
+
     async def update(self, channel: str, ts: str, message: SlackMessage) -> None:
         await self._call("chat.update", channel, channel=channel, ts=ts, **message.as_kwargs())
 
     async def ephemeral(
         self, channel: str, user: str, message: SlackMessage, *, thread_ts: str | None = None
     ) -> None:
-        args: dict[str, Any] = {"channel": channel, "user": user, **message.as_kwargs()}
+        args: dict[str, object] = {"channel": channel, "user": user, **message.as_kwargs()}
         if thread_ts:
             args["thread_ts"] = thread_ts
         await self._call("chat.postEphemeral", channel, **args)
 
-    async def open_view(self, trigger_id: str, view: dict[str, Any]) -> str:
+    async def open_view(self, trigger_id: str, view: Mapping[str, object]) -> str:
         return (await self.open(trigger_id, view)).id
 
-    async def open(self, trigger_id: str, view: dict[str, Any]) -> OpenedView:
+    async def open(self, trigger_id: str, view: Mapping[str, object]) -> OpenedView:
         """Open a modal; its id and hash, for a ``views.update`` that replaces it."""
         data = await self._call("views.open", None, trigger_id=trigger_id, view=view)
         return OpenedView.of(data)
 
     async def update_view(
-        self, view_id: str, view: dict[str, Any], *, hash: str | None = None
+        self, view_id: str, view: Mapping[str, object], *, hash: str | None = None
     ) -> None:
         """Replace a view; with ``hash`` (of the view being replaced) Slack refuses with
         ``hash_conflict`` if it changed meanwhile."""
-        args: dict[str, Any] = {"view_id": view_id, "view": view}
+        args: dict[str, object] = {"view_id": view_id, "view": view}
         if hash:
             args["hash"] = hash
         await self._call("views.update", None, **args)
@@ -231,12 +255,12 @@ class Messenger:
             )
 
     async def publish_home(
-        self, user: str, view: dict[str, Any], *, hash: str | None = None
+        self, user: str, view: Mapping[str, object], *, hash: str | None = None
     ) -> str:
         """Show ``view`` as the person's App Home tab (a 429 is retried after Retry-After);
         returns the hash Slack gave the published view. With ``hash`` (of the view last
         published) Slack refuses with ``hash_conflict`` if the tab changed since."""
-        args: dict[str, Any] = {"user_id": user, "view": view}
+        args: dict[str, object] = {"user_id": user, "view": view}
         if hash:
             args["hash"] = hash
         data = await self._call("views.publish", None, **args)
@@ -249,7 +273,7 @@ class Messenger:
         names: dict[str, str] = {}
         for user in users:
             try:
-                data = await self._call("users.info", None, params={"user": user})
+                data = await self._form_call("users.info", None, {"user": user})
             except SlackDeliveryError as exc:
                 if exc.code in ("user_not_found", "ratelimited"):
                     continue
@@ -265,23 +289,23 @@ class Messenger:
         ``files.getUploadURLExternal``, the bytes POSTed to the URL it gives (streamed from
         ``upload.content``, without the token: the URL is the permission), then
         ``files.completeUploadExternal``. Returns the file id."""
-        ticket = await self._call(
+        ticket = await self._form_call(
             "files.getUploadURLExternal",
             upload.channel,
-            params={"filename": upload.filename, "length": upload.length},
+            {"filename": upload.filename, "length": upload.length},
         )
         file_id, url = str(ticket.get("file_id", "")), str(ticket.get("upload_url", ""))
         if not file_id or not url:
             raise SlackDeliveryError("files.getUploadURLExternal", "no_upload_url", upload.channel)
         await self._send_bytes(url, upload)
-        complete: dict[str, Any] = {
+        complete: dict[str, object] = {
             "files": json.dumps([{"id": file_id, "title": upload.title}]),
             "channel_id": upload.channel,
             "initial_comment": upload.initial_comment,
         }
         if upload.thread_ts:
             complete["thread_ts"] = upload.thread_ts
-        await self._call("files.completeUploadExternal", upload.channel, params=complete)
+        await self._form_call("files.completeUploadExternal", upload.channel, complete)
         return file_id
 
     async def _send_bytes(self, url: str, upload: FileUpload) -> None:
@@ -352,12 +376,12 @@ async def _post_bytes(
         raise
 
 
-def _name_of(user: Any) -> str:
+def _name_of(user: object) -> str:
     """A users.info ``user``'s display name, else its real name, else its handle."""
     if not isinstance(user, dict):
         return ""
     found = user.get("profile")
-    profile: dict[str, Any] = found if isinstance(found, dict) else {}
+    profile: dict[str, object] = found if isinstance(found, dict) else {}
     for value in (profile.get("display_name"), profile.get("real_name"), user.get("real_name")):
         if isinstance(value, str) and value.strip():
             return value.strip()

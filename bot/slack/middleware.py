@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 from slack_bolt.middleware.async_middleware import AsyncMiddleware
 from slack_bolt.request.async_request import AsyncBoltRequest
@@ -36,7 +36,7 @@ class DeliveryLog(Protocol):
     async def remember_delivery(self, key: str) -> bool: ...
 
 
-def delivery_key(body: Mapping[str, Any], headers: Mapping[str, Any]) -> str | None:
+def delivery_key(body: Mapping[str, object], headers: Mapping[str, object]) -> str | None:
     """A key that is the same for a redelivery of one Slack request and differs otherwise."""
     if isinstance(body.get("event_id"), str):
         return f"event:{body['event_id']}"
@@ -51,7 +51,7 @@ def delivery_key(body: Mapping[str, Any], headers: Mapping[str, Any]) -> str | N
     return None
 
 
-def malformed_interaction(body: Mapping[str, Any]) -> str | None:
+def malformed_interaction(body: Mapping[str, object]) -> str | None:
     """What makes an interaction payload unreadable to Bolt's listener matchers (which
     index ``actions[0]["action_id"]`` and ``view["callback_id"]`` unguarded), or None."""
     kind = body.get("type")

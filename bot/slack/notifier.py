@@ -9,23 +9,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from bot.core.api import TERMINAL_STATES, ChangeRequestRecord, RequestState
-from bot.core.notifier import EventKind, NotDelivered, RequestEvent, Tone
-from bot.core.requests.view import revertible, view_of
+from bot.core.api import (
+    TERMINAL_STATES,
+    ChangeRequestRecord,
+    EventKind,
+    NotDelivered,
+    RequestEvent,
+    RequestState,
+    Tone,
+    revertible,
+    view_of,
+)
 from bot.providers.base import ClusterSummary
+from bot.slack.approval_copies import dm_copy
 from bot.slack.messenger import Messenger, SlackDeliveryError
 from bot.slack.render import clusters, primitives, requests
 from bot.slack.render.primitives import SlackMessage
 
 log = logging.getLogger(__name__)
+CopiesOf = Callable[[str], Awaitable[list[tuple[str, str]]]]  # request id: (channel, ts)s
 
 _DECISION_WORDS: dict[EventKind, tuple[str, str]] = {
     "approved": (":white_check_mark:", "Approved"),
     "denied": (":no_entry_sign:", "Denied"),
     "cancelled": (":heavy_multiplication_x:", "Cancelled"),
+    "confirmed": (":ballot_box_with_check:", "Confirmed"),
 }
 _NOTE_ICONS: dict[EventKind, str] = {
     "break_glass": ":rotating_light:",
@@ -78,10 +90,16 @@ class SlackNotifier:
     """Implements bot.core.notifier.Notifier with Block Kit messages through a Messenger."""
 
     def __init__(
-        self, messenger: Messenger, *, running_after: float = RUNNING_AFTER_SECONDS
+        self,
+        messenger: Messenger,
+        *,
+        running_after: float = RUNNING_AFTER_SECONDS,
+        copies: CopiesOf | None = None,
     ) -> None:
         self.messenger = messenger
         self.running_after = running_after
+        # The DM copies of a request's prompt (SPEC §16): each edit of the prompt edits them.
+        self.copies = copies
         self._running: dict[str, _RunningEdit] = {}
 
     async def request_opened(self, record: ChangeRequestRecord) -> str:
@@ -101,9 +119,7 @@ class SlackNotifier:
         await self._running_shown(record.id)  # its later edits come after that one
         if (event.left_pending or record.run_at is not None) and record.prompt_ts:
             # Replace the prompt's buttons with the outcome so nobody clicks a decided request.
-            await self._edit(
-                record.channel, record.prompt_ts, requests.approval_closed(view_of(record))
-            )
+            await self._edit_prompt(record, requests.approval_closed(view_of(record)))
         if record.root_ts and event.kind == "executing":
             self._show_running_soon(record, record.root_ts)
         elif record.root_ts:
@@ -152,7 +168,7 @@ class SlackNotifier:
         if record.prompt_ts:
             minutes = _prompt_minutes(record)
             prompt = requests.approval_prompt(view, expire_minutes=minutes)
-            await self._edit(record.channel, record.prompt_ts, prompt)
+            await self._edit_prompt(record, prompt)
         if view.glass_by == event.actor:
             note = requests.break_glass_note(view)
         else:
@@ -167,7 +183,7 @@ class SlackNotifier:
         view = view_of(record)
         if record.prompt_ts:
             prompt = requests.approval_prompt(view, expire_minutes=_prompt_minutes(record))
-            await self._edit(record.channel, record.prompt_ts, prompt)
+            await self._edit_prompt(record, prompt)
         note = requests.rule_changed_note(view, event.text)
         await self._post_or_log(record.channel, note, thread_ts=record.root_ts)
 
@@ -256,6 +272,13 @@ class SlackNotifier:
             log.warning("could not post in %s: %s", channel, exc.code)
             return None
 
+    async def _edit_prompt(self, record: ChangeRequestRecord, message: SlackMessage) -> None:
+        """Edit the prompt in the thread and each of its DM copies alike."""
+        if record.prompt_ts:
+            await self._edit(record.channel, record.prompt_ts, message)
+        for channel, ts in await self.copies(record.id) if self.copies is not None else []:
+            await self._edit(channel, ts, dm_copy(record, message))
+
     async def _edit(self, channel: str, ts: str, message: SlackMessage) -> None:
         with contextlib.suppress(SlackDeliveryError):
             await self.messenger.update(channel, ts, message)
@@ -270,5 +293,7 @@ def _mirrored(record: ChangeRequestRecord, headline: str) -> SlackMessage:
     root = requests.request_root(view_of(record))
     said = primitives.composed_text(headline, (record.requester, record.decided_by or ""))
     return SlackMessage(
-        text=f"{said} — {root.text}", blocks=[primitives.context(said), *root.blocks]
+        text=f"{said} — {root.text}",
+        # A copy tells; it carries no buttons (an agent's proposal is confirmed in its thread).
+        blocks=[primitives.context(said), *(b for b in root.blocks if b.get("type") != "actions")],
     )

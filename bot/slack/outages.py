@@ -8,15 +8,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from typing import Any
 
 from slack_bolt.middleware.async_middleware import AsyncMiddleware
 from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_bolt.response import BoltResponse
 
-from bot.core.answers import Reply, error
-from bot.core.answers import store_unavailable as store_unavailable_reply
-from bot.core.api import StoreUnavailable
+from bot.core.api import Reply, StoreUnavailable, error
+from bot.core.api import store_unavailable as store_unavailable_reply
 from bot.slack.bolt_context import find_services, store_unavailable
 from bot.slack.home import SHOW_ACTION_ID
 from bot.slack.interactions import DirectMessage, Route, Whisper, modal_metadata, tell
@@ -43,7 +41,7 @@ CUT_OFF_TEXT = (
 )
 
 
-def acts(body: Mapping[str, Any]) -> bool:
+def acts(body: Mapping[str, object]) -> bool:
     """Whether this interaction changes something (a click or a form submission)."""
     kind = body.get("type")
     if kind == "view_submission":
@@ -77,7 +75,7 @@ class AnswerStoreOutages(AsyncMiddleware):
 
 
 async def answer_store_error(
-    error: Exception, body: Mapping[str, Any], context: Mapping[str, object]
+    error: Exception, body: Mapping[str, object], context: Mapping[str, object]
 ) -> bool:
     """For the app's error handler: True when ``error`` is a store outage a listener let
     escape, now told to the person (truthfully: it may have been cut off midway)."""
@@ -94,7 +92,9 @@ def cut_off() -> Reply:
     return error(CUT_OFF_TEXT)
 
 
-async def tell_whoever_acted(messenger: Messenger, body: Mapping[str, Any], reply: Reply) -> None:
+async def tell_whoever_acted(
+    messenger: Messenger, body: Mapping[str, object], reply: Reply
+) -> None:
     """Whisper to whoever acted where they acted; DM them from Home or when that fails."""
     user = _field(body.get("user"), "id")
     if not user:
@@ -105,7 +105,7 @@ async def tell_whoever_acted(messenger: Messenger, body: Mapping[str, Any], repl
     await tell(reply, *routes, about=f"the store-outage answer to {user}")
 
 
-def _channel(body: Mapping[str, Any]) -> str | None:
+def _channel(body: Mapping[str, object]) -> str | None:
     channel = _field(body.get("channel"), "id")
     if channel:
         return channel

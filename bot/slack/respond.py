@@ -35,15 +35,15 @@ class SessionRespond(AsyncRespond):
     async def __call__(  # Bolt's own signature: listeners call it so
         self,
         text: str | dict[str, Any] = "",
-        blocks: Sequence[dict[str, Any] | Block] | None = None,
-        attachments: Sequence[dict[str, Any] | Attachment] | None = None,
+        blocks: Sequence[dict[str, object] | Block] | None = None,
+        attachments: Sequence[dict[str, object] | Attachment] | None = None,
         response_type: str | None = None,
         replace_original: bool | None = None,
         delete_original: bool | None = None,
         unfurl_links: bool | None = None,
         unfurl_media: bool | None = None,
         thread_ts: str | None = None,
-        metadata: dict[str, Any] | None = None,
+        metadata: dict[str, object] | None = None,
     ) -> WebhookResponse:
         if isinstance(text, dict):  # a whole message, as Bolt accepts it
             return await self.webhook.send_dict(_build_message(**text))

@@ -7,9 +7,16 @@ from __future__ import annotations
 import logging
 import tempfile
 
-from bot.core.answers import Reply, error, store_unavailable
-from bot.core.api import StoreUnavailable
-from bot.core.timeline import Timeline, TimelineRequest, nothing_to_list, shared_comment
+from bot.core.api import (
+    Reply,
+    StoreUnavailable,
+    Timeline,
+    TimelineRequest,
+    error,
+    nothing_to_list,
+    shared_comment,
+    store_unavailable,
+)
 from bot.slack.messenger import FileUpload, Messenger, SlackDeliveryError
 
 log = logging.getLogger(__name__)
@@ -24,11 +31,11 @@ class TimelineSender:
         """Build and share the file; None once it is shared, else what to tell the person."""
         with tempfile.TemporaryFile(prefix="gpuops-timeline-") as spool:
             try:
-                count = await self.timeline.write(request, spool, self.messenger)
+                written = await self.timeline.write(request, spool, self.messenger)
             except StoreUnavailable as exc:
                 log.warning("could not build a timeline: %s", exc)
                 return store_unavailable()
-            if count == 0:
+            if written.listed == 0:
                 return nothing_to_list(request)
             length = spool.tell()
             spool.seek(0)
@@ -38,12 +45,18 @@ class TimelineSender:
                 title=request.title,
                 content=spool,
                 length=length,
-                initial_comment=shared_comment(request, count),
+                initial_comment=shared_comment(request, written),
                 thread_ts=thread_ts,
             )
             try:
                 await self.messenger.upload_file(upload)
             except SlackDeliveryError as exc:
                 return error(f"I could not share the timeline file: {exc.user_message}")
-        log.info("shared a timeline of %s: %d events, %d bytes", request.channel, count, length)
+        log.info(
+            "shared a timeline of %s: %d events (%d more left out), %d bytes",
+            request.channel,
+            written.listed,
+            written.left_out,
+            length,
+        )
         return None

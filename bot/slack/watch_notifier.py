@@ -7,11 +7,15 @@ from __future__ import annotations
 import contextlib
 import logging
 
-from bot.core.api import RemediationDecision, RemediationRecord
-from bot.core.notifier import NotDelivered
-from bot.core.policy import PolicyHolder
-from bot.core.watch.health import HealthEvent
-from bot.core.watch.notifier import DecisionOutcome, ReservationReminder
+from bot.core.api import (
+    DecisionOutcome,
+    HealthEvent,
+    NotDelivered,
+    PolicyHolder,
+    RemediationDecision,
+    RemediationRecord,
+    ReservationReminder,
+)
 from bot.providers.descriptor import ProviderDescriptor
 from bot.providers.remediations import Remediation
 from bot.slack.messenger import Messenger, SlackDeliveryError

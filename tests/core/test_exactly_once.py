@@ -1,10 +1,12 @@
 """Exactly once on the core harness (SPEC §5): decisions racing each other in one process
-and across two replicas on one store send a change at most once, and every delivery key
+and across two and three replicas on one store send a change at most once, and every delivery key
 is first seen once. (The same races over real HTTP stay in tests/integration.)"""
 
 from __future__ import annotations
 
 import asyncio
+
+import pytest
 
 from bot.core.store import RequestState as S
 from tests.core.conftest import CoreFactory
@@ -47,17 +49,27 @@ async def test_approve_and_cancel_at_once_either_runs_once_or_never(any_core: Co
         assert len(ended) == 1
 
 
-async def test_two_replicas_deciding_at_once_execute_once(any_core: Core) -> None:
+@pytest.mark.parametrize("replicas", [2, 3])
+async def test_replicas_deciding_at_once_execute_once(any_core: Core, replicas: int) -> None:
+    """Each replica (a workflow of its own on the one store) takes one approver's click at
+    the same moment: one approval wins, one change is sent, the others are told."""
     core = any_core
-    replica = await core.replica("core-b")
+    others = [await core.replica(f"core-{n}") for n in range(1, replicas)]
+    approvers = (BOB, CAROL, ALICE)[:replicas]
     for cluster in ("101", "103", "104"):
         opened = await core.open(DAVE, "e2e-delhi", cluster, "scale_cluster", SCALE)
-        await asyncio.gather(
+        answers = await asyncio.gather(
             core.approve(BOB, opened.id),
-            replica.decide(user=CAROL, channel=CHANNEL, request_id=opened.id, decision="approve"),
+            *(
+                other.decide(user=user, channel=CHANNEL, request_id=opened.id, decision="approve")
+                for other, user in zip(others, approvers[1:], strict=True)
+            ),
         )
+        assert answers.count(None) == 1, answers  # the others are told who won
+        assert all("already approved" in str(a) for a in answers if a is not None), answers
         assert (await core.record(opened.id)).state is S.SUCCEEDED
-        assert (await core.events(opened.id)).count("executing") == 1
+        trail = await core.events(opened.id)
+        assert trail.count("approved") == 1 and trail.count("executing") == 1
     assert len(core.e2e.script.of("apply")) == 3
 
 

@@ -1,6 +1,7 @@
 """The core harness itself: scripted calls play in order and are recorded, a cluster of
 another Together project is not this project's, the notifier records a scripted failure,
-each core has a store of its own, and nothing reaches for a provider's HTTP client."""
+each core has a store of its own, and the rules are the descriptors' own adapters, which
+never reach for HTTP."""
 
 from __future__ import annotations
 
@@ -10,10 +11,14 @@ import pytest
 
 from bot.core.ask.change import ChangeAsk
 from bot.core.notifier import NotDelivered
+from bot.providers.e2e import E2EAdapter
+from bot.providers.e2e.descriptor import DESCRIPTOR as E2E
 from bot.providers.errors import ProviderNotFound, ProviderServerError
+from bot.providers.together import TogetherAdapter
+from bot.providers.together.descriptor import DESCRIPTOR as TOGETHER
 from tests.core.conftest import CoreFactory
-from tests.support.core_fleet import Call, ScriptedE2E, _NoClient
 from tests.support.core_harness import DAVE, Core
+from tests.support.core_script import Call, _NoClient
 
 
 async def test_scripted_steps_play_in_order_then_the_cluster_answers(core: Core) -> None:
@@ -72,8 +77,12 @@ async def test_each_core_has_a_store_of_its_own(make_core: CoreFactory) -> None:
     assert await two.store.list_requests() == []
 
 
-def test_nothing_reaches_for_a_providers_http_client() -> None:
-    adapter = ScriptedE2E("e2e-delhi", "Delhi", {})
+async def test_the_rules_are_the_descriptors_adapter_that_reaches_no_http(core: Core) -> None:
+    """Each project's rules are the adapter its provider's descriptor builds, on a transport
+    that fails any request: the fleet answers every call instead."""
+    rules = core.e2e.rules
+    assert isinstance(rules, E2EAdapter) and isinstance(core.together.rules, TogetherAdapter)
+    assert (core.e2e.descriptor, core.together.descriptor) == (E2E, TOGETHER)
+    assert isinstance(rules.client.transport, _NoClient)
     with pytest.raises(AssertionError, match="no provider client"):
-        _ = adapter.client.location
-    assert isinstance(adapter.client, _NoClient)
+        await rules.list_clusters()

@@ -1,6 +1,7 @@
 """The database fault matrix, end to end over real HTTP: PostgreSQL behind the fault proxy
 (bot.local.faults.proxy) stopped (connections refused and reset) or hanging at each step of
-the change path, with two replicas on one database where it matters.
+the change path, with two replicas on one database where it matters (and three for the
+executor's loss mid-send, issue #34).
 
 Each cell asserts the end state, what the person was told, how many provider calls were
 made, and that no two changes ran on one cluster at once. Leases, store timeouts and retry
@@ -22,6 +23,7 @@ import pytest
 from bot.core.answers import STORE_UNAVAILABLE_TEXT, Notice
 from bot.core.ask.change import ChangeAsk
 from bot.core.requests.schedule import Schedule
+from bot.core.requests.workflow import ChangeWorkflow
 from bot.core.store import RequestState, Started, Store
 from bot.local.demo.stack import DEMO_POLICY, BotReplica, LocalStack
 from bot.local.faults.proxy import FaultProxy
@@ -322,13 +324,30 @@ async def _approve_on(stack: LocalStack, replica: BotReplica, opened: Opened) ->
     await click(stack, opened, BOB, sender=replica.sender)
 
 
+async def healthy_replicas(stack: LocalStack, replicas: int) -> list[ChangeWorkflow]:
+    """The workflows of the replicas on a healthy connection: "direct", and with 3 replicas
+    (issue #34) a third one on the same database beside it."""
+    workflows = [stack.runtime.workflow]
+    for n in range(3, replicas + 1):
+        replica = await stack.start_replica(f"direct-{n}", start_background=False)
+        workflows.append(replica.runtime.workflow)
+    return workflows
+
+
+async def recover_on(workflows: list[ChangeWorkflow]) -> int:
+    """Every healthy replica's recovery at the same moment: how many changes they ended."""
+    return sum(await asyncio.gather(*(w.recover_interrupted() for w in workflows)))
+
+
+@pytest.mark.parametrize("replicas", [2, 3])
 async def test_case_1_a_second_change_waits_until_the_first_call_can_no_longer_arrive(
-    stack: LocalStack, proxied: BotReplica, proxy: OutageProxy
+    stack: LocalStack, proxied: BotReplica, proxy: OutageProxy, replicas: int
 ) -> None:
     """Issue #11 case 1: a long Together update, retried, while its replica loses the
-    database; recovery elsewhere ends it ``unknown`` but keeps the cluster; a second change
-    on the cluster does not run while the first call may still arrive; the first replica
-    then records what really happened, as a correction."""
+    database; recovery elsewhere (on each other replica at once) ends it ``unknown`` once
+    but keeps the cluster; a second change on the cluster does not run while the first call
+    may still arrive; the first replica then records what really happened, as a correction."""
+    healthy = await healthy_replicas(stack, replicas)
     project, cluster = TOGETHER
     stack.together.faults.add(Fault(route="update", kind=FaultKind.SERVER_ERROR, status=503))
     stack.together.faults.add(Fault(route="update", kind=FaultKind.LATENCY, seconds=SLOW_UPDATE))
@@ -340,7 +359,7 @@ async def test_case_1_a_second_change_waits_until_the_first_call_can_no_longer_a
 
     # its lease lapses; recovery on the healthy replica gives up on it (unknown) …
     await asyncio.sleep(LEASE * 1.5)
-    assert await stack.runtime.workflow.recover_interrupted() == 1
+    assert await recover_on(healthy) == 1
     record = await wait_state(stack.runtime.store, first.id, S.UNKNOWN)
     assert record.result_message and "stopped answering" in record.result_message
     assert "gpuops restarted" not in record.result_message  # it does not know that
@@ -390,10 +409,12 @@ async def test_case_3_results_answered_during_an_outage_are_recorded_after_it(
     assert len(stack.e2e.calls("action", "PUT")) == len(E2E_CLUSTERS)
 
 
+@pytest.mark.parametrize("replicas", [2, 3])
 async def test_a_heartbeat_blip_shorter_than_the_lease_changes_nothing(
-    stack: LocalStack, proxied: BotReplica, proxy: OutageProxy
+    stack: LocalStack, proxied: BotReplica, proxy: OutageProxy, replicas: int
 ) -> None:
     store = stack.runtime.store
+    healthy = await healthy_replicas(stack, replicas)
     stack.e2e.faults.add(Fault(route="action", kind=FaultKind.LATENCY, seconds=1.5))
     opened = await open_direct(
         stack, DAVE, "e2e-delhi", "101", "scale_cluster", {"additional_nodes": "1"}
@@ -405,7 +426,7 @@ async def test_a_heartbeat_blip_shorter_than_the_lease_changes_nothing(
     await proxy.heal_async()
     # the replica renewed in time: recovery elsewhere must leave it alone
     await asyncio.sleep(LEASE / 3)
-    assert await stack.runtime.workflow.recover_interrupted() == 0
+    assert await recover_on(healthy) == 0
     record = await wait_state(store, opened.id, S.SUCCEEDED, within=10)
     assert record.result_message and "Correction" not in record.result_message
     assert len(stack.e2e.calls("action", "PUT")) == 1

@@ -58,10 +58,13 @@ def image() -> Iterator[str]:
 
 def test_the_image_holds_nothing_a_server_does_not_need() -> None:
     probe = """
-import importlib.util, json, pathlib, site
+import importlib.metadata, importlib.util, json, pathlib, site
 unwanted = ("pytest", "hypothesis", "mypy", "ruff", "rich", "prompt_toolkit", "matplotlib")
 present = [name for name in unwanted if importlib.util.find_spec(name)]
 present += ["bot.local"] if importlib.util.find_spec("bot.local") else []
+dists = {d.metadata["Name"] for d in importlib.metadata.distributions()}
+present += sorted(dists & {"gpuops-local", "gpuops_local"})
+present += [] if "gpuops" in dists else ["no gpuops distribution"]
 roots = [pathlib.Path(p) for p in site.getsitepackages()] + [pathlib.Path("/var/lib/gpuops")]
 names = ("tests", "bench", "examples")
 dirs = sorted(str(p) for root in roots for p in root.glob("*") if p.name in names)

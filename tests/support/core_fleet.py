@@ -1,129 +1,52 @@
-"""The scripted provider side of the core harness: adapters with the real providers' rules
-(plan, fingerprint, inverse, shows) whose I/O — list, get, apply — is answered from
-in-memory clusters and a script of failures, hangs and latency, recording every call."""
+"""The core harness's Together and E2E fleets (tests/support/core_script.py): their clusters
+in memory — the demo's seed clusters, Together's as its JSON, E2E's as small dicts shown as
+E2E's detail JSON — and what each provider does with a change."""
 
 from __future__ import annotations
 
-import asyncio
-from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
+from bot.core.policy import ProjectCommon
 from bot.local.simulators.together import seed_clusters
-from bot.providers.base import ApplyOutcome, ChangePlan, ClusterState, ClusterSummary
-from bot.providers.e2e import E2EAdapter, E2EClient
+from bot.providers.base import (
+    ApplyOutcome,
+    ChangePlan,
+    ClusterState,
+    ClusterSummary,
+    ProviderAdapter,
+)
+from bot.providers.descriptor import Connection, ProviderDescriptor
 from bot.providers.e2e.adapter import _current_of
 from bot.providers.e2e.models import E2EClusterDetail
 from bot.providers.e2e.summary import to_summary as e2e_summary
 from bot.providers.errors import ProviderNotFound
-from bot.providers.together import TogetherAdapter, TogetherClient
+from bot.providers.together import TogetherAdapter
 from bot.providers.together.models import TogetherCluster
 from bot.providers.together.summary import cluster_state, to_summary
-from tests.support.transaction_guard import note
+from tests.support.core_script import Fleet, FleetMaker
+
+Clusters = dict[str, dict[str, Any]]  # by cluster id: Together's JSON, or an e2e_cluster
 
 
-class _NoClient:
-    """Stands where the real adapter keeps its HTTP client: the harness never calls it."""
-
-    def __getattr__(self, name: str) -> Any:
-        raise AssertionError(f"the core harness has no provider client (asked for {name!r})")
-
-
-@dataclass(frozen=True)
-class Call:
-    """One call the core made to a provider: ``op`` is list_clusters, get_cluster or apply."""
-
-    op: str
-    cluster_id: str | None = None
-    action: str | None = None
-    body: dict[str, Any] | None = None
-
-
-@dataclass
-class Hang:
-    """A scripted call that waits: ``entered`` is set once the core has made it; it goes on
-    (with the rest of its step) when ``release`` is called."""
-
-    entered: asyncio.Event = field(default_factory=asyncio.Event)
-    released: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def release(self) -> None:
-        self.released.set()
-
-
-@dataclass
-class Step:
-    """What the next call of an operation does: wait, hang, then raise or answer."""
-
-    error: BaseException | None = None
-    latency: float = 0.0
-    hang: Hang | None = None
-    answer: Any = None
-
-
-class Script:
-    """Per operation, the steps its next calls take (a call with no step left behaves)."""
-
-    def __init__(self) -> None:
-        self.calls: list[Call] = []
-        self._steps: dict[str, deque[Step]] = {}
-        self.called = asyncio.Event()
-
-    def add(self, op: str, step: Step, times: int = 1) -> None:
-        self._steps.setdefault(op, deque()).extend(step for _ in range(times))
-
-    def fail(self, op: str, error: BaseException, *, times: int = 1) -> None:
-        self.add(op, Step(error=error), times)
-
-    def delay(self, op: str, seconds: float, *, times: int = 1) -> None:
-        self.add(op, Step(latency=seconds), times)
-
-    def hang(self, op: str, *, then: BaseException | None = None) -> Hang:
-        hang = Hang()
-        self.add(op, Step(hang=hang, error=then))
-        return hang
-
-    def answer(self, op: str, value: Any) -> None:
-        self.add(op, Step(answer=value))
-
-    def of(self, op: str) -> list[Call]:
-        return [c for c in self.calls if c.op == op]
-
-    async def enter(self, call: Call) -> Step | None:
-        """Record ``call`` and play its step: the answer to give, or None to behave."""
-        note(f"provider {call.op}")
-        self.calls.append(call)
-        self.called.set()
-        queue = self._steps.get(call.op)
-        step = queue.popleft() if queue else None
-        if step is None:
-            return None
-        if step.latency:
-            await asyncio.sleep(step.latency)
-        if step.hang is not None:
-            step.hang.entered.set()
-            await step.hang.released.wait()
-        if step.error is not None:
-            raise step.error
-        return step if step.answer is not None else None
-
-
-class ScriptedTogether(TogetherAdapter):
-    """A Together project's adapter over ``clusters`` (Together's JSON, by cluster id)."""
+class TogetherFleet(Fleet[Clusters]):
+    """A Together project's view of the account's clusters (Together's JSON, by id)."""
 
     def __init__(
-        self,
-        project: str,
-        project_id: str | None,
-        clusters: dict[str, dict[str, Any]],
-        now: Callable[[], datetime],
+        self, project: str, project_id: str | None, clusters: Clusters, now: Callable[[], datetime]
     ) -> None:
-        super().__init__(cast(TogetherClient, _NoClient()), project, now)
+        self.project = project
         self.project_id = project_id
         self.clusters = clusters
-        self.script = Script()
+        self.now = now
+
+    def rules(self, descriptor: ProviderDescriptor, connection: Connection) -> ProviderAdapter:
+        """The descriptor's adapter on the harness's clock (a reservation's end must be in
+        the future): its own connect reads the wall clock."""
+        built = descriptor.connect(connection)
+        assert isinstance(built, TogetherAdapter)
+        return TogetherAdapter(built.client, connection.project, self.now)
 
     def _ours(self, raw: dict[str, Any]) -> bool:
         """The key reaches every project; the policy project is only its own."""
@@ -137,33 +60,32 @@ class ScriptedTogether(TogetherAdapter):
             )
         return TogetherCluster.model_validate(raw)
 
-    async def list_clusters(self) -> list[ClusterSummary]:
-        step = await self.script.enter(Call("list_clusters"))
-        if step is not None:
-            return cast(list[ClusterSummary], step.answer)
+    def listed(self) -> list[ClusterSummary]:
         return [
             to_summary(TogetherCluster.model_validate(raw), self.project)
             for raw in self.clusters.values()
             if self._ours(raw)
         ]
 
-    async def get_cluster(self, cluster_id: str) -> ClusterState:
-        step = await self.script.enter(Call("get_cluster", cluster_id))
-        if step is not None:
-            return cast(ClusterState, step.answer)
+    def state(self, cluster_id: str) -> ClusterState:
         return cluster_state(self._cluster(cluster_id), self.project)
 
-    async def apply(self, plan: ChangePlan) -> ApplyOutcome:
-        step = await self.script.enter(Call("apply", plan.cluster_id, plan.action, plan.body))
-        if step is not None:
-            return cast(ApplyOutcome, step.answer)
+    def applied(self, plan: ChangePlan) -> ApplyOutcome:
         self._cluster(plan.cluster_id)
         self.clusters[plan.cluster_id].update(plan.body)
         summary = to_summary(self._cluster(plan.cluster_id), self.project)
         return ApplyOutcome(message="Together accepted the update", summary=summary)
 
-    async def aclose(self) -> None:
-        return None
+
+def together_fleets(
+    projects: Mapping[str, ProjectCommon], now: Callable[[], datetime]
+) -> dict[str, Fleet[Any]]:
+    """One account's seed clusters, seen by each Together project of the policy."""
+    clusters = together_seed(now())
+    return {
+        name: TogetherFleet(name, getattr(project, "project_id", None), clusters, now)
+        for name, project in projects.items()
+    }
 
 
 # -- E2E: a cluster is a small dict (see e2e_cluster), shown as E2E's detail JSON ----------
@@ -284,14 +206,13 @@ def apply_e2e(cluster: dict[str, Any], body: dict[str, Any]) -> str:
     return _E2E_MESSAGES.get(action, "Success")
 
 
-class ScriptedE2E(E2EAdapter):
-    """An E2E project's adapter over ``clusters`` (see e2e_cluster), by cluster id text."""
+class E2EFleet(Fleet[Clusters]):
+    """An E2E project's clusters (see e2e_cluster), by cluster id text."""
 
-    def __init__(self, project: str, location: str, clusters: dict[str, dict[str, Any]]) -> None:
-        super().__init__(cast(E2EClient, _NoClient()), project)
+    def __init__(self, project: str, location: str, clusters: Clusters) -> None:
+        self.project = project
         self.location = location
         self.clusters = clusters
-        self.script = Script()
 
     def _detail(self, cluster_id: str) -> E2EClusterDetail:
         cluster = self.clusters.get(cluster_id)
@@ -299,38 +220,34 @@ class ScriptedE2E(E2EAdapter):
             raise ProviderNotFound(f"cluster {cluster_id} not found", provider="e2e", status=404)
         return E2EClusterDetail.model_validate(e2e_detail(cluster, self.location))
 
-    def _state(self, cluster_id: str) -> ClusterState:
+    def listed(self) -> list[ClusterSummary]:
+        return [self.state(cluster_id).summary for cluster_id in self.clusters]
+
+    def state(self, cluster_id: str) -> ClusterState:
         detail = self._detail(cluster_id)
         summary = e2e_summary(detail, self.project, location=self.location)
         return ClusterState(summary=summary, current=_current_of(detail))
 
-    async def list_clusters(self) -> list[ClusterSummary]:
-        step = await self.script.enter(Call("list_clusters"))
-        if step is not None:
-            return cast(list[ClusterSummary], step.answer)
-        return [self._state(cluster_id).summary for cluster_id in self.clusters]
-
-    async def get_cluster(self, cluster_id: str) -> ClusterState:
-        step = await self.script.enter(Call("get_cluster", cluster_id))
-        if step is not None:
-            return cast(ClusterState, step.answer)
-        return self._state(cluster_id)
-
-    async def apply(self, plan: ChangePlan) -> ApplyOutcome:
-        step = await self.script.enter(Call("apply", plan.cluster_id, plan.action, plan.body))
-        if step is not None:
-            return cast(ApplyOutcome, step.answer)
+    def applied(self, plan: ChangePlan) -> ApplyOutcome:
         self._detail(plan.cluster_id)
         message = apply_e2e(self.clusters[plan.cluster_id], plan.body)
-        return ApplyOutcome(message=message, summary=self._state(plan.cluster_id).summary)
-
-    async def aclose(self) -> None:
-        return None
+        return ApplyOutcome(message=message, summary=self.state(plan.cluster_id).summary)
 
 
-ScriptedAdapter = ScriptedTogether | ScriptedE2E
+def e2e_fleets(
+    projects: Mapping[str, ProjectCommon], now: Callable[[], datetime]
+) -> dict[str, Fleet[Any]]:
+    """The demo's E2E clusters for each E2E project of the policy."""
+    return {
+        name: E2EFleet(name, str(getattr(project, "location", "")), e2e_seed())
+        for name, project in projects.items()
+    }
 
 
-def together_seed(now: datetime) -> dict[str, dict[str, Any]]:
+def together_seed(now: datetime) -> Clusters:
     """The demo's Together clusters (the simulator's seed data, used as data only)."""
     return seed_clusters(now)
+
+
+# The built-in providers' fleets, by provider name (core_harness's default).
+FLEETS: Mapping[str, FleetMaker] = {"together": together_fleets, "e2e": e2e_fleets}

@@ -1,5 +1,7 @@
 """The fast core harness: CommandService and ChangeWorkflow composed as bot.runtime composes
-them, over scripted provider adapters (tests/support/core_fleet.py), a recording notifier
+them, over scripted provider adapters built from the catalog's descriptors
+(tests/support/core_script.py; the built-ins' clusters in tests/support/core_fleet.py, any
+other provider's passed as ``fleets``), a recording notifier
 (tests/support/core_notifier.py), the real store on a temp SQLite file (or PostgreSQL) and a
 clock the test moves. No HTTP, no Slack stand-in, no simulator: a test runs in milliseconds.
 
@@ -27,7 +29,7 @@ from bot.core.answers import Notice, Reply
 from bot.core.ask.change import ChangeAsk
 from bot.core.authorizer import Authorizer
 from bot.core.home_refresh import FanOutNotifier
-from bot.core.policy import Policy, PolicyHolder
+from bot.core.policy import Policy, PolicyHolder, ProjectCommon, load_policy
 from bot.core.requests.deciders import Decision
 from bot.core.requests.decisions import NeedsBreakGlass
 from bot.core.requests.schedule import Schedule
@@ -35,15 +37,11 @@ from bot.core.requests.workflow import ChangeWorkflow
 from bot.core.service import CommandOutcome, CommandService
 from bot.core.store import ChangeRequestRecord, Store
 from bot.local.demo.stack import DEMO_POLICY, USERGROUPS
-from tests.support.catalog import load_policy
-from tests.support.core_fleet import (
-    ScriptedAdapter,
-    ScriptedE2E,
-    ScriptedTogether,
-    e2e_seed,
-    together_seed,
-)
+from bot.providers.catalog import Catalog
+from tests.support.catalog import CATALOG
+from tests.support.core_fleet import FLEETS, Clusters
 from tests.support.core_notifier import RecordingNotifier
+from tests.support.core_script import FleetMaker, ScriptedAdapter
 
 CHANNEL = "C0INCIDENT"
 NOTIFY_CHANNEL = "C0GPUAUDIT"
@@ -89,20 +87,26 @@ class StaticGroups:
 
 
 class ScriptedProviders:
-    """The adapter lookup the core is given: one scripted adapter per policy project."""
+    """The adapter lookup the core is given: one scripted adapter per policy project, built
+    from its provider's descriptor in the policy's catalog over that provider's fleet."""
 
-    def __init__(self, policy: Policy, clock: ManualClock) -> None:
-        self.adapters: dict[str, ScriptedAdapter] = {}
-        together = together_seed(clock.now)
+    def __init__(
+        self, policy: Policy, clock: ManualClock, fleets: Mapping[str, FleetMaker]
+    ) -> None:
+        self.adapters: dict[str, ScriptedAdapter[Any]] = {}
+        by_provider: dict[str, dict[str, ProjectCommon]] = {}
         for name, project in policy.projects.items():
-            if project.provider == "together":
-                project_id = getattr(project, "project_id", None)
-                self.adapters[name] = ScriptedTogether(name, project_id, together, clock)
-            elif project.provider == "e2e":
-                location = str(getattr(project, "location", ""))
-                self.adapters[name] = ScriptedE2E(name, location, e2e_seed())
+            by_provider.setdefault(project.provider, {})[name] = project
+        for provider, projects in by_provider.items():
+            descriptor = policy.catalog.descriptor(provider)
+            make = fleets.get(provider)
+            assert make is not None, f"the core harness has no fleet for provider {provider}"
+            made = make(projects, clock)
+            for name, project in projects.items():
+                adapter = ScriptedAdapter(descriptor, name, project.section, made[name])
+                self.adapters[name] = adapter
 
-    def __call__(self, project: str) -> ScriptedAdapter:
+    def __call__(self, project: str) -> ScriptedAdapter[Any]:
         return self.adapters[project]
 
 
@@ -141,19 +145,19 @@ class Core:
     settings: dict[str, Any] = field(default_factory=dict)  # the workflow's, for replicas
     extra: list[ChangeWorkflow] = field(default_factory=list)
 
-    def provider(self, project: str) -> ScriptedAdapter:
+    def provider(self, project: str) -> ScriptedAdapter[Any]:
         return self.providers(project)
 
     @property
-    def together(self) -> ScriptedTogether:
+    def together(self) -> ScriptedAdapter[Clusters]:
         adapter = self.providers("together-prod")
-        assert isinstance(adapter, ScriptedTogether)
+        assert adapter.provider == "together"
         return adapter
 
     @property
-    def e2e(self) -> ScriptedE2E:
+    def e2e(self) -> ScriptedAdapter[Clusters]:
         adapter = self.providers("e2e-delhi")
-        assert isinstance(adapter, ScriptedE2E)
+        assert adapter.provider == "e2e"
         return adapter
 
     # -- what people do ------------------------------------------------------------------
@@ -244,7 +248,8 @@ class Core:
     def reload(self, policy_yaml: str) -> None:
         """Put a new policy in force as a SIGHUP reload does (the holder swaps it)."""
         self.policy_path.write_text(policy_yaml, encoding="utf-8")
-        self.access.authorizer.holder.swap(load_policy(self.policy_path))
+        holder = self.access.authorizer.holder
+        holder.swap(load_policy(self.policy_path, holder.catalog))
 
     async def replica(self, instance_id: str) -> ChangeWorkflow:
         """Another replica's workflow (the same settings) on the same store, providers,
@@ -271,7 +276,8 @@ def _workflow(
 
 
 _TEMPLATE: list[Path] = []  # this process's migrated empty database
-_POLICIES: dict[str, Policy] = {}  # each policy text as loaded once (a Policy is frozen)
+# Each policy text as loaded once against a catalog (a Policy is frozen).
+_POLICIES: dict[tuple[str, int], Policy] = {}
 
 
 async def _fresh_sqlite(workdir: Path) -> str:
@@ -296,19 +302,22 @@ async def core_harness(
     database_url: str | None = None,
     instance_id: str = "core-a",
     start: datetime | None = None,
+    catalog: Catalog = CATALOG,
+    fleets: Mapping[str, FleetMaker] = FLEETS,
     **workflow_settings: Any,
 ) -> AsyncIterator[Core]:
     """A composed core on a fresh store in ``workdir`` (or ``database_url``); the workflow
-    takes bot.runtime's settings as keywords (``poll_seconds``, ``exec_lease_seconds`` …)."""
+    takes bot.runtime's settings as keywords (``poll_seconds``, ``exec_lease_seconds`` …).
+    The policy is read against ``catalog`` (the built-ins unless told); each provider its
+    projects name has its clusters from ``fleets`` (by provider name)."""
     policy_path = workdir / "policy.yml"
     policy_path.write_text(policy_yaml, encoding="utf-8")
-    policy = _POLICIES.get(policy_yaml) or _POLICIES.setdefault(
-        policy_yaml, load_policy(policy_path)
-    )
+    key = (policy_yaml, id(catalog))
+    policy = _POLICIES.get(key) or _POLICIES.setdefault(key, load_policy(policy_path, catalog))
     clock = ManualClock(start)
     store = await Store.open(database_url or await _fresh_sqlite(workdir))
     groups = StaticGroups(USERGROUPS)
-    providers = ScriptedProviders(policy, clock)
+    providers = ScriptedProviders(policy, clock, fleets)
     access = Access(
         authorizer=Authorizer(PolicyHolder(policy), groups), store=store, adapter_for=providers
     )

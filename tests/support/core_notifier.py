@@ -13,7 +13,7 @@ from datetime import datetime
 from bot.core.notifier import EventKind, RequestEvent, Tone
 from bot.core.store import ChangeRequestRecord, RequestState
 from bot.providers.base import ClusterSummary
-from tests.support.core_fleet import Hang, Step
+from tests.support.core_script import Hang, Step
 from tests.support.transaction_guard import note
 
 METHODS = (

@@ -375,14 +375,12 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@asynccontextmanager
-async def serve_process(stack: LocalStack, instance_id: str) -> AsyncIterator[ServeProcess]:
-    """``gpuops serve`` in a child process, on the stack's database, simulators and
-    FakeSlack, with its own instance id."""
+def process_env(stack: LocalStack, instance_id: str) -> dict[str, str]:
+    """The environment of a ``gpuops`` child process on the stack's database, simulators
+    and FakeSlack, with its own instance id."""
     settings = stack.runtime.settings
     options = stack.options
-    port = _free_port()
-    env = {
+    return {
         "PATH": os.environ.get("PATH", ""),
         "SLACK_BOT_TOKEN": options.bot_token,
         "SLACK_SIGNING_SECRET": options.signing_secret,
@@ -404,6 +402,15 @@ async def serve_process(stack: LocalStack, instance_id: str) -> AsyncIterator[Se
         "GPUOPS_EXEC_LEASE_SECONDS": str(settings.gpuops_exec_lease_seconds),
         "GPUOPS_INSTANCE_ID": instance_id,
     }
+
+
+@asynccontextmanager
+async def serve_process(stack: LocalStack, instance_id: str) -> AsyncIterator[ServeProcess]:
+    """``gpuops serve`` in a child process, on the stack's database, simulators and
+    FakeSlack, with its own instance id."""
+    options = stack.options
+    port = _free_port()
+    env = process_env(stack, instance_id)
     gpuops = Path(sys.executable).with_name("gpuops")
     log_path = stack.workdir / f"serve-{instance_id}.log"
     with log_path.open("wb") as log:

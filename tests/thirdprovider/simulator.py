@@ -21,15 +21,18 @@ class Recorded:
     body: Any
 
 
+def seed_clusters() -> dict[str, LumenCluster]:
+    """Lumen's two clusters, by id (the simulator's and the core harness's fleet's)."""
+    return {
+        "lc-1": LumenCluster(id="lc-1", name="vision-train", status="active", gpus=8),
+        "lc-2": LumenCluster(id="lc-2", name="asr-batch", status="active", gpus=4),
+    }
+
+
 @dataclass
 class LumenSimulator:
     token: str = LUMEN_TOKEN
-    clusters: dict[str, LumenCluster] = field(
-        default_factory=lambda: {
-            "lc-1": LumenCluster(id="lc-1", name="vision-train", status="active", gpus=8),
-            "lc-2": LumenCluster(id="lc-2", name="asr-batch", status="active", gpus=4),
-        }
-    )
+    clusters: dict[str, LumenCluster] = field(default_factory=seed_clusters)
     requests: list[Recorded] = field(default_factory=list)
     _runner: web.AppRunner | None = None
     port: int = 0

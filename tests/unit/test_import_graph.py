@@ -41,7 +41,10 @@ def test_the_change_workflow_imports_no_reader_of_commands(graph: grimp.ImportGr
     assert _arrows(graph, "bot.core.requests", readers) == []
 
 
-def test_handlers_import_the_core_only_through_its_front_door(graph: grimp.ImportGraph) -> None:
+@pytest.mark.parametrize("above", ["handlers", "bot.slack"])
+def test_what_stands_above_imports_the_core_only_through_its_front_door(
+    graph: grimp.ImportGraph, above: str
+) -> None:
     """Any module of bot.core but bot.core.api, a room added later included."""
     rooms = tuple(m for m in graph.find_children("bot.core") if m != "bot.core.api")
-    assert _arrows(graph, "handlers", rooms) == []
+    assert _arrows(graph, above, rooms) == []

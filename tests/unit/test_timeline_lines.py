@@ -10,7 +10,7 @@ import pytest
 
 from bot.core.store import AuditEntry
 from bot.core.store.timeline import REQUEST_EVENTS, WATCH_EVENTS, ChannelEvent
-from bot.core.timeline import event_line, md
+from bot.core.timeline_lines import event_line, md
 
 AT = datetime(2026, 12, 1, 9, 21, 4, tzinfo=UTC)
 

@@ -21,7 +21,7 @@ from bot.core.staged.plan import Staging
 
 # Where a change was asked: its audit rows, metrics and answers do not depend on it, but
 # reading a trail or a log is easier with it.
-Origin = Literal["command", "form", "step", "revert"]
+Origin = Literal["command", "form", "step", "revert", "agent"]
 
 
 class ChangeAsk(BaseModel):
@@ -44,11 +44,22 @@ class ChangeAsk(BaseModel):
     command: str = ""  # how the audit rows of a refusal name it
     step: str | None = None  # the Workflow Builder step (function execution id) asking
     revert_of: str | None = None  # the request this one reverts
+    # An agent's proposal (SPEC §15): "mcp", the client's name, the token's name; it waits
+    # for its requester's Confirm before anything else.
+    via: str | None = None
+    client: str | None = None
+    token: str | None = None
     staging: Staging | None = None  # step= and soak=: sent in steps (SPEC §14)
 
     @classmethod
     def of_command(
-        cls, user: str, channel: str, command: ChangeCommand, *, step: str | None = None
+        cls,
+        user: str,
+        channel: str,
+        command: ChangeCommand,
+        *,
+        step: str | None = None,
+        agent: AgentOrigin | None = None,
     ) -> ChangeAsk:
         """A change command that names its action and fields (no form to fill)."""
         return cls(
@@ -61,8 +72,19 @@ class ChangeAsk(BaseModel):
             reason=command.reason,
             override=command.override,
             schedule=command.schedule,
+            origin="agent" if agent else "command" if step is None else "step",
             staging=command.staging,
-            origin="command" if step is None else "step",
             command=f"{command.name} {command.project} {command.cluster_id}",
             step=step,
+            **(agent.model_dump() if agent else {}),
         )
+
+
+class AgentOrigin(BaseModel):
+    """Who asked through an agent: the surface, the client's name, the token's name."""
+
+    model_config = ConfigDict(frozen=True)
+
+    via: str
+    client: str
+    token: str

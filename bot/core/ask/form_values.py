@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TypeAlias
 
 from bot.providers.base import FieldSpec
 
 CONTEXT_KEYS = ("project", "cluster_id", "channel")
+
+# A value a form was prefilled with, as its metadata keeps it: text, or a list of texts.
+Shown: TypeAlias = str | list[str]
 
 
 def parse_metadata(raw: str | None) -> dict[str, str]:
@@ -22,11 +25,11 @@ def parse_metadata(raw: str | None) -> dict[str, str]:
     return {k: str(v) for k, v in data.items() if k in CONTEXT_KEYS}
 
 
-def shown_values(current: Mapping[str, Any], specs: list[FieldSpec]) -> dict[str, Any]:
+def shown_values(current: Mapping[str, object], specs: list[FieldSpec]) -> dict[str, Shown]:
     """The cluster's values a form was prefilled with (kept in its metadata): a prefilled
     input submitted as it was is not a change, even if the cluster changed while the form
     was open."""
-    shown: dict[str, Any] = {}
+    shown: dict[str, Shown] = {}
     for spec in specs:
         value = current.get(spec.name)
         if isinstance(value, list | tuple):
@@ -36,7 +39,7 @@ def shown_values(current: Mapping[str, Any], specs: list[FieldSpec]) -> dict[str
     return shown
 
 
-def parse_shown(raw: str | None) -> dict[str, Any]:
+def parse_shown(raw: str | None) -> dict[str, Shown]:
     try:
         data = json.loads(raw or "{}")
     except ValueError:
@@ -53,9 +56,9 @@ def parse_shown(raw: str | None) -> dict[str, Any]:
 
 def changed_inputs(
     specs: list[FieldSpec],
-    current: Mapping[str, Any],
+    current: Mapping[str, object],
     values: Mapping[str, str | None],
-    shown: Mapping[str, Any],
+    shown: Mapping[str, Shown],
 ) -> tuple[dict[str, str], set[str]]:
     """The typed values that change something, and the names of those that do not."""
     inputs: dict[str, str] = {}
@@ -71,7 +74,7 @@ def changed_inputs(
     return inputs, unchanged
 
 
-def _same_value(raw: str, current: Any) -> bool:
+def _same_value(raw: str, current: object) -> bool:
     if current is None:
         return False
     if isinstance(current, list | tuple):

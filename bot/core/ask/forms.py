@@ -50,7 +50,7 @@ class FormRequest:
     reason: str | None = None
     focus: str | None = None  # the field the cursor starts in (a reminder's "extend")
 
-    def metadata(self) -> dict[str, Any]:
+    def metadata(self) -> dict[str, str]:
         where = {"project": self.project, "cluster_id": self.cluster_id, "channel": self.channel}
         return {**where, "focus": self.focus} if self.focus else where
 
@@ -207,7 +207,7 @@ class Forms:
         state: ClusterState,
         action: str | None,
         prefill: Mapping[str, str],
-        metadata: Mapping[str, Any],
+        metadata: Mapping[str, object],
     ) -> FormView:
         adapter = self.access.adapter_for(state.summary.project)
         actions = [] if kind == "single" else list(adapter.actions())

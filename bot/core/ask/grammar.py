@@ -30,7 +30,7 @@ from pydantic import BaseModel, Field
 
 from bot.core.ask.justification import justification_problem
 from bot.core.requests.schedule import Schedule, ScheduleError, parse_at, parse_in
-from bot.core.staged.plan import Staging, StagingError, parse_duration, parse_step
+from bot.core.staged.plan import Staging, StagingError, staging_of
 from bot.errors import GpuopsError
 from bot.providers.catalog import Catalog
 from bot.providers.descriptor import ProviderDescriptor
@@ -60,6 +60,7 @@ USAGE = {
     "audit": "/gpu audit [project] [limit] [page=N]",
     "timeline": "/gpu timeline [since]",
     "policy": "/gpu policy [project]",
+    "token": "/gpu token new [ttl=7d] [name=…]",
 }
 _BEFORE_THE_VERBS = ("help", "list", "show")
 
@@ -125,6 +126,15 @@ class PolicyCommand(BaseModel):
     project: str | None = None
 
 
+class TokenCommand(BaseModel):
+    """A personal token for agents (SPEC §15): make one, list them, revoke one."""
+
+    name: Literal["token"] = "token"
+    verb: Literal["new", "list", "revoke"]
+    ttl: str | None = None
+    token_name: str | None = None
+
+
 Command = (
     HelpCommand
     | ListCommand
@@ -133,6 +143,7 @@ Command = (
     | AuditCommand
     | TimelineCommand
     | PolicyCommand
+    | TokenCommand
 )
 
 
@@ -205,22 +216,6 @@ def _reason(value: str) -> str | None:
     return reason or None
 
 
-def _staging(step: str | None, soak: str | None) -> Staging | None:
-    """``step=`` with its ``soak=`` (SPEC §14); ``soak=`` alone is refused."""
-    if step is None:
-        if soak is not None:
-            raise UsageError(
-                "`soak=` goes with `step=`: give the step too, e.g. `step=32 soak=10m`."
-            )
-        return None
-    try:
-        return Staging(
-            step=parse_step(step), soak=None if soak is None else parse_duration(soak, "soak")
-        )
-    except StagingError as exc:
-        raise UsageError(str(exc)) from None
-
-
 def _override(value: str) -> str:
     """An admin's reason to go ahead during a freeze: break glass's rule (SPEC §8)."""
     problem = justification_problem(value, "an override")
@@ -286,7 +281,31 @@ def parse_command(text: str, catalog: Catalog) -> Command:
             raise UsageError(f"`policy` takes at most a project. Usage: `{USAGE['policy']}`")
         project = _token(args[0], "project", USAGE["policy"]) if args else None
         return PolicyCommand(project=project)
+    if verb == "token":
+        return _parse_token(args)
     raise _unknown_verb(verb, usage(catalog))
+
+
+def _parse_token(args: list[str]) -> TokenCommand:
+    usage = f"{USAGE['token']}`, `/gpu token list`, `/gpu token revoke <name>"
+    if not args or args[0].lower() not in ("new", "list", "revoke"):
+        raise UsageError(f"`token` takes `new`, `list` or `revoke`. Usage: `{usage}`")
+    verb, rest = args[0].lower(), args[1:]
+    if verb == "list":
+        if rest:
+            raise UsageError(f"`token list` takes nothing more. Usage: `{usage}`")
+        return TokenCommand(verb="list")
+    if verb == "revoke":
+        if len(rest) != 1 or "=" in rest[0]:
+            raise UsageError(f"`token revoke` takes the token's name. Usage: `{usage}`")
+        return TokenCommand(verb="revoke", token_name=_token(rest[0], "token name", usage))
+    given: dict[str, str] = {}
+    for word in rest:
+        key, sep, value = word.partition("=")
+        if not sep or key not in ("ttl", "name") or key in given:
+            raise UsageError(f"`token new` takes `ttl=` and `name=` once each. Usage: `{usage}`")
+        given[key] = value.strip()
+    return TokenCommand(verb="new", ttl=given.get("ttl"), token_name=given.get("name"))
 
 
 def _extra_words(extra: list[str]) -> str:
@@ -337,7 +356,10 @@ def _parse_change(provider: ProviderDescriptor, args: list[str]) -> ChangeComman
         action = _token(rest[0], "action", usage)
         rest = rest[1:]
     fields, texts, schedule = _assignments(rest, usage)
-    staging = _staging(texts.pop("step"), texts.pop("soak"))
+    try:
+        staging = staging_of(texts.pop("step"), texts.pop("soak"))
+    except StagingError as exc:
+        raise UsageError(str(exc)) from None
     return ChangeCommand(
         name=verb,
         project=project,

@@ -39,10 +39,19 @@ class Reader:
         return self._with_form(channel, text, command)
 
     def read_change(
-        self, channel: str, verb: str, project: str, cluster_id: str, change: str, reason: str
+        self,
+        channel: str,
+        verb: str,
+        project: str,
+        cluster_id: str,
+        change: str,
+        reason: str,
+        *,
+        source: str = "step",
     ) -> ReadCommand:
-        """A change given in parts (a workflow step's inputs); its text is how it is audited."""
-        text = f"step {verb} {project} {cluster_id} {change}"
+        """A change given in parts (a workflow step's inputs, an agent's proposal); its text,
+        after ``source``, is how it is audited."""
+        text = f"{source} {verb} {project} {cluster_id} {change}"
         try:
             command = parse_change(
                 verb, project, cluster_id, change, reason, self.forms.access.catalog

@@ -19,15 +19,25 @@ class Requirement:
     usergroups: tuple[str, ...]
     kinds: tuple[str, ...]
     by_rule: bool
+    # SPEC §16: on-call slots (schedule name, max level), what holds when the on-call tool
+    # gives no answer, the delay before each next level, the requester on call as one.
+    oncall: tuple[tuple[str, int], ...] = ()
+    fallback: str = "refuse"
+    escalate_after_seconds: float | None = None
+    requester_counts_as: int = 0
 
-    def as_json(self, approvers: Iterable[str] = ()) -> dict[str, Any]:
-        return {
+    def as_json(self, approvers: Iterable[str] = ()) -> dict[str, object]:
+        noted: dict[str, object] = {
             "needed": self.needed,
             "usergroups": list(self.usergroups),
             "kinds": list(self.kinds),
             "by_rule": self.by_rule,
             "by": list(approvers),
         }
+        if self.oncall:
+            noted["oncall"] = [{"oncall": name, "max_level": top} for name, top in self.oncall]
+            noted["fallback"] = self.fallback
+        return noted
 
 
 def requirement_in_force(policy: Policy, project: str, kinds: Iterable[str]) -> Requirement:
@@ -57,7 +67,17 @@ def requirement_for(policy: Policy, project: str, kinds: Iterable[str]) -> Requi
     risky = tuple(k for k in wanted if k in policy.approval_kinds(project)) or tuple(wanted)
     for rule in policy.approvals.rules:
         if rule.matches(project, wanted):
-            return Requirement(rule.approvers, tuple(rule.usergroups), risky, by_rule=True)
+            delay = rule.escalation_delay
+            return Requirement(
+                rule.needed,
+                tuple(rule.usergroups),
+                risky,
+                by_rule=True,
+                oncall=tuple((slot.oncall, slot.max_level) for slot in rule.oncall),
+                fallback=rule.fallback,
+                escalate_after_seconds=None if delay is None else delay.total_seconds(),
+                requester_counts_as=rule.requester_on_call_counts_as,
+            )
     return Requirement(1, (), risky, by_rule=False)
 
 

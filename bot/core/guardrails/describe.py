@@ -20,9 +20,11 @@ def _approvals(policy: Policy, project: str) -> list[str]:
         if rule is None:
             lines.append(f"{kind}: 1 approver (default)")
             continue
-        who = "approver" if rule.approvers == 1 else "approvers"
-        groups = f" from group {' or '.join(rule.usergroups)}" if rule.usergroups else ""
-        lines.append(f"{kind}: {rule.approvers} {who}{groups} (approval rule)")
+        who = "approver" if rule.needed == 1 else "approvers"
+        pools = [f"on call on {slot.oncall} up to level {slot.max_level}" for slot in rule.oncall]
+        pools += [f"group {' or '.join(rule.usergroups)}"] if rule.usergroups else []
+        said = f" from {' or '.join(pools)}" if pools else ""
+        lines.append(f"{kind}: {rule.needed} {who}{said} (approval rule)")
     free = sorted(policy.catalog.kinds(policy.project(project).provider) - set(risky))
     if free:
         lines.append(f"no approval: {', '.join(free)}")

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from bot.core.access import Access, Refusal
 from bot.core.guardrails.checks import ChangeSize, limit_refusal, size_of
@@ -30,19 +29,24 @@ class Override:
         return {"by": self.by, "reason": self.reason, "freeze": self.freeze, "until": self.until}
 
 
-def stored_size(plan_json: Mapping[str, Any]) -> ChangeSize | None:
-    raw = (plan_json.get("guard") or {}).get("size")
+def _stored_guard(plan_json: Mapping[str, object], part: str) -> object:
+    guard = plan_json.get("guard")
+    return guard.get(part) if isinstance(guard, dict) else None
+
+
+def stored_size(plan_json: Mapping[str, object]) -> ChangeSize | None:
+    raw = _stored_guard(plan_json, "size")
     return ChangeSize.model_validate(raw) if isinstance(raw, dict) else None
 
 
-def stored_override(plan_json: Mapping[str, Any]) -> Override | None:
-    raw = (plan_json.get("guard") or {}).get("override")
+def stored_override(plan_json: Mapping[str, object]) -> Override | None:
+    raw = _stored_guard(plan_json, "override")
     if not isinstance(raw, dict):
         return None
     return Override(**{k: str(raw.get(k, "")) for k in ("by", "reason", "freeze", "until")})
 
 
-def guard_json(size: ChangeSize, override: Override | None) -> dict[str, Any]:
+def guard_json(size: ChangeSize, override: Override | None) -> dict[str, object]:
     return {
         "size": size.model_dump(mode="json"),
         "override": override.as_json() if override else None,

@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from bot.core.lifecycle import drawing
 from bot.core.store.builder_steps import StepOutcome, StepRecord, StepState, StepStore
@@ -79,7 +78,7 @@ async def claim(steps: StepStore, execution_id: str, requester: str, channel: st
 
 
 async def refuse(
-    steps: StepStore, execution_id: str, requester: str, channel: str, payload: Mapping[str, Any]
+    steps: StepStore, execution_id: str, requester: str, channel: str, payload: Mapping[str, object]
 ) -> StepRecord | None:
     """``refuse``: a step never claimed recorded as refused, ready to be completed with
     ``payload``; its completion for the one caller that wins, None when the execution is
@@ -96,7 +95,7 @@ async def refuse(
 
 
 async def begin_completion(
-    steps: StepStore, execution_id: str, outcome: StepOutcome, payload: Mapping[str, Any]
+    steps: StepStore, execution_id: str, outcome: StepOutcome, payload: Mapping[str, object]
 ) -> StepRecord | None:
     """``begin-completion``: a running step's completion claimed with what Slack is to be
     told; None when another caller completes (or completed) it."""

@@ -19,7 +19,6 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from bot.core.lifecycle import drawing
 from bot.core.store import AuditRow
@@ -209,9 +208,9 @@ class Move:
     actor: str
     outcome: str = ""
     idx: int | None = None
-    plan_fields: Mapping[str, Any] = field(default_factory=dict)
-    step_fields: Mapping[str, Any] = field(default_factory=dict)
-    detail: Mapping[str, Any] = field(default_factory=dict)
+    plan_fields: Mapping[str, object] = field(default_factory=dict)
+    step_fields: Mapping[str, object] = field(default_factory=dict)
+    detail: Mapping[str, object] = field(default_factory=dict)
 
     def audit_row(self, plan: PlanRecord) -> AuditRow:
         detail = {k: redact(v) if isinstance(v, str) else v for k, v in self.detail.items()}
@@ -262,6 +261,6 @@ async def apply(
     )
 
 
-def stopped_fields(cause: StopCause, text: str) -> dict[str, Any]:
+def stopped_fields(cause: StopCause, text: str) -> dict[str, object]:
     """What a stop records on the plan: its cause and the words said."""
     return {"cause": cause.value, "cause_text": redact(text)}

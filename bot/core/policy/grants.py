@@ -14,15 +14,15 @@ def unmeetable_rules(policy: Policy) -> list[str]:
     group and no approver grant of the project is a group's)."""
     warnings = []
     for i, rule in enumerate(policy.approvals.rules):
-        if rule.usergroups:
-            continue
+        if rule.usergroups or rule.oncall:
+            continue  # who is in a group or on call is not in the file
         names = sorted(policy.projects) if "*" in rule.projects else rule.projects
         for project in (name for name in names if name in policy.projects):
             eligible = _named_approvers(policy, project)
-            if eligible is not None and len(eligible) < rule.approvers:
+            if eligible is not None and len(eligible) < rule.needed:
                 who = ", ".join(sorted(eligible)) or "nobody"
                 warnings.append(
-                    f"approvals.rules[{i}] needs {rule.approvers} approvers on {project} "
+                    f"approvals.rules[{i}] needs {rule.needed} approvers on {project} "
                     f"but the grants let only {len(eligible)} approve ({who}): "
                     "no request it matches can ever be approved"
                 )

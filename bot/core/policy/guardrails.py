@@ -4,13 +4,15 @@ a project, ``approvals.rules`` and ``freezes``."""
 from __future__ import annotations
 
 import re
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Annotated, Literal, Self
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
+
+from bot.core.policy.oncall import Duration, Fallback, OnCallApprover, parse_duration
 
 Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
 WEEKDAYS: tuple[str, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
@@ -76,14 +78,70 @@ class Prices(_Strict):
     per_gpu_hour: dict[str, Money] = Field(min_length=1)
 
 
-class ApprovalRule(_Strict):
-    """How many distinct people (none the requester), and from which user groups, must
-    approve a matching request that needs approval."""
+class ApprovalRule(BaseModel):
+    """How many distinct people (none the requester), and from which user groups or
+    on-call schedules (SPEC §16), must approve a matching request that needs approval:
+    ``approvers`` is a count, or a list of on-call slots (one approver each)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)  # "approvers" only, never "entries"
 
     projects: list[str] = Field(min_length=1)
     kinds: list[str] = Field(default_factory=lambda: ["*"], min_length=1)
-    approvers: int = Field(default=1, ge=1, le=10)
+    # Written ``approvers``; read as ``approvers`` (the count) and ``oncall`` (the slots).
+    entries: (
+        Annotated[int, Field(ge=1, le=10)]
+        | Annotated[list[OnCallApprover], Field(min_length=1, max_length=10)]
+    ) = Field(default=1, alias="approvers")
     usergroups: list[str] = Field(default_factory=list)
+    # SPEC §16, for on-call approvers only: the next level after each ``escalate_after``;
+    # what holds while the on-call tool gives no answer; the requester on call as one.
+    escalate_after: Duration | None = None
+    fallback: Fallback = "refuse"
+    requester_on_call_counts_as: Literal[0, 1] = 0
+
+    @model_validator(mode="after")
+    def _oncall_keys_need_oncall_approvers(self) -> Self:
+        said = self.model_fields_set & {"escalate_after", "fallback", "requester_on_call_counts_as"}
+        if said and not self.oncall:
+            raise PydanticCustomError(
+                "oncall_keys",
+                "{keys}: only for on-call approvers (approvers as a list of oncall entries)",
+                {"keys": ", ".join(sorted(said))},
+            )
+        if self.requester_on_call_counts_as and self.needed < 2:
+            raise PydanticCustomError(
+                "counts_as_all",
+                "requester_on_call_counts_as counts as one approval, never all: the rule "
+                "needs at least 2 approvers for it",
+            )
+        if self.escalate_after is not None and self.top_level < 2:
+            raise PydanticCustomError(
+                "nothing_to_escalate",
+                "escalate_after adds the next level: give an approver max_level 2 or more",
+            )
+        return self
+
+    @property
+    def approvers(self) -> int:
+        """How many distinct approvers the rule needs."""
+        return self.entries if isinstance(self.entries, int) else len(self.entries)
+
+    @property
+    def needed(self) -> int:
+        return self.approvers
+
+    @property
+    def oncall(self) -> tuple[OnCallApprover, ...]:
+        """The rule's on-call slots (none for a rule of a count)."""
+        return () if isinstance(self.entries, int) else tuple(self.entries)
+
+    @property
+    def escalation_delay(self) -> timedelta | None:
+        return None if self.escalate_after is None else parse_duration(self.escalate_after)
+
+    @property
+    def top_level(self) -> int:
+        return max((slot.max_level for slot in self.oncall), default=0)
 
     def matches(self, project: str, kinds: list[str]) -> bool:
         if "*" not in self.projects and project not in self.projects:

@@ -4,9 +4,8 @@ catalog it is given, every problem named with the file and the key path."""
 from __future__ import annotations
 
 import difflib
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -23,6 +22,7 @@ from bot.core.policy.model import (
     policy_schema,
     unknown_kinds,
 )
+from bot.core.policy.oncall import OnCallApprover, OnCallConfig, OpsgenieSource, PagerDutySource
 from bot.errors import GpuopsError
 from bot.providers.catalog import Catalog
 
@@ -40,8 +40,8 @@ class _StrictLoader(yaml.SafeLoader):
     silently replacing the first would change who may do what."""
 
 
-def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    seen: set[Any] = set()
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Hashable, object]:
+    seen: set[object] = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=True)
         try:
@@ -128,6 +128,9 @@ def _yaml_problem(exc: yaml.MarkedYAMLError) -> str:
     return f"YAML error{where}: {problem}"
 
 
+_UNION_TAGS = frozenset({"constrained-int", "int"})
+
+
 def _describe_error(schema: PolicySchema, error: ErrorDetails) -> list[str]:
     """One pydantic error as ``dotted.key.path: message`` lines."""
     providers = list(schema.projects)
@@ -137,6 +140,14 @@ def _describe_error(schema: PolicySchema, error: ErrorDetails) -> list[str]:
         tag = str(loc.pop(2))  # the discriminator's branch, not a key in the file
     if loc and loc[-1] == "[key]":
         loc.pop()
+    if any(str(part) in _UNION_TAGS or str(part).startswith("list[") for part in loc):
+        # A rule's approvers are a count or a list of on-call entries: only the error of
+        # the form that was written means anything.
+        if str(loc[-1]) in _UNION_TAGS and isinstance(error.get("input"), list):
+            return []  # a list was written: not the count's error
+        if str(loc[-1]).startswith("list[") and error["type"] == "list_type":
+            return []  # a count was written: not the list's error
+        loc = [p for p in loc if str(p) not in _UNION_TAGS and not str(p).startswith("list[")]
     kind = error["type"]
     message = error["msg"].removeprefix("Value error, ")
     if kind == "extra_forbidden":
@@ -174,6 +185,12 @@ def _allowed_keys(
         model = Approvals
     elif container[:2] == ["approvals", "rules"] and len(container) == 3:
         model = ApprovalRule
+    elif container[:2] == ["approvals", "rules"] and len(container) == 5:
+        model = OnCallApprover
+    elif container == ["oncall"]:
+        model = OnCallConfig
+    elif container[0] == "oncall" and len(container) == 2:
+        model = PagerDutySource if container[1] == "pagerduty" else OpsgenieSource
     elif container[0] == "freezes" and len(container) == 2:
         model = Freeze
     elif container[0] == "freezes" and len(container) == 3 and container[2] == "weekly":
@@ -194,7 +211,7 @@ def _dotted(loc: Sequence[int | str]) -> str:
     return path
 
 
-def _raw_kinds(catalog: Catalog, data: dict[Any, Any]) -> list[str]:
+def _raw_kinds(catalog: Catalog, data: Mapping[object, object]) -> list[str]:
     """The unknown kinds of the raw file's rules and freezes (each checked however
     broken the rest of its entry is)."""
     approvals = data.get("approvals")
@@ -209,5 +226,5 @@ def _raw_kinds(catalog: Catalog, data: dict[Any, Any]) -> list[str]:
     ]
 
 
-def _as_list(value: object) -> list[Any]:
+def _as_list(value: object) -> list[object]:
     return value if isinstance(value, list) else []

@@ -32,6 +32,7 @@ from pydantic_core import PydanticCustomError
 
 from bot.config import check_http_url
 from bot.core.policy.guardrails import ApprovalRule, Freeze, Limits, Prices
+from bot.core.policy.oncall import OnCallConfig
 from bot.core.policy.staged import StagedDefaults
 from bot.core.policy.watch import WatchConfig
 from bot.providers.catalog import Catalog, CatalogError
@@ -274,6 +275,25 @@ class Policy(_Strict):
     grants: list[Grant] = Field(default_factory=list)
     approvals: Approvals = Field(default_factory=Approvals)
     freezes: list[Freeze] = Field(default_factory=list)  # SPEC §8
+    oncall: OnCallConfig | None = None  # SPEC §16
+
+    @model_validator(mode="after")
+    def _rules_name_known_schedules(self) -> Policy:
+        known = self.oncall.names if self.oncall is not None else []
+        problems = [
+            f"approvals.rules[{i}].approvers[{j}].oncall: unknown schedule '{slot.oncall}'"
+            + (did_you_mean(slot.oncall, known) if known else "")
+            + (f" (oncall schedules: {', '.join(known)})" if known else " (no oncall section)")
+            for i, rule in enumerate(self.approvals.rules)
+            for j, slot in enumerate(rule.oncall)
+            if slot.oncall not in known
+        ]
+        if problems:
+            raise PydanticCustomError(
+                "unknown_schedule", "{problems}", {"problems": "\n".join(problems)}
+            )
+        return self
+
     staged: StagedDefaults = Field(default_factory=StagedDefaults)  # SPEC §14
 
     @model_validator(mode="after")

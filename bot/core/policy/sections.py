@@ -8,7 +8,6 @@ itself (``freezes: []``, ``limits: null``, ``rules: []``); a key merely absent i
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from pydantic import BaseModel
 
@@ -16,7 +15,12 @@ from bot.core.policy.model import Policy
 
 # The sections, by key, each with the sections inside it (checked when both files have it).
 Sections = Mapping[str, "Sections"]
-TOP_SECTIONS: Sections = {"grants": {}, "approvals": {"rules": {}}, "freezes": {}}
+TOP_SECTIONS: Sections = {
+    "grants": {},
+    "approvals": {"rules": {}},
+    "freezes": {},
+    "oncall": {},  # SPEC §16
+}
 PROJECT_SECTIONS: Sections = {
     "limits": {"max_gpus": {}, "max_nodes": {}, "max_hourly_increase": {}},
     "require_approval": {},
@@ -60,7 +64,7 @@ def _has_content(model: BaseModel, key: str) -> bool:
     return value != default and _meaningful(value)
 
 
-def _meaningful(value: Any) -> bool:
+def _meaningful(value: object) -> bool:
     if value is None or (isinstance(value, list | dict | tuple) and not value):
         return False
     if isinstance(value, BaseModel):
@@ -81,6 +85,8 @@ def where_lost(in_force: Policy, key: str) -> list[str]:
         named = [p for f in in_force.freezes for p in f.projects]
     elif key == "approvals.rules":
         named = [p for r in in_force.approvals.rules for p in r.projects]
+    elif key == "oncall":
+        named = [p for r in in_force.approvals.rules if r.oncall for p in r.projects]
     else:
         return every
     return every if "*" in named else sorted(set(named) & set(every))

@@ -12,6 +12,7 @@ from bot.core.answers import Reply
 from bot.core.guardrails.approvals import Requirement, requirement_in_force
 from bot.core.policy import Role
 from bot.core.requests.deps import RequestDeps
+from bot.core.requests.oncall_check import requester_counts, require_on_call
 from bot.core.requests.view import at_approval, state_words
 from bot.core.store import ChangeRequestRecord, RequestState
 from bot.errors import GpuopsError
@@ -31,6 +32,11 @@ _APPROVED_ONCE = frozenset(
         RequestState.UNKNOWN,
     }
 )
+
+
+# The break-glass reason of a requester whose own approval counts as one because they are
+# on call (SPEC §16, ``requester_on_call_counts_as``).
+ON_CALL_GLASS = "the requester is "
 
 
 class AskBreakGlass(GpuopsError):
@@ -110,14 +116,27 @@ class Deciders:
         record: ChangeRequestRecord,
         decision: Decision,
         break_glass_reason: str | None,
-    ) -> bool:
-        """Check the decider in the request's channel; True for a break-glass self-approval."""
+    ) -> bool | str:
+        """Check the decider in the request's channel; True for a break-glass self-approval,
+        or its reason for the requester on call counted as one (SPEC §16). An agent's
+        proposal is approved only once its requester has confirmed it."""
+        if decision == "approve" and record.confirm == "awaiting":
+            raise Refusal(
+                f"{record.id} is an agent's proposal that <@{record.requester}> has not "
+                "confirmed yet: it can be approved once they press Confirm.",
+                kind="unconfirmed",
+                mentions=(record.requester,),
+            )
         role = await self.deps.access.require(
             user, record.project, record.channel, Role.approver, doing=_DOING[decision]
         )
         if user != record.requester:
             await self._in_rule_groups(user, record, decision)
             return False
+        if decision == "approve":
+            on_call = await requester_counts(self.deps.access, record, self.deps.clock())
+            if on_call is not None:
+                return ON_CALL_GLASS + on_call.text
         if decision == "approve" and self.deps.policy.approvals.break_glass and role >= Role.admin:
             if user in record.approvers:  # counted once already: no second reason asked
                 return True
@@ -136,6 +155,11 @@ class Deciders:
     async def _in_rule_groups(
         self, user: str, record: ChangeRequestRecord, decision: Decision
     ) -> None:
+        """In the rule's groups, or, under on-call approvers, on call now (or in the groups)
+        as judged at this click (SPEC §16)."""
+        doing = f"{decision} {record.id}"
+        if await require_on_call(self.deps.access, user, record, doing, self.deps.clock()):
+            return
         groups = self.requirement(record).usergroups
         if not groups or await self.deps.access.authorizer.in_any_group(user, groups):
             return
@@ -153,6 +177,10 @@ class Deciders:
         authorizer = self.deps.access.authorizer
         if approver == record.requester:
             glass = (record.approvals or {}).get("break_glass") or {}
+            if glass.get("by") == approver and str(glass.get("reason", "")).startswith(
+                ON_CALL_GLASS
+            ):  # on call at their click, and the rule still counts it
+                return self.requirement(record).requester_counts_as > 0
             if glass.get("by") != approver or not self.deps.policy.approvals.break_glass:
                 return False
             check = await authorizer.check(approver, record.project, record.channel, Role.admin)
@@ -160,5 +188,8 @@ class Deciders:
         check = await authorizer.check(approver, record.project, record.channel, Role.approver)
         if not check.allowed:
             return False
-        groups = self.requirement(record).usergroups
+        requirement = self.requirement(record)
+        if requirement.oncall:  # approved while eligible at their click: it counts
+            return True
+        groups = requirement.usergroups
         return not groups or await authorizer.in_any_group(approver, groups)

@@ -93,14 +93,16 @@ class Decisions:
                 await deciders.may_cancel(user, record)
                 cancel = table.CANCEL_SCHEDULED if waits_for_its_time(record) else table.CANCEL
                 return await self._close(record, user, cancel)
-            break_glass = await deciders.may_decide(user, record, decision, break_glass_reason)
+            glass = await deciders.may_decide(user, record, decision, break_glass_reason)
         except Refusal as refusal:
             return await self._refused(user, channel, record, refusal)
         except AskBreakGlass:
             return NeedsBreakGlass(record.id)
         if decision == "deny":
             return await self._close(record, user, table.DENY, (reason or "").strip())
-        return await self.approving.approve(record, user, break_glass, break_glass_reason)
+        if isinstance(glass, str):  # the requester on call: one approval (SPEC §16)
+            return await self.approving.approve(record, user, True, glass)
+        return await self.approving.approve(record, user, glass, break_glass_reason)
 
     async def may_deny(self, *, user: str, channel: str, request_id: str) -> Reply | None:
         """None when ``user`` may deny it here now (a surface then asks why); else the

@@ -25,7 +25,8 @@ from bot.core.requests.outcomes import Result
 from bot.core.requests.schedule import Schedule, ScheduleError, when_text
 from bot.core.requests.transitions import Change, mirror, settle
 from bot.core.requests.view import STALE_AT_APPROVAL, state_words
-from bot.core.staged.asking import plan_staged, staged_preview
+from bot.core.staged.asking import plan_staged, run_staged, staged_preview
+from bot.core.staged.plan import StagedPlan
 from bot.core.store import ChangeRequestRecord, OpenBeside, RequestState, StoreUnavailable
 from bot.metrics import APPROVALS_PENDING, CHANGE_REQUESTS
 from bot.providers.base import ChangePlan
@@ -86,11 +87,7 @@ class Opening:
                 user, channel, project, plan.kinds, now, ask.override
             )
             self.guard.check(project, plan.kinds, size, now, overridden=overridden is not None)
-            staged = None
-            if ask.staging is not None:  # sent in steps, judged on the final target (§14)
-                staged = plan_staged(
-                    ask.staging, access.policy, access.catalog, state, plan, ask.inputs, size
-                )
+            staged = ask.staging and plan_staged(ask.staging, access, state, plan, ask.inputs, size)
         except Refusal as refusal:
             CHANGE_REQUESTS.labels(access.provider_of(project), "refused").inc()
             return await access.refuse(
@@ -101,22 +98,37 @@ class Opening:
                 cluster_id=ask.cluster_id,
                 command=ask.command,
             )
-        stored = {"plan": plan.model_dump(mode="json"), "inputs": dict(plan.body)}
+        stored: dict[str, object] = {
+            "plan": plan.model_dump(mode="json"),
+            "inputs": dict(plan.body),
+        }
         stored["guard"] = guard_json(size, overridden)
-        if staged is not None:
-            stored["staged"] = staged.to_json()
+        if ask.via is not None:  # shown verbatim in Slack before anyone confirms
+            stored["proposed"] = {str(k): str(v) for k, v in ask.inputs.items()}
+        stored.update({"staged": staged.to_json()} if isinstance(staged, StagedPlan) else {})
         return await self._open(ask, plan, stored, overridden, run_at)
 
-    def _approvals(
+    async def _approvals(
         self, requirement: Requirement | None, project: str, channel: str, requester: str
-    ) -> dict[str, Any] | None:
-        """The approval requirement as stored, with whom its prompt asks."""
+    ) -> dict[str, object] | None:
+        """The approval requirement as stored, with whom its prompt asks: under on-call
+        approvers (SPEC §16), who is on call now (the prompt names them; eligibility is
+        judged again at each click)."""
         if requirement is None:
             return None
         ask = who_to_ask(
             self.deps.policy, requirement, project=project, channel=channel, requester=requester
         )
-        return {**requirement.as_json(), "ask": ask}
+        gate = self.deps.access.oncall
+        if not requirement.oncall or gate is None:
+            return {**requirement.as_json(), "ask": ask}
+        now = self.deps.clock()
+        on_call = await gate.now(requirement, opened_at=now, now=now)
+        ask = {
+            "users": [u for u in on_call.slack_ids if u != requester],
+            "usergroups": list(requirement.usergroups),
+        }
+        return {**requirement.as_json(), "ask": ask, "oncall_now": on_call.as_json()}
 
     async def _duplicate_of(
         self, record: ChangeRequestRecord, others: list[OpenBeside]
@@ -146,7 +158,7 @@ class Opening:
         self,
         ask: ChangeAsk,
         plan: ChangePlan,
-        stored: dict[str, Any],
+        stored: dict[str, object],
         overridden: Override | None,
         run_at: datetime | None,
     ) -> Reply:
@@ -160,15 +172,20 @@ class Opening:
         )
         requirement = requirement_for(deps.policy, plan.project, plan.kinds)
         needs_approval = requirement is not None
+        # An agent's proposal waits for its requester's Confirm first (SPEC §15), even when
+        # the policy would let it run at once: the agent's ask is not the person's decision.
+        awaiting = ask.via is not None
+        held = needs_approval or awaiting
         expire_minutes = deps.policy.approvals.expire_after_minutes
         expires_at = deps.clock() + timedelta(minutes=expire_minutes)
         if run_at is not None:  # approved before its time, or it expires then
             expire_minutes = max(ceil((run_at - deps.clock()).total_seconds() / 60), 1)
             expires_at = run_at
+        agent = {"via": ask.via, "client": ask.client, "token": ask.token} if awaiting else {}
         opened = Change(
-            table.OPEN if needs_approval else table.OPEN_APPROVED,
+            table.OPEN if held else table.OPEN_APPROVED,
             user,
-            outcome=str(RequestState.PENDING if needs_approval else RequestState.APPROVED),
+            outcome=str(RequestState.PENDING if held else RequestState.APPROVED),
             detail={
                 "preview": staged_preview(stored, plan),
                 "kinds": plan.kinds,
@@ -177,8 +194,11 @@ class Opening:
                 **({"workflow_step": step} if step else {}),
                 "revert_of": revert_of or "",
                 "run_at": run_at.isoformat() if run_at else "",
+                **agent,
+                **({"confirm": "awaiting"} if awaiting else {}),
             },
         )
+        approvals = await self._approvals(requirement, plan.project, channel, user)
         record, others = await transitions.open_request(
             deps,
             opened,
@@ -194,11 +214,14 @@ class Opening:
             requester=user,
             channel=channel,
             reason=reason,
-            expires_at=expires_at if needs_approval else None,
+            expires_at=expires_at if held else None,
             step=step,
-            approvals=self._approvals(requirement, plan.project, channel, user),
+            approvals=approvals,
             revert_of=revert_of,
             run_at=run_at,
+            via=ask.via,
+            client=ask.client,
+            confirm="awaiting" if awaiting else None,
         )
         duplicate = await self._duplicate_of(record, others)
         if duplicate is not None:
@@ -219,15 +242,17 @@ class Opening:
         beside = _beside_note(record, others)
         try:
             root_ts = await deps.notifier.request_opened(record)
-            if needs_approval or run_at is not None:
+            if held or run_at is not None:
                 record = await self._note(record, root_ts=root_ts)
             else:  # run now: stored with its start (or refusal), one transaction fewer
                 record = record.model_copy(update={"root_ts": root_ts})
-            if needs_approval:
+            if needs_approval and not awaiting:  # a proposal asks once it is confirmed
                 # Without the prompt nobody can approve it: withdraw it rather than let it
                 # wait for an approval that cannot come.
                 prompt_ts = await deps.notifier.approval_requested(record, expire_minutes)
                 record = await self._note(record, prompt_ts=prompt_ts)
+                if deps.access.oncall_copies is not None:  # SPEC §16: DMs to who is on call
+                    await deps.access.oncall_copies.opened(record)
         except NotDelivered as exc:
             shown = "the approval prompt" if record.root_ts else "in the channel"
             await self._withdraw(record, f"could not post {shown} ({exc.reason})")
@@ -236,6 +261,14 @@ class Opening:
             await deps.notifier.follow_up_note(record, beside, "warning")
         also = f"\n{beside}" if beside else ""
         when = "" if run_at is None else f", scheduled for {when_text(run_at, deps.clock())}"
+        if awaiting:
+            APPROVALS_PENDING.inc()
+            await mirror(deps, record, "Change proposed by an agent", its_copy=True)
+            then = ", then for approval" if needs_approval else ""
+            return notice(
+                f"Request {record.id} is waiting for <@{user}> to confirm it in the thread"
+                f"{then}{when}: {plan.preview_text()}{also}"
+            )
         if needs_approval:
             APPROVALS_PENDING.inc()
             await mirror(deps, record, "Change requested", its_copy=True)
@@ -258,10 +291,7 @@ class Opening:
         result: Result | None = None
         posted = Posted({"root_ts": record.root_ts})
         if "staged" in record.plan:  # its plan runs in the background: the thread tells
-            await self.execution.execute(record.id, actor=user, record=record, posted=posted)
-            preview = staged_preview(record.plan, ChangePlan.model_validate(record.plan["plan"]))
-            started = f"Request {record.id} runs in steps: {preview}; the thread tells each step."
-            return notice(started + (f"\n{beside}" if beside else ""))
+            return await run_staged(self.execution.execute, record, user, posted, beside)
         try:
             result = await self.execution.execute(
                 record.id, actor=user, record=record, posted=posted

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from bot.core.access import Refusal
 from bot.core.guardrails.guard import Guard, stored_override, stored_size
@@ -73,7 +72,7 @@ class PreSend:
             *(checks or []),
         ]
 
-    async def check(self, record: ChangeRequestRecord) -> dict[str, Any]:
+    async def check(self, record: ChangeRequestRecord) -> dict[str, object]:
         """The ``prior_values`` to record; SendRefused to stop the change.
 
         A scheduled change's cluster is fetched again (its approval may be days old); any
@@ -141,7 +140,7 @@ class PreSend:
         if fresh.fingerprint != old.fingerprint or fresh.body != old.body:
             raise SendRefused(f"stale: {stale_text(old, fresh)}", "stale")
 
-    def _prior(self, plan: ChangePlan, current: Mapping[str, Any]) -> dict[str, Any]:
+    def _prior(self, plan: ChangePlan, current: Mapping[str, object]) -> dict[str, object]:
         fields = {name: current.get(name) for name in plan.body if name in current}
         inverse = self.deps.access.adapter_for(plan.project).inverse(plan, fields)
         return {"fields": fields, "inverse": None if inverse is None else inverse.model_dump()}

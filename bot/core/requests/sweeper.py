@@ -123,6 +123,8 @@ class Sweeper:
 
     async def sweep_once(self) -> None:
         await self.expire_due()
+        if self.deps.access.oncall_copies is not None:  # SPEC §16: the next level, once
+            await self.deps.access.oncall_copies.escalate_due()
         await self.recover_interrupted()
         await self.follow_up.resume()
         await self.refresh_pending_gauge()

@@ -71,6 +71,23 @@ BREAK_GLASS = _t(
     "break_glass",
     "an admin's own, with a reason",
 )
+# An agent's proposal (SPEC §15) opens pending, awaiting its requester's Confirm.
+CONFIRM = _t(
+    "confirm",
+    {S.PENDING},
+    S.PENDING,
+    "confirmed",
+    "confirmed",
+    "its requester confirms an agent's proposal; approvers are asked",
+)
+CONFIRM_APPROVED = _t(
+    "confirm-approved",
+    {S.PENDING},
+    S.APPROVED,
+    "confirmed",
+    "confirmed",
+    "its requester confirms an agent's proposal that needs no approval: sent",
+)
 DENY = _t("deny", {S.PENDING}, S.DENIED, "denied", "denied", "an approver says no (and why)")
 CANCEL = _t("cancel", {S.PENDING}, S.CANCELLED, "cancelled", "cancelled", "requester or admin")
 CANCEL_SCHEDULED = _t(
@@ -177,6 +194,8 @@ TRANSITIONS: tuple[Transition, ...] = (
     BREAK_GLASS_PARTIAL,
     APPROVE,
     BREAK_GLASS,
+    CONFIRM,
+    CONFIRM_APPROVED,
     DENY,
     CANCEL,
     CANCEL_SCHEDULED,

@@ -9,30 +9,32 @@ import contextlib
 import logging
 from collections import Counter
 from collections.abc import Awaitable
-from typing import Any
+from typing import TypeVar
 
 from bot.redact import redact
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class BackgroundTasks:
     """Tasks that outlive the request that spawned them; failures are logged, redacted."""
 
     def __init__(self) -> None:
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks: set[asyncio.Task[object]] = set()
 
     def __bool__(self) -> bool:
         return bool(self._tasks)
 
-    def spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task[Any]:
+    def spawn(self, coro: Awaitable[T], name: str) -> asyncio.Task[T]:
         task = asyncio.ensure_future(coro)
         task.set_name(name)
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
         return task
 
-    def _task_done(self, task: asyncio.Task[Any]) -> None:
+    def _task_done(self, task: asyncio.Task[object]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error(

@@ -86,11 +86,26 @@ class RequestView:
     # The requester's own approval by break glass, counted as one of those needed: who, why.
     glass_by: str | None = None
     glass_reason: str | None = None
+    # On-call approvers (SPEC §16): who was on call when it was asked, in words (their
+    # mentions in ``oncall_mentions``), or the on-call tool's fault and the rule's fallback.
+    oncall_words: str | None = None
+    oncall_mentions: tuple[str, ...] = ()
     # An admin's freeze override: (freeze name, admin's user id, reason).
     override: tuple[str, str, str] | None = None
     revert_of: str | None = None  # the request this one undoes
     revertible: bool = False  # it succeeded and has an inverse: its result offers a revert
     run_at: datetime | None = None  # a scheduled change runs then
+    # An agent's proposal (SPEC §15): the client's name, its fields as the agent gave them,
+    # and whether its requester has confirmed it yet ("awaiting", "confirmed").
+    via: str | None = None
+    client: str | None = None
+    proposed: tuple[str, ...] = ()
+    confirm: str | None = None
+
+    @property
+    def awaiting_confirm(self) -> bool:
+        return self.confirm == "awaiting" and self.state == "pending"
+
     # A staged plan under way (SPEC §14): its progress, and the buttons that steer it now.
     plan_progress: str | None = None
     plan_buttons: tuple[str, ...] = ()
@@ -144,7 +159,26 @@ def approval_state(record: ChangeRequestRecord) -> dict[str, Any]:
         "ask_groups": tuple(str(g) for g in (approvals.get("ask") or {}).get("usergroups", [])),
         "glass_by": glass.get("by"),
         "glass_reason": glass.get("reason"),
+        **oncall_state(approvals),
     }
+
+
+def oncall_state(approvals: dict[str, Any]) -> dict[str, Any]:
+    """``oncall_words`` and ``oncall_mentions`` of a request's stored approvals (SPEC §16):
+    ``on call now: <@U02BOB> (level 1)``, or the on-call tool's fault and the fallback."""
+    noted = approvals.get("oncall_now")
+    if not isinstance(noted, dict):
+        return {}
+    fallback = str(approvals.get("fallback", "refuse"))
+    if noted.get("fault"):
+        said = {"groups": "the rule falls back to its groups", "refuse": "approvals are refused"}
+        words = f"on call now: unknown ({noted['fault']}); {said.get(fallback, fallback)}"
+        return {"oncall_words": words, "oncall_mentions": ()}
+    people = [p for p in noted.get("on_call", []) if isinstance(p, dict) and p.get("slack")]
+    said_people = [f"<@{p['slack']}> (level {p.get('level', 1)})" for p in people]
+    said_people += [str(name) for name in noted.get("unmapped", [])]
+    words = "on call now: " + (", ".join(said_people) or "nobody")
+    return {"oncall_words": words, "oncall_mentions": tuple(str(p["slack"]) for p in people)}
 
 
 def view_of(record: ChangeRequestRecord) -> RequestView:
@@ -172,7 +206,12 @@ def view_of(record: ChangeRequestRecord) -> RequestView:
         revert_of=record.revert_of,
         revertible=revertible(record),
         run_at=record.run_at,
-        **progress_of(record),
+        via=record.via,
+        client=record.client,
+        proposed=tuple(f"{k}={v}" for k, v in (record.plan.get("proposed") or {}).items()),
+        confirm=record.confirm,
+        plan_progress=progress_of(record)[0],
+        plan_buttons=progress_of(record)[1],
         **approval_state(record),
     )
 

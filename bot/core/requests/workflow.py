@@ -18,6 +18,7 @@ from bot.core.ask.change import ChangeAsk
 from bot.core.notifier import Notifier
 from bot.core.policy.notices import tell_kept
 from bot.core.policy.reload import PolicyKept
+from bot.core.requests.confirm import Confirmations
 from bot.core.requests.deciders import Decision
 from bot.core.requests.decisions import Decisions, NeedsBreakGlass
 from bot.core.requests.deps import RequestDeps
@@ -92,6 +93,7 @@ class ChangeWorkflow:
         )
         self.reverts = Reverts(self.deps, self.opening)
         self.scheduler = Scheduler(self.deps, self.execution)
+        self.confirmations = Confirmations(self.deps, self.execution)
         self.plan_controls = PlanControls(self.deps, self.plans, self.request_change)
 
     # Every line logged while a request is opened, decided or reverted names it.
@@ -121,6 +123,13 @@ class ChangeWorkflow:
                 decision=decision,
                 break_glass_reason=break_glass_reason,
                 reason=reason,
+            )
+
+    async def confirm(self, *, user: str, channel: str, request_id: str) -> Reply:
+        """Its requester confirms an agent's proposal (bot.core.requests.confirm)."""
+        with log_context(request_id=request_id):
+            return await self.confirmations.confirm(
+                user=user, channel=channel, request_id=request_id
             )
 
     async def revert(self, *, user: str, channel: str, request_id: str) -> Reply:

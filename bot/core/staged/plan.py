@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import timedelta
 from decimal import Decimal
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -64,6 +63,19 @@ def parse_step(text: str) -> int:
     return int(value)
 
 
+def staging_of(step: str | None, soak: str | None) -> Staging | None:
+    """``step=`` with its ``soak=`` as given (SPEC §14); ``soak=`` alone is refused."""
+    if step is None:
+        if soak is not None:
+            raise StagingError(
+                "`soak=` goes with `step=`: give the step too, e.g. `step=32 soak=10m`."
+            )
+        return None
+    return Staging(
+        step=parse_step(step), soak=None if soak is None else parse_duration(soak, "soak")
+    )
+
+
 class PlanStep(BaseModel):
     """One step: the size before and after it, what it sends (the plan's inputs), and what
     an hour costs more (or less) after it than at the start, where known."""
@@ -73,7 +85,7 @@ class PlanStep(BaseModel):
     index: int  # 1, 2, …
     before: int
     after: int
-    inputs: dict[str, Any]
+    inputs: dict[str, object]
     hourly: Decimal | None = None  # after this step, against the start (signed)
     step_hourly: Decimal | None = None  # this step alone (signed)
 
@@ -126,11 +138,11 @@ class StagedPlan(BaseModel):
             line += ", price per hour not known"
         return line
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return self.model_dump(mode="json")
 
     @classmethod
-    def of_json(cls, raw: Mapping[str, Any]) -> StagedPlan:
+    def of_json(cls, raw: Mapping[str, object]) -> StagedPlan:
         return cls.model_validate(dict(raw))
 
 
@@ -139,7 +151,7 @@ def _signed(amount: Decimal, currency: str) -> str:
     return f"{sign}{money(abs(amount), currency)}"
 
 
-def staged_field(stepping: Stepping, action: str, inputs: Mapping[str, Any]) -> str:
+def staged_field(stepping: Stepping, action: str, inputs: Mapping[str, object]) -> str:
     """The one count field a staged change sets (StagingError when it sets none or more)."""
     if action != stepping.action:
         raise StagingError(f"`step=` applies to {stepping.action} only, not {action}.")
@@ -170,7 +182,7 @@ def sizes_between(start: int, target: int, step: int) -> list[int]:
 def build_plan(
     stepping: Stepping,
     action: str,
-    inputs: Mapping[str, Any],
+    inputs: Mapping[str, object],
     *,
     start: int,
     staging: Staging,

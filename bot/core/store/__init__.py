@@ -4,6 +4,7 @@ from bot.core.store.db import Store as Store
 from bot.core.store.engine import normalize_database_url as normalize_database_url
 from bot.core.store.errors import StoreNotReady as StoreNotReady
 from bot.core.store.errors import StoreUnavailable as StoreUnavailable
+from bot.core.store.oncall import ApprovalCopy as ApprovalCopy
 from bot.core.store.records import KNOWN_OUTCOMES as KNOWN_OUTCOMES
 from bot.core.store.records import REQUEST_ID_ALPHABET as REQUEST_ID_ALPHABET
 from bot.core.store.records import REQUEST_ID_PREFIX as REQUEST_ID_PREFIX

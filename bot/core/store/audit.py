@@ -25,7 +25,18 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import CTE, ColumnElement, Insert, Select, Text, bindparam, func, select, update
+from sqlalchemy import (
+    CTE,
+    BindParameter,
+    ColumnElement,
+    Insert,
+    Select,
+    Text,
+    bindparam,
+    func,
+    select,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from bot.core.store.chain import (
@@ -49,11 +60,11 @@ _HASHED_COLUMNS = HASHED_FIELDS
 _STAMP_FORMAT = 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'  # chain.stamp's, in PostgreSQL's to_char
 
 
-def _bound(key: str, prefix: str = "b_") -> Any:
+def _bound(key: str, prefix: str = "b_") -> BindParameter[object]:
     return bindparam(f"{prefix}{key}", type_=audit.c[key].type)
 
 
-def _text(key: str, prefix: str = "b_") -> Any:
+def _text(key: str, prefix: str = "b_") -> BindParameter[str]:
     return bindparam(f"{prefix}{key}", type_=Text())
 
 
@@ -103,7 +114,7 @@ def postgres_append_ctes(after: Sequence[CTE] = (), prefix: str = "b_") -> tuple
     return appended, moved
 
 
-def append_params(row: AuditRow, prefix: str = "b_") -> dict[str, Any]:
+def append_params(row: AuditRow, prefix: str = "b_") -> dict[str, object]:
     """The parameters of a PostgreSQL append of ``row`` (``postgres_append_ctes``)."""
     fields: dict[str, Any] = row.model_dump()
     fields["detail"] = stored_detail(row.detail)
@@ -115,7 +126,7 @@ def append_params(row: AuditRow, prefix: str = "b_") -> dict[str, Any]:
     return params
 
 
-def _postgres_append() -> Select[Any]:
+def _postgres_append() -> Select[tuple[object, ...]]:
     appended, moved = postgres_append_ctes()
     return select(appended).add_cte(moved)
 
@@ -184,7 +195,7 @@ class AuditMixin(StoreBase):
         cluster_id: str | None = None,
         request_id: str | None = None,
         outcome: str | None = None,
-        detail: Mapping[str, Any] | None = None,
+        detail: Mapping[str, object] | None = None,
     ) -> AuditEntry:
         """Append one entry at the end of the chain (see the module docstring)."""
         row = AuditRow(

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from bot.core.store.db import Store
@@ -28,6 +28,9 @@ class StepState(enum.StrEnum):
     RUNNING = "running"  # claimed; its request (if any) has not ended
     COMPLETING = "completing"  # one replica is telling Slack how it ended
     COMPLETED = "completed"  # Slack was told (or the execution was gone)
+
+
+OPEN_STEP_STATES = frozenset(state.value for state in StepState if state is not StepState.COMPLETED)
 
 
 class StepOutcome(enum.StrEnum):
@@ -62,7 +65,7 @@ class StepStore:
         self.store = store
 
     def _new_step(
-        self, execution_id: str, requester: str, channel: str, **values: Any
+        self, execution_id: str, requester: str, channel: str, **values: object
     ) -> postgresql.Insert | sqlite.Insert:
         """The insert of an execution not known yet (nothing when it is: the first wins)."""
         now = _now()
@@ -87,10 +90,12 @@ class StepStore:
         return await self._one(workflow_steps.c.request_id == request_id)
 
     async def unfinished(self, limit: int = 200) -> list[StepRecord]:
-        """Steps not completed yet, oldest first."""
+        """Steps not completed yet, oldest first. Read on the state index by the open
+        states (``!= completed`` would walk every step ever completed, a year of them at
+        each start-up and sweep); only the open steps are sorted."""
         statement = (
             select(workflow_steps)
-            .where(workflow_steps.c.state != StepState.COMPLETED.value)
+            .where(workflow_steps.c.state.in_(sorted(OPEN_STEP_STATES)))
             .order_by(workflow_steps.c.created_at)
             .limit(limit)
         )
@@ -98,7 +103,7 @@ class StepStore:
             rows = (await conn.execute(statement)).mappings().all()
         return [StepRecord.model_validate(dict(row)) for row in rows]
 
-    async def _one(self, condition: Any) -> StepRecord | None:
+    async def _one(self, condition: ColumnElement[bool]) -> StepRecord | None:
         async with self.store._begin() as conn:
             row = (await conn.execute(select(workflow_steps).where(condition))).mappings().first()
         return None if row is None else StepRecord.model_validate(dict(row))

@@ -21,14 +21,14 @@ import json
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 GENESIS_HASH = "0" * 64
 CHAIN_NAME = "audit"
 HASHED_FIELDS = ("actor", "event", "project", "cluster_id", "request_id", "outcome", "detail")
 
 
-def _normalized(value: Any) -> Any:
+def _normalized(value: object) -> object:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, Mapping):
@@ -38,7 +38,7 @@ def _normalized(value: Any) -> Any:
     return value
 
 
-def stored_detail(detail: Mapping[str, Any] | None) -> dict[str, Any]:
+def stored_detail(detail: Mapping[str, object] | None) -> dict[str, object]:
     """``detail`` as the database will give it back (JSON types only, integral numbers as
     integers): what is stored is what is hashed."""
     normalized = _normalized(json.loads(json.dumps(dict(detail or {}), allow_nan=False)))
@@ -53,18 +53,21 @@ def stamp(at: datetime) -> str:
     return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def canonical_json(fields: Mapping[str, Any], prev_hash: str) -> str:
+def canonical_json(fields: Mapping[str, object], prev_hash: str) -> str:
     """The text an entry's hash is taken over (see the module docstring)."""
-    body: dict[str, Any] = {name: fields.get(name) for name in HASHED_FIELDS}
+    at = fields["at"]
+    if not isinstance(at, datetime):
+        raise TypeError("an audit entry's time must be a datetime")
+    body: dict[str, object] = {name: fields.get(name) for name in HASHED_FIELDS}
     body["detail"] = _normalized(body["detail"] or {})
-    body["at"] = stamp(fields["at"])
+    body["at"] = stamp(at)
     body["prev_hash"] = prev_hash
     return json.dumps(
         body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     )
 
 
-def entry_hash(fields: Mapping[str, Any], prev_hash: str) -> str:
+def entry_hash(fields: Mapping[str, object], prev_hash: str) -> str:
     return hashlib.sha256(canonical_json(fields, prev_hash).encode("utf-8")).hexdigest()
 
 
@@ -91,12 +94,12 @@ class CanonicalPieces:
         return self.before_at + at_stamp + self.before_prev + prev_hash + self.after_prev
 
 
-def canonical_pieces(fields: Mapping[str, Any]) -> CanonicalPieces:
+def canonical_pieces(fields: Mapping[str, object]) -> CanonicalPieces:
     """Split the canonical JSON around ``at`` and ``prev_hash``. With sorted keys, only
     ``actor`` (a string) comes before ``at``, and only ``project`` and ``request_id``
     (strings) after ``prev_hash``: a string's quotes are escaped, so the first ``"at":``
     and the last ``"prev_hash":`` are the entry's own, whatever ``detail`` holds."""
-    body: dict[str, Any] = {name: fields.get(name) for name in HASHED_FIELDS}
+    body: dict[str, object] = {name: fields.get(name) for name in HASHED_FIELDS}
     body["detail"] = _normalized(body["detail"] or {})
     body["at"], body["prev_hash"] = _AT_MARK, _PREV_MARK
     text = json.dumps(
@@ -121,7 +124,7 @@ class ChainedEntry(Protocol):
     def prev_hash(self) -> str | None: ...
     @property
     def hash(self) -> str | None: ...
-    def hashed_fields(self) -> dict[str, Any]: ...
+    def hashed_fields(self) -> dict[str, object]: ...
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,7 @@ from bot.core.store.migrations import (
     missing_versions,
     pending_extra_seconds,
 )
+from bot.core.store.oncall import OnCallMixin
 from bot.core.store.requests import RequestsMixin
 from bot.core.store.tables import audit_chain
 from bot.core.store.timeline import TimelineMixin
@@ -70,7 +71,7 @@ def _has_chain(conn: Connection) -> bool:
     return conn.dialect.has_table(conn, audit_chain.name)
 
 
-class Store(RequestsMixin, LocksMixin, AuditMixin, DeliveriesMixin, TimelineMixin):
+class Store(RequestsMixin, LocksMixin, AuditMixin, DeliveriesMixin, TimelineMixin, OnCallMixin):
     """Async access to the gpuops database. Create with ``await Store.open(url)``."""
 
     @classmethod

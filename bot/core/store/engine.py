@@ -103,10 +103,10 @@ def _install_counters(engine: AsyncEngine) -> None:
     @event.listens_for(engine.sync_engine, "before_cursor_execute")
     def _on_statement(
         _conn: Connection,
-        _cursor: Any,
+        _cursor: object,
         statement: str,
-        _parameters: Any,
-        _context: Any,
+        _parameters: object,
+        _context: object,
         _executemany: bool,
     ) -> None:
         if statement not in _BEGIN_STATEMENTS:  # SQLite's BEGIN, sent by _install_sqlite_hooks
@@ -127,7 +127,7 @@ def _install_idle_ping(engine: AsyncEngine, idle_seconds: float) -> None:
 
     @event.listens_for(pool, "checkout")
     def _on_checkout(
-        dbapi_connection: DBAPIConnection, record: ConnectionPoolEntry, _proxy: Any
+        dbapi_connection: DBAPIConnection, record: ConnectionPoolEntry, _proxy: object
     ) -> None:
         checked_in = record.info.get("checked_in")
         if checked_in is None or time.monotonic() - checked_in < idle_seconds:

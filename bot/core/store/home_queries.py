@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import Select, func, or_, select
 
 from bot.core.store.db import Store
 from bot.core.store.records import ChangeRequestRecord, RequestState
@@ -56,6 +56,8 @@ async def pending_approvals(store: Store, projects: Collection[str], limit: int)
             table.c.state == RequestState.PENDING.value,
             table.c.needs_approval.is_(True),
             table.c.project.in_(sorted(projects)),
+            # An agent's proposal is asked of approvers once its requester confirms it.
+            or_(table.c.confirm.is_(None), table.c.confirm != "awaiting"),
         )
         .order_by(table.c.created_at, table.c.id)
     )

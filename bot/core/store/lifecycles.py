@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from datetime import UTC, datetime
-from typing import Any
 
 from sqlalchemy import update
 
@@ -52,7 +51,7 @@ async def move_remediation(
     from_decisions: Collection[RemediationDecision],
     to: RemediationDecision | None,
     audit: AuditRow,
-    **fields: Any,
+    **fields: object,
 ) -> RemediationRecord | None:
     """Move the decision to ``to`` (None: it stays) if it is still one of
     ``from_decisions`` (with ``fields``), and append ``audit``, in one transaction: the new
@@ -103,7 +102,7 @@ async def new_step(
     requester: str,
     channel: str,
     state: StepState,
-    **values: Any,
+    **values: object,
 ) -> StepRecord | None:
     """Store an execution not known yet in ``state`` (with ``values``), in one statement:
     the step for the one caller that wins (across replicas and redeliveries), None when the
@@ -123,7 +122,7 @@ async def move_step(
     to: StepState,
     *,
     updated_before: datetime | None = None,
-    **values: Any,
+    **values: object,
 ) -> StepRecord | None:
     """Move a step to ``to`` if it is still in one of ``from_states`` (and, with
     ``updated_before``, was last written before then), with ``values``, in one statement:
@@ -180,8 +179,8 @@ async def move_plan(
     idx: int | None = None,
     step_from: Collection[StagedStepState] = (),
     step_to: StagedStepState | None = None,
-    plan_fields: dict[str, Any] | None = None,
-    step_fields: dict[str, Any] | None = None,
+    plan_fields: dict[str, object] | None = None,
+    step_fields: dict[str, object] | None = None,
 ) -> tuple[PlanRecord, StagedStepRecord | None] | None:
     """Move the plan to ``plan_to`` (None: it stays) if it is in one of ``plan_from`` (and,
     with ``idx``, at that step), and that step to ``step_to`` if it is in one of

@@ -8,7 +8,7 @@ an execution's start (lease, lock, call deadline, state, audit) commits as one."
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TypeAlias
 
 from sqlalchemy import (
     CTE,
@@ -26,6 +26,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.dml import ReturningInsert
 
 from bot.core.store.engine import StoreBase, utcnow
 from bot.core.store.records import ClusterRef, Lease
@@ -46,11 +47,11 @@ def fence_holds() -> ColumnElement[bool]:
     )
 
 
-def fence_params(fence: Lease) -> dict[str, Any]:
+def fence_params(fence: Lease) -> dict[str, object]:
     return {"fence_name": fence.name, "fence_holder": fence.holder, "fence_token": fence.token}
 
 
-def cluster_params(cluster: ClusterRef) -> dict[str, Any]:
+def cluster_params(cluster: ClusterRef) -> dict[str, object]:
     return {
         "b_provider": cluster.provider,
         "b_project": cluster.project,
@@ -78,7 +79,10 @@ def _cluster_is() -> list[ColumnElement[bool]]:
     ]
 
 
-def _take_lease(insert: Any) -> Any:
+DialectInsert: TypeAlias = postgresql.Insert | sqlite.Insert  # both have ON CONFLICT
+
+
+def _take_lease(insert: DialectInsert) -> ReturningInsert[tuple[object, ...]]:
     statement = insert.values(
         name=bindparam("b_name"),
         holder=bindparam("b_holder"),
@@ -97,7 +101,9 @@ def _take_lease(insert: Any) -> Any:
     ).returning(leases)
 
 
-def _lock_cluster(insert: Any, after: CTE | None = None) -> Any:
+def _lock_cluster(
+    insert: DialectInsert, after: CTE | None = None
+) -> ReturningInsert[tuple[object, ...]]:
     """The lock's upsert; with ``after`` (a CTE), it writes only if that returned a row
     (the execution lease, taken in the same statement), and after it."""
     binds = {

@@ -78,6 +78,11 @@ class ChangeRequestRecord(BaseModel):
     # The Workflow Builder step that made it; "" when none did; None when not known (opened
     # by a replica older than migration 10, during a rolling upgrade: look it up).
     step_id: str | None = None
+    # An agent's proposal (SPEC §15): asked "via" "mcp" by "client" (its name, as the
+    # client gave it); "confirm" is "awaiting" until its requester confirms it in Slack.
+    via: str | None = None
+    client: str | None = None
+    confirm: str | None = None
 
     @property
     def approvers(self) -> list[str]:
@@ -129,7 +134,7 @@ class AuditEntry(BaseModel):
         """The first 10 hex digits of the hash, as ``/gpu audit`` shows it."""
         return (self.hash or "")[:10]
 
-    def hashed_fields(self) -> dict[str, Any]:
+    def hashed_fields(self) -> dict[str, object]:
         """The fields the entry's hash covers (bot.core.store.chain.HASHED_FIELDS and at)."""
         return self.model_dump(include={"at", *HASHED_FIELDS})
 
@@ -195,6 +200,7 @@ class MutableFields(BaseModel):
     mirror_ts: str | None = None
     follow_until: datetime | None = None
     prior_values: dict[str, Any] | None = None
+    confirm: str | None = None  # "confirmed": an agent's proposal its requester confirmed
 
 
 # No 0/O, 1/I/L or U: ids are read aloud and typed from screenshots.

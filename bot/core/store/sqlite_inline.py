@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import sqlite3
 from collections import deque
-from collections.abc import Callable, Generator, Iterable, Sequence
-from typing import Any, cast
+from collections.abc import Callable, Generator, Iterable, Mapping
+from typing import TYPE_CHECKING, TypeAlias
 
 from sqlalchemy import pool
 from sqlalchemy.dialects import registry
@@ -35,6 +35,13 @@ from sqlalchemy.engine import URL
 from sqlalchemy.util.concurrency import await_
 
 from bot.core.store.chain import sha256_hex
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsLenAndGetItem
+    from sqlalchemy.engine.interfaces import DBAPIConnection
+
+# What sqlite3 binds: a sequence of values, or a mapping of names to values.
+Parameters: TypeAlias = "SupportsLenAndGetItem[object] | Mapping[str, object]"
 
 DRIVER = "gpuops_inline"
 
@@ -60,28 +67,28 @@ class InlineCursor(sqlite3.Cursor):
 
     def __init__(self, connection: sqlite3.Connection) -> None:
         super().__init__(connection)
-        self._rows: deque[Any] = deque()
+        self._rows: deque[tuple[object, ...]] = deque()
 
-    def execute(self, sql: str, parameters: Any = (), /) -> InlineCursor:
+    def execute(self, sql: str, parameters: Parameters = (), /) -> InlineCursor:
         super().execute(sql, parameters)
         self._rows = deque(super().fetchall()) if self.description is not None else deque()
         await_(_READY)
         return self
 
-    def executemany(self, sql: str, parameters: Iterable[Any], /) -> InlineCursor:
+    def executemany(self, sql: str, parameters: Iterable[Parameters], /) -> InlineCursor:
         super().executemany(sql, parameters)
         self._rows = deque()
         await_(_READY)
         return self
 
-    def fetchone(self) -> Any:
+    def fetchone(self) -> tuple[object, ...] | None:
         return self._rows.popleft() if self._rows else None
 
-    def fetchmany(self, size: int | None = None) -> list[Any]:
+    def fetchmany(self, size: int | None = None) -> list[tuple[object, ...]]:
         count = self.arraysize if size is None else size
         return [self._rows.popleft() for _ in range(min(count, len(self._rows)))]
 
-    def fetchall(self) -> list[Any]:
+    def fetchall(self) -> list[tuple[object, ...]]:
         rows = list(self._rows)
         self._rows.clear()
         return rows
@@ -93,7 +100,9 @@ class InlineCursor(sqlite3.Cursor):
 class InlineConnection(sqlite3.Connection):
     """A sqlite3 connection whose cursors are ``InlineCursor``s."""
 
-    def cursor(self, factory: Any = InlineCursor) -> Any:
+    def cursor(  # type: ignore[override]  # always an InlineCursor unless told otherwise
+        self, factory: Callable[[sqlite3.Connection], sqlite3.Cursor] = InlineCursor
+    ) -> sqlite3.Cursor:
         return super().cursor(factory)
 
 
@@ -115,9 +124,9 @@ class InlineSQLiteDialect(SQLiteDialect_pysqlite):
 registry.register(f"sqlite.{DRIVER}", __name__, "InlineSQLiteDialect")
 
 
-def begin_on(connection: Any, statement: str) -> None:
+def begin_on(connection: DBAPIConnection | None, statement: str) -> None:
     """Run a BEGIN on ``connection`` (a sqlite3 connection) with a plain cursor."""
-    cursor = sqlite3.Cursor(connection)
+    cursor = sqlite3.Cursor(connection)  # type: ignore[arg-type]  # a sqlite3 connection
     try:
         cursor.execute(statement)
     finally:
@@ -129,8 +138,13 @@ def inline_url(url: URL) -> URL:
     return url.set(drivername=f"sqlite+{DRIVER}")
 
 
-def connect_arguments(url: URL, **overrides: Any) -> tuple[Sequence[Any], dict[str, Any]]:
-    """sqlite3.connect's arguments for ``url``, as SQLAlchemy's dialect derives them."""
+# sqlite3.connect, whose arguments here are the dialect's (a list and a dict it derives).
+_connect: Callable[..., sqlite3.Connection] = sqlite3.connect
+
+
+def inline_creator(url: URL, **overrides: object) -> Callable[[], sqlite3.Connection]:
+    """A ``creator`` for ``create_async_engine``: connections to ``url``'s file, with
+    sqlite3.connect's arguments as SQLAlchemy's dialect derives them, and ``overrides``."""
     args, kwargs = SQLiteDialect_pysqlite().create_connect_args(url)
     params = dict(kwargs)
     params.update(overrides)
@@ -138,15 +152,9 @@ def connect_arguments(url: URL, **overrides: Any) -> tuple[Sequence[Any], dict[s
     # (garbage collection), which must not raise.
     params["check_same_thread"] = False
     params["factory"] = InlineConnection
-    return list(args), params
-
-
-def inline_creator(url: URL, **overrides: Any) -> Callable[[], sqlite3.Connection]:
-    """A ``creator`` for ``create_async_engine``: connections to ``url``'s file."""
-    args, params = connect_arguments(url, **overrides)
 
     def create() -> sqlite3.Connection:
-        connection = cast(sqlite3.Connection, sqlite3.connect(*args, **params))
+        connection = _connect(*args, **params)
         # The audit append hashes its entry inside its statement (bot.core.store.audit).
         connection.create_function("gpuops_sha256", 1, sha256_hex, deterministic=True)
         return connection

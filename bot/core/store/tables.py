@@ -59,6 +59,11 @@ change_requests = Table(
     # revert_of of a revert made since migration 12: one open or done per request.
     Column("revert_slot", String(16)),
     Column("mirror_ts", Text()),  # the first copy in the notify channel
+    # An agent's proposal (SPEC §15): "mcp", the client's name, and "awaiting" until its
+    # requester confirms it ("confirmed" after); None for a change a person asked for.
+    Column("via", Text()),
+    Column("client", Text()),
+    Column("confirm", Text()),
     Index("ix_gpuops_change_requests_state", "state"),
     Index("ix_gpuops_change_requests_project", "project"),
     Index("ix_gpuops_change_requests_expires_at", "expires_at"),
@@ -159,6 +164,46 @@ workflow_steps = Table(
     Index("ix_gpuops_workflow_steps_state", "state"),
 )
 
+# A person's token for agents (SPEC §15): only its hash is kept; the rate window counts the
+# calls made with it since window_start, across replicas.
+tokens = Table(
+    "gpuops_tokens",
+    metadata,
+    Column("hash", String(64), primary_key=True),
+    Column("user_id", Text(), nullable=False),
+    Column("name", Text(), nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("expires_at", UTCDateTime(), nullable=False),
+    Column("revoked_at", UTCDateTime()),
+    Column("revoked_by", Text()),
+    Column("last_used_at", UTCDateTime()),
+    Column("last_client", Text()),
+    Column("window_start", UTCDateTime()),
+    Column("window_calls", Integer(), nullable=False, server_default="0"),
+    Index("ux_gpuops_tokens_user_name", "user_id", "name", unique=True),
+)
+
+# On-call approvers (SPEC §16): the DM copies of a prompt, and the escalations made.
+approval_copies = Table(
+    "gpuops_approval_copies",
+    metadata,
+    Column("request_id", String(16), nullable=False),
+    Column("user_id", Text(), nullable=False),
+    Column("level", Integer(), nullable=False),
+    Column("channel", Text()),
+    Column("ts", Text()),
+    Column("claimed_at", UTCDateTime(), nullable=False),
+    PrimaryKeyConstraint("request_id", "user_id", name="pk_gpuops_approval_copies"),
+)
+escalations = Table(
+    "gpuops_escalations",
+    metadata,
+    Column("request_id", String(16), nullable=False),
+    Column("level", Integer(), nullable=False),
+    Column("claimed_at", UTCDateTime(), nullable=False),
+    PrimaryKeyConstraint("request_id", "level", name="pk_gpuops_escalations"),
+)
+
 # A change request sent in steps (SPEC §14): the plan's state and each step's; every move
 # writes them in one transaction with its audit entry (bot.core.lifecycle.plans).
 staged_plans = Table(
@@ -198,14 +243,17 @@ staged_steps = Table(
 )
 
 __all__ = [
+    "approval_copies",
     "audit",
     "audit_chain",
     "change_requests",
     "cluster_locks",
     "deliveries",
+    "escalations",
     "leases",
     "metadata",
     "staged_plans",
     "staged_steps",
+    "tokens",
     "workflow_steps",
 ]

@@ -7,9 +7,8 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
-from sqlalchemy import Select, and_, or_, select
+from sqlalchemy import Select, and_, func, not_, or_, select
 
 from bot.core.store.engine import StoreBase, require_aware
 from bot.core.store.records import AuditEntry
@@ -77,6 +76,13 @@ class ChannelEvent:
         return self.entry.at, self.entry.id
 
 
+# A refused click or command (its detail names the command) is shown to the refused person
+# alone: never the channel's story, so never one of its events (a page or a count).
+_TOLD_ONE_PERSON = and_(
+    audit.c.event == "refused", audit.c.detail["command"].as_string().is_not(None)
+)
+
+
 class TimelineMixin(StoreBase):
     async def channel_events(
         self,
@@ -96,75 +102,111 @@ class TimelineMixin(StoreBase):
         require_aware("until", until)
         if not projects:
             return []
-        if not notify_projects:  # only the requests made here: start from them
-            return await self._own_events(channel, projects, since, until, after, limit)
-        requests = and_(
-            audit.c.event.in_(sorted(REQUEST_EVENTS)),
-            or_(
-                change_requests.c.channel == channel,
-                audit.c.project.in_(sorted(notify_projects)),
-            ),
-        )
-        watched = and_(
-            audit.c.request_id.is_(None),
-            audit.c.event.in_(sorted(WATCH_EVENTS)),
-            audit.c.project.in_(sorted(notify_projects)),
-        )
-        statement = (
-            select(audit, change_requests.c.cluster_name, change_requests.c.action)
-            .select_from(
-                audit.outerjoin(change_requests, change_requests.c.id == audit.c.request_id)
-            )
-            .where(
-                audit.c.at >= since,
-                audit.c.at < until,
-                audit.c.project.in_(sorted(projects)),
-                or_(and_(audit.c.request_id.is_not(None), requests), watched),
-            )
-            .order_by(audit.c.at, audit.c.id)
-            .limit(limit)
-        )
-        return await self._events(statement, after)
-
-    async def _own_events(
-        self,
-        channel: str,
-        projects: Collection[str],
-        since: datetime,
-        until: datetime,
-        after: tuple[datetime, int] | None,
-        limit: int,
-    ) -> list[ChannelEvent]:
-        """The events of the requests made in ``channel`` (none is mirrored there): read
-        from those requests (ix_gpuops_change_requests_channel, then each one's entries),
-        so the cost follows the channel's own requests, not the projects' whole trail. The
-        page is sorted by time: the channel's events, not the trail, are what is sorted."""
-        statement = (
-            select(audit, change_requests.c.cluster_name, change_requests.c.action)
-            .select_from(change_requests.join(audit, audit.c.request_id == change_requests.c.id))
-            .where(
-                change_requests.c.channel == channel,
-                change_requests.c.project.in_(sorted(projects)),
-                audit.c.event.in_(sorted(REQUEST_EVENTS)),
-                audit.c.at >= since,
-                audit.c.at < until,
-            )
-            .order_by(audit.c.at, audit.c.id)
-            .limit(limit)
-        )
-        return await self._events(statement, after)
-
-    async def _events(
-        self, statement: Select[Any], after: tuple[datetime, int] | None
-    ) -> list[ChannelEvent]:
-        if after is not None:
-            at, entry_id = after
-            statement = statement.where(
-                or_(audit.c.at > at, and_(audit.c.at == at, audit.c.id > entry_id))
-            )
+        statement = _channel_statement(channel, projects, notify_projects, since, until, after)
+        statement = statement.order_by(audit.c.at, audit.c.id).limit(limit)
         async with self._begin() as conn:
             rows = (await conn.execute(statement)).mappings().all()
         return [_event(dict(row)) for row in rows]
+
+    async def count_channel_events(
+        self,
+        *,
+        channel: str,
+        projects: Collection[str],
+        notify_projects: Collection[str],
+        since: datetime,
+        until: datetime,
+        after: tuple[datetime, int] | None = None,
+        up_to: int,
+    ) -> int:
+        """How many of ``channel``'s events ``channel_events`` would give after ``after``,
+        counted only up to ``up_to`` (the index is read no further: the count of a busy
+        week costs no more than ``up_to`` entries)."""
+        require_aware("since", since)
+        require_aware("until", until)
+        if not projects:
+            return 0
+        statement = _channel_statement(channel, projects, notify_projects, since, until, after)
+        matching = statement.with_only_columns(audit.c.id).limit(up_to).subquery()
+        async with self._begin() as conn:
+            found = await conn.execute(select(func.count()).select_from(matching))
+            return int(found.scalar_one())
+
+
+def _channel_statement(
+    channel: str,
+    projects: Collection[str],
+    notify_projects: Collection[str],
+    since: datetime,
+    until: datetime,
+    after: tuple[datetime, int] | None,
+) -> Select[tuple[object, ...]]:
+    """The channel's events in [since, until) after ``after``, unordered and unbounded."""
+    statement = (
+        _notify_events(channel, projects, notify_projects, since, until)
+        if notify_projects
+        else _own_events(channel, projects, since, until)
+    ).where(not_(_TOLD_ONE_PERSON))
+    if after is not None:
+        at, entry_id = after
+        statement = statement.where(
+            or_(audit.c.at > at, and_(audit.c.at == at, audit.c.id > entry_id))
+        )
+    return statement
+
+
+def _notify_events(
+    channel: str,
+    projects: Collection[str],
+    notify_projects: Collection[str],
+    since: datetime,
+    until: datetime,
+) -> Select[tuple[object, ...]]:
+    """Where requests are mirrored: the projects' trail in time (the (project, at, id)
+    index), the requests made here or of a project that notifies here, and the watch
+    posts of those projects."""
+    requests = and_(
+        audit.c.event.in_(sorted(REQUEST_EVENTS)),
+        or_(
+            change_requests.c.channel == channel,
+            audit.c.project.in_(sorted(notify_projects)),
+        ),
+    )
+    watched = and_(
+        audit.c.request_id.is_(None),
+        audit.c.event.in_(sorted(WATCH_EVENTS)),
+        audit.c.project.in_(sorted(notify_projects)),
+    )
+    return (
+        select(audit, change_requests.c.cluster_name, change_requests.c.action)
+        .select_from(audit.outerjoin(change_requests, change_requests.c.id == audit.c.request_id))
+        .where(
+            audit.c.at >= since,
+            audit.c.at < until,
+            audit.c.project.in_(sorted(projects)),
+            or_(and_(audit.c.request_id.is_not(None), requests), watched),
+        )
+    )
+
+
+def _own_events(
+    channel: str, projects: Collection[str], since: datetime, until: datetime
+) -> Select[tuple[object, ...]]:
+    """The events of the requests made in ``channel`` (none is mirrored there): read from
+    those requests (ix_gpuops_change_requests_channel, then each one's entries), so the
+    cost follows the channel's own requests, not the projects' whole trail. A page is
+    sorted by time: the channel's events, not the trail, are what is sorted."""
+    return (
+        select(audit, change_requests.c.cluster_name, change_requests.c.action)
+        .select_from(change_requests.join(audit, audit.c.request_id == change_requests.c.id))
+        .where(
+            change_requests.c.channel == channel,
+            change_requests.c.project.in_(sorted(projects)),
+            audit.c.event.in_(sorted(REQUEST_EVENTS)),
+            audit.c.at >= since,
+            audit.c.at < until,
+        )
+    )
 
 
 def _event(row: dict[str, object]) -> ChannelEvent:

@@ -17,11 +17,11 @@ claim was taken over writes nothing.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import ColumnElement, Delete, delete, select, update
+from sqlalchemy.sql.dml import ReturningInsert, ReturningUpdate
 
 from bot.core.store.db import Store
 from bot.core.store.records import REQUEST_ID_PREFIX, new_request_id
@@ -65,7 +65,7 @@ class WatchStore:
 
     # ---- alert keys -------------------------------------------------------------------
 
-    def _claim(self, key: str, channel: str, now: datetime) -> Any:
+    def _claim(self, key: str, channel: str, now: datetime) -> ReturningInsert[tuple[str]]:
         """Insert a new claim, or take over one never posted and older than the bound."""
         insert = self.store._insert(alerts).values(key=key, channel=channel, posted_at=now)
         return insert.on_conflict_do_update(
@@ -94,7 +94,7 @@ class WatchStore:
         if not written:
             _log_taken_over(claim, ts)
 
-    def _posted(self, claim: AlertClaim, ts: str) -> Any:
+    def _posted(self, claim: AlertClaim, ts: str) -> ReturningUpdate[tuple[str]]:
         return (
             update(alerts)
             .where(alerts.c.key == claim.key, alerts.c.posted_at == claim.at)
@@ -110,7 +110,7 @@ class WatchStore:
             await conn.execute(self._forget(claim))
 
     @staticmethod
-    def _forget(claim: AlertClaim) -> Any:
+    def _forget(claim: AlertClaim) -> Delete:
         return delete(alerts).where(
             alerts.c.key == claim.key, alerts.c.posted_at == claim.at, alerts.c.ts.is_(None)
         )
@@ -137,14 +137,14 @@ class WatchStore:
 
     # ---- memory between polls ---------------------------------------------------------
 
-    async def recall(self, name: str) -> dict[str, Any]:
+    async def recall(self, name: str) -> dict[str, object]:
         """What was remembered under ``name`` (empty if nothing)."""
         statement = select(memory.c.data).where(memory.c.name == name)
         async with self.store._begin() as conn:
             row = (await conn.execute(statement)).first()
         return dict(row[0]) if row is not None and isinstance(row[0], dict) else {}
 
-    async def remember(self, name: str, data: dict[str, Any]) -> None:
+    async def remember(self, name: str, data: Mapping[str, object]) -> None:
         insert = self.store._insert(memory).values(name=name, data=data, updated_at=_now())
         statement = insert.on_conflict_do_update(
             index_elements=[memory.c.name],
@@ -174,7 +174,7 @@ class WatchStore:
 
     # ---- remediations -----------------------------------------------------------------
 
-    def _new_remediation(self, new: NewRemediationRecord) -> Any:
+    def _new_remediation(self, new: NewRemediationRecord) -> ReturningInsert[tuple[object, ...]]:
         """Store a newly seen remediation (returning it), unless it is stored already."""
         now = _now()
         return (
@@ -269,7 +269,7 @@ class WatchStore:
         *,
         from_decisions: Collection[RemediationDecision],
         to: RemediationDecision,
-        **fields: Any,
+        **fields: object,
     ) -> RemediationRecord | None:
         """Compare-and-set: move the decision if it is still one of ``from_decisions``;
         the new record for the one winner, None for everyone else."""
@@ -280,12 +280,12 @@ class WatchStore:
             **fields,
         )
 
-    async def set_remediation(self, record_id: str, **fields: Any) -> RemediationRecord | None:
+    async def set_remediation(self, record_id: str, **fields: object) -> RemediationRecord | None:
         """Record facts (message ts, provider state) without deciding anything."""
         return await self._update(record_id, None, **fields)
 
     async def _update(
-        self, record_id: str, condition: Any, **fields: Any
+        self, record_id: str, condition: ColumnElement[bool] | None, **fields: object
     ) -> RemediationRecord | None:
         allowed = {"ts", "provider_state", "decided_by", "comment", "decision"}
         unknown = set(fields) - allowed

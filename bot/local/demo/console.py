@@ -109,6 +109,9 @@ Console commands:
   users                  who is who;  wait <seconds>  let background work run
   degrade <cluster> [status] / restore <cluster>      a cluster turns unhealthy / healthy
   remediate <cluster>    Together proposes a node remediation (it awaits approval)
+  agent <project> <cluster> [<action>] [field=value …]   a scripted MCP client runs
+                         `gpuops mcp` over stdio as you and proposes the change: it
+                         waits for your Confirm in the channel
   step <project> <cluster> <change…>   a Workflow Builder step (request_gpu_change) asks
                          for the change as you, here: e.g. step together-prod c-1 num_gpus=16
   clock +<N>m|+<N>h      the demo's clock jumps ahead (scheduled changes come due); the
@@ -343,6 +346,8 @@ class DemoConsole:
                 await self._watched_since(provider, polls)
         elif word == "step":
             await self.run_step(rest)
+        elif word == "agent":
+            await self.run_agent(rest)
         elif word == "clock":
             await self.jump_clock(rest)
         elif word == "help":
@@ -385,6 +390,18 @@ class DemoConsole:
         }
         _, result = await self.stack.sender.function_executed("request_gpu_change", inputs)
         self._check(result, "the workflow step")
+
+    async def run_agent(self, rest: str) -> None:
+        """An agent proposes a change as the current user, over MCP (bot.local.demo.agent)."""
+        from bot.local.demo.agent import parse_proposal, run_agent
+
+        try:
+            proposal = parse_proposal(rest, self.channel)
+        except ValueError as exc:
+            self.fail(str(exc))
+            return
+        if await run_agent(self.stack, self.user, proposal, lambda t: self.emit(t, "dim")) is None:
+            self.fail("the agent's proposal was refused")
 
     async def open_home(self) -> None:
         """Open the current user's App Home tab and draw it as published for them."""
@@ -568,6 +585,9 @@ class DemoConsole:
         self.emit(f"(the demo's clock is now {ahead} ahead)", "dim")
         due = [r.id for r in await self.stack.runtime.store.list_due(workflow.clock())]
         await workflow.scheduler.run_due()
+        copies = self.stack.runtime.workflow.deps.access.oncall_copies
+        if copies is not None:  # a pending request waited long enough: its next level
+            await copies.escalate_due()
         await self._ended(due)
 
     async def _ended(self, request_ids: list[str]) -> None:
@@ -848,6 +868,12 @@ def read_script(path: str) -> list[str]:
     return Path(path).read_text(encoding="utf-8").splitlines()
 
 
+def demo_night() -> datetime:
+    """The on-call simulators' clock in the demo: 03:00 UTC today, Bob's night shift (level 1),
+    Alice behind him (level 2), whatever the time of the demo."""
+    return datetime.now(UTC).replace(hour=3, minute=0, second=0, microsecond=0)
+
+
 async def run_demo(*, script: str | None = None, tour: bool = True, socket: bool = False) -> int:
     """Start the local stack and run the console; the exit code of ``gpuops demo``. With
     ``socket`` the bot is connected over Socket Mode instead of receiving HTTP requests."""
@@ -870,6 +896,7 @@ async def run_demo(*, script: str | None = None, tour: bool = True, socket: bool
             poll_seconds=1.0,
             transition_seconds=4.0,
             extra_settings={"gpuops_watch_every_seconds": DEMO_WATCH_EVERY_SECONDS},
+            oncall_now=demo_night(),
         )
     )
     demo = DemoConsole(stack, console, interactive=interactive)

@@ -27,6 +27,7 @@ _EMOJI = {
     ":x:": "❌",
     ":large_yellow_circle:": "🟡",
     ":moneybag:": "💰",
+    ":pager:": "📟",
     ":clipboard:": "📋",
     ":desktop_computer:": "🖥",
     ":stethoscope:": "🩺",

@@ -8,6 +8,7 @@ import asyncio
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,10 @@ from aiohttp import web
 
 from bot.config import Settings
 from bot.local.simulators.e2e import E2ESimulator
+from bot.local.simulators.oncall import OpsgenieSimulator, PagerDutySimulator
 from bot.local.simulators.together import TogetherSimulator
 from bot.local.slack.sender import SlackSender
-from bot.local.slack.server import FakeSlack
+from bot.local.slack.server import BOT_SCOPES, FakeSlack
 from bot.runtime import Runtime
 from bot.slack.deadline import RUNNING_LISTENERS, DeadlineSocketModeHandler
 from bot.slack.http_server import HttpLimits, LimitedSite, limited_runner
@@ -29,6 +31,8 @@ DEMO_APP_TOKEN = "xapp-1-A0GPUOPS-demo-socket-mode"  # noqa: S105
 DEMO_TOGETHER_KEY = "demo-together-key-8d41e7"
 DEMO_E2E_KEY = "demo-e2e-apikey-3a9c50"
 DEMO_E2E_TOKEN = "demo-e2e-token-7b1f22"  # noqa: S105
+DEMO_PAGERDUTY_TOKEN = "demo-pagerduty-token-41c9d0"  # noqa: S105
+DEMO_OPSGENIE_KEY = "demo-opsgenie-key-93e2a7"
 
 USERS = {
     "U01ALICE": "alice",  # admin
@@ -48,6 +52,7 @@ ROLES = {
 }
 CHANNELS = {"C0INCIDENT": "incident", "C0GPUAUDIT": "gpu-audit", "C0RANDOM": "random"}
 USERGROUPS = {"S0PLATFORM": ["U03CAROL"]}
+EMAILS = {user: f"{name}@example.com" for user, name in USERS.items()}  # users.lookupByEmail
 USERGROUP_HANDLES = {"S0PLATFORM": "platform"}  # as a mention of the group reads
 
 DEMO_POLICY = """\
@@ -113,6 +118,8 @@ class StackOptions:
     e2e_token: str = DEMO_E2E_TOKEN
     start_background: bool = True
     http_limits: HttpLimits | None = None  # default: those of ``gpuops serve``
+    oncall_now: datetime | None = None  # the on-call simulators' clock (default: now)
+    slack_scopes: frozenset[str] | None = None  # default: the manifest's
     extra_settings: dict[str, Any] = field(default_factory=dict)
 
 
@@ -172,6 +179,8 @@ class LocalStack:
     events_url: str
     base_url: str
     _runner: web.AppRunner
+    pagerduty: PagerDutySimulator
+    opsgenie: OpsgenieSimulator
     _tmp: tempfile.TemporaryDirectory[str] | None = None
     replicas: list[BotReplica] = field(default_factory=list)
     _socket: DeadlineSocketModeHandler | None = None
@@ -195,7 +204,18 @@ class LocalStack:
             auth_token=options.e2e_token,
             transition_seconds=options.transition_seconds,
         )
-        slack = FakeSlack(options.bot_token, channels=CHANNELS, users=USERS, usergroups=USERGROUPS)
+        slack = FakeSlack(
+            options.bot_token,
+            channels=CHANNELS,
+            users=USERS,
+            usergroups=USERGROUPS,
+            emails=EMAILS,
+            scopes=BOT_SCOPES if options.slack_scopes is None else options.slack_scopes,
+        )
+        pagerduty = PagerDutySimulator(DEMO_PAGERDUTY_TOKEN, now=options.oncall_now)
+        opsgenie = OpsgenieSimulator(DEMO_OPSGENIE_KEY, now=options.oncall_now)
+        await pagerduty.start()
+        await opsgenie.start()
         await together.start()
         await e2e.start()
         api_url = await slack.start()
@@ -215,6 +235,10 @@ class LocalStack:
             gpuops_total_timeout=options.total_timeout,
             gpuops_provider_attempts=options.provider_attempts,
             gpuops_instance_id=options.instance_id,
+            gpuops_oncall_base_urls={
+                "pagerduty": pagerduty.base_url,
+                "opsgenie": opsgenie.base_url,
+            },
             **options.extra_settings,
         )
         bot = await serve_bot(
@@ -236,6 +260,8 @@ class LocalStack:
             bot.events_url,
             bot.base_url,
             bot._runner,
+            pagerduty,
+            opsgenie,
             tmp,
         )
 
@@ -319,6 +345,8 @@ class LocalStack:
         await self.slack.stop()
         await self.e2e.stop()
         await self.together.stop()
+        await self.opsgenie.stop()
+        await self.pagerduty.stop()
         if self._tmp is not None:
             self._tmp.cleanup()
 
@@ -328,6 +356,8 @@ def _provider_env(options: StackOptions) -> dict[str, str]:
         "TOGETHER_API_KEY": options.together_key,
         "E2E_API_KEY": options.e2e_key,
         "E2E_AUTH_TOKEN": options.e2e_token,
+        "PAGERDUTY_TOKEN": DEMO_PAGERDUTY_TOKEN,
+        "OPSGENIE_TOKEN": DEMO_OPSGENIE_KEY,
     }
 
 

@@ -93,6 +93,7 @@ METHOD_SCOPES: dict[str, tuple[str, ...]] = {
     "chat.postEphemeral": ("chat:write",),
     "usergroups.users.list": ("usergroups:read",),
     "users.info": ("users:read",),
+    "users.lookupByEmail": ("users:read.email",),
     "files.getUploadURLExternal": ("files:write",),
     "files.completeUploadExternal": ("files:write",),
     "conversations.info": _CONVERSATION_READ,
@@ -226,6 +227,7 @@ class FakeSlack:
         app_token: str | None = None,
         users: Mapping[str, str] | None = None,
         usergroups: Mapping[str, list[str]] | None = None,
+        emails: Mapping[str, str] | None = None,
         trigger_ttl: float = 3.0,
         scopes: Iterable[str] = BOT_SCOPES,
     ) -> None:
@@ -254,6 +256,8 @@ class FakeSlack:
         id written bare in a text fallback): tests assert it stays empty."""
         self.users: dict[str, str] = dict(users or {})
         self.usergroups: dict[str, list[str]] = {k: list(v) for k, v in (usergroups or {}).items()}
+        self.emails: dict[str, str] = dict(emails or {})
+        """user → their e-mail address (``users.lookupByEmail`` finds them by it)."""
         self.trigger_ttl = trigger_ttl
         self.token_refusal: str | None = None
         self.messages_tab_enabled = True
@@ -311,6 +315,7 @@ class FakeSlack:
             "conversations.open": self._conversations_open,
             "usergroups.users.list": self._usergroups_users_list,
             "users.info": self._users_info,
+            "users.lookupByEmail": self._users_lookup_by_email,
             "conversations.info": self._conversations_info,
             "conversations.members": self._conversations_members,
             "files.getUploadURLExternal": self._files_get_upload_url,
@@ -980,6 +985,17 @@ class FakeSlack:
         if user not in self.users:
             raise ApiError("user_not_found")
         return {"ok": True, "user": self._user_object(user, self.users[user], is_bot=False)}
+
+    async def _users_lookup_by_email(self, args: JsonDict) -> JsonDict:
+        email = str(args.get("email", "")).strip()
+        if not email:
+            raise ApiError("invalid_arguments")
+        user = next((u for u, e in self.emails.items() if e.lower() == email.lower()), None)
+        if user is None or user not in self.users:
+            raise ApiError("users_not_found")
+        found = self._user_object(user, self.users[user], is_bot=False)
+        found["profile"]["email"] = self.emails[user]
+        return {"ok": True, "user": found}
 
     def _user_object(self, user: str, display_name: str, *, is_bot: bool) -> JsonDict:
         handle = display_name.lower().replace(" ", ".")

@@ -35,6 +35,7 @@ from bot.providers.e2e.models import (
 from bot.providers.e2e.rules import (
     ACTION_FIELDS,
     FIELD_SPECS,
+    ActionValue,
     check_field_rules,
     parse_action_fields,
     parse_cluster_id,
@@ -50,16 +51,23 @@ log = logging.getLogger(__name__)
 # -- adapter --------------------------------------------------------------------------------
 
 
-def _ids_text(ids: Sequence[Any]) -> str:
+def _ids_text(ids: Sequence[object]) -> str:
     return "[" + ", ".join(str(i) for i in ids) + "]"
 
 
-def _preview(action: str, values: Mapping[str, Any], state: ClusterState) -> list[PreviewLine]:
+def _ids(value: ActionValue) -> list[int]:
+    return value if isinstance(value, list) else [value]
+
+
+def _preview(
+    action: str, values: Mapping[str, ActionValue], state: ClusterState
+) -> list[PreviewLine]:
     current = state.current
     nodes = current.get("no_of_nodes")
     node_text = f"({nodes_text(nodes)})" if nodes is not None else ""
     if action == "scale_cluster":
         added = values["additional_nodes"]
+        assert isinstance(added, int)  # an "int" field
         after = str(nodes + added) if isinstance(nodes, int) else f"+{added}"
         before = str(nodes) if isinstance(nodes, int) else None
         return [PreviewLine(field="scale_cluster:", before=before, after=after, unit="nodes")]
@@ -77,7 +85,7 @@ def _preview(action: str, values: Mapping[str, Any], state: ClusterState) -> lis
             PreviewLine(
                 field="update_ssh_keys: ssh keys",
                 before=_ids_text(current.get("ssh_key_ids") or []),
-                after=_ids_text(values["ssh_key_ids"]),
+                after=_ids_text(_ids(values["ssh_key_ids"])),
             )
         ]
     if action in ("restart_cluster", "restart_workers"):
@@ -92,8 +100,8 @@ def _preview(action: str, values: Mapping[str, Any], state: ClusterState) -> lis
         ip = str(values["reserved_ip_id"])
         return [PreviewLine(field="detach_ip: reserved IP", before=ip, after="detached")]
     if action == "add_security_group":
-        added = ", ".join(f"+{i}" for i in values["security_groups_ids"])
-        return [PreviewLine(field="add_security_group: security groups", before=None, after=added)]
+        groups = ", ".join(f"+{i}" for i in _ids(values["security_groups_ids"]))
+        return [PreviewLine(field="add_security_group: security groups", before=None, after=groups)]
     group = str(values["security_group_id"])
     return [
         PreviewLine(field="remove_security_group: security group", before=group, after="removed")
@@ -123,7 +131,7 @@ def inverse_action(
     return None
 
 
-def _current_of(cluster: E2EClusterDetail) -> dict[str, Any]:
+def _current_of(cluster: E2EClusterDetail) -> dict[str, object]:
     return {
         "status": cluster.status,
         "no_of_nodes": cluster.no_of_nodes,
@@ -176,7 +184,7 @@ class E2EAdapter:
             )
         return list(CHANGES.fields[action])
 
-    def plan(self, state: ClusterState, action: str, raw: Mapping[str, Any]) -> ChangePlan:
+    def plan(self, state: ClusterState, action: str, raw: Mapping[str, object]) -> ChangePlan:
         if action not in ACTION_FIELDS:
             raise ChangeInputError(
                 {"action": f"unknown action {action!r}; choose one of {', '.join(ACTIONS)}"}
@@ -200,7 +208,7 @@ class E2EAdapter:
         )
 
     @staticmethod
-    def fingerprint(state: ClusterState) -> dict[str, Any]:
+    def fingerprint(state: ClusterState) -> dict[str, object]:
         """What must not have changed between the preview and the execution."""
         current = state.current
         return {

@@ -13,7 +13,6 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import httpx
 from pydantic import (
@@ -40,6 +39,7 @@ from bot.providers.http import (
     ClientSettings,
     Operation,
     ProviderTransport,
+    QueryValue,
     RetryMode,
     parse_retry_after,
 )
@@ -62,7 +62,7 @@ class _Failure:
     field: str | None = None
 
 
-def _errors_say_failure(errors: Any) -> bool:
+def _errors_say_failure(errors: object) -> bool:
     if errors is True:
         return True
     if isinstance(errors, dict | list | str):
@@ -70,7 +70,7 @@ def _errors_say_failure(errors: Any) -> bool:
     return False
 
 
-def _error_texts(errors: Any) -> list[str]:
+def _error_texts(errors: object) -> list[str]:
     """Readable lines from an ``errors`` object such as ``{"auth": ["invalid"]}``."""
     if isinstance(errors, str):
         return [errors] if errors.strip() else []
@@ -89,7 +89,7 @@ def _error_texts(errors: Any) -> list[str]:
 _NOT_FIELDS = frozenset({"detail", "non_field_errors", "auth"})
 
 
-def _error_field(body: Mapping[str, Any]) -> str | None:
+def _error_field(body: Mapping[str, object]) -> str | None:
     """The first request field a DRF-style ``errors`` object names (``{"page_no": […]}``);
     its ``detail``, ``non_field_errors`` and ``auth`` are not fields."""
     errors = body.get("errors")
@@ -98,7 +98,7 @@ def _error_field(body: Mapping[str, Any]) -> str | None:
     return next((str(k) for k, v in errors.items() if k not in _NOT_FIELDS and v), None)
 
 
-def _provider_message(body: Mapping[str, Any], fallback: str) -> str:
+def _provider_message(body: Mapping[str, object], fallback: str) -> str:
     """What the user is shown: the provider's message/detail, plus any error details
     the message does not already say."""
     head = ""
@@ -116,7 +116,7 @@ def _provider_message(body: Mapping[str, Any], fallback: str) -> str:
     return f"{head} ({'; '.join(extra)})" if extra else head
 
 
-def _failure_of(response: httpx.Response, body: Any) -> _Failure | None:
+def _failure_of(response: httpx.Response, body: object) -> _Failure | None:
     http_status = response.status_code
     fallback = response.reason_phrase or "no message"  # the error text adds the status
     if not 200 <= http_status < 300:
@@ -152,10 +152,10 @@ def _malformed(what: str, *, is_action: bool) -> ProviderMalformedReply:
     )
 
 
-def check_reply(response: httpx.Response, *, is_action: bool) -> dict[str, Any]:
+def check_reply(response: httpx.Response, *, is_action: bool) -> dict[str, object]:
     """The reply's envelope when it is a success; otherwise the typed error (SPEC §1.2)."""
     try:
-        body: Any = response.json()
+        body: object = response.json()
         parsed = True
     except ValueError:
         body, parsed = None, False
@@ -209,8 +209,8 @@ class E2EClient:
         self.active_iam = active_iam
         self.per_page = max(1, per_page)
 
-    def _scope(self) -> dict[str, Any]:
-        scope: dict[str, Any] = {"project_id": self.project_id, "location": self.location}
+    def _scope(self) -> dict[str, QueryValue]:
+        scope: dict[str, QueryValue] = {"project_id": self.project_id, "location": self.location}
         if self.active_iam is not None:
             scope["active_iam"] = self.active_iam
         return scope
@@ -222,9 +222,9 @@ class E2EClient:
         *,
         operation: Operation,
         mode: RetryMode,
-        params: Mapping[str, Any] | None = None,
-        json: Any = None,
-    ) -> dict[str, Any]:
+        params: Mapping[str, QueryValue] | None = None,
+        json: object = None,
+    ) -> dict[str, object]:
         is_action = mode is RetryMode.UNSAFE_WRITE
         try:
             response = await self.transport.request(
@@ -287,7 +287,7 @@ class E2EClient:
         await self.transport.aclose()
 
 
-def _parse_list_page(body: Mapping[str, Any]) -> list[E2EClusterListItem]:
+def _parse_list_page(body: Mapping[str, object]) -> list[E2EClusterListItem]:
     data = body.get("data")
     if not isinstance(data, list):
         raise _malformed("the cluster list is not an array", is_action=False)
@@ -297,7 +297,7 @@ def _parse_list_page(body: Mapping[str, Any]) -> list[E2EClusterListItem]:
         raise _malformed("a cluster in the list has no usable id", is_action=False) from None
 
 
-def _more_pages(body: Mapping[str, Any], page: int, got: int, new: int, per_page: int) -> bool:
+def _more_pages(body: Mapping[str, object], page: int, got: int, new: int, per_page: int) -> bool:
     if got == 0 or new == 0:  # an empty page, or a server repeating itself
         return False
     total_pages = lenient_int(body.get("total_page_number"))
@@ -309,7 +309,7 @@ def _more_pages(body: Mapping[str, Any], page: int, got: int, new: int, per_page
     return got >= per_page
 
 
-def _parse_detail(data: Any, *, is_action: bool) -> E2EClusterDetail:
+def _parse_detail(data: object, *, is_action: bool) -> E2EClusterDetail:
     if not isinstance(data, dict):
         raise _malformed("the cluster is not an object", is_action=is_action)
     try:
@@ -318,7 +318,7 @@ def _parse_detail(data: Any, *, is_action: bool) -> E2EClusterDetail:
         raise _malformed("the cluster has no usable id", is_action=is_action) from None
 
 
-def _parse_action_reply(action: str, body: Mapping[str, Any]) -> ActionReply:
+def _parse_action_reply(action: str, body: Mapping[str, object]) -> ActionReply:
     message = _provider_message(body, "done")
     data = body.get("data")
     kind = REPLY_KINDS[action]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from bot.providers.pricing import BillingKind, NodePrice
 
@@ -17,7 +16,7 @@ def _billing_kind(sku_type: object, committed_days: int | None) -> BillingKind:
     return "other"
 
 
-def e2e_node_price(plan: Mapping[str, Any] | None) -> NodePrice | None:
+def e2e_node_price(plan: Mapping[str, object] | None) -> NodePrice | None:
     """The node price of an E2E ``sku_details.plan`` object (the SKU is one node:
     ``specs.no_of_nodes`` is 1), or None when there is no plan."""
     if not isinstance(plan, Mapping):

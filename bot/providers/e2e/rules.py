@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TypeAlias
 
 from bot.providers.base import (
     ChangeInputError,
@@ -21,6 +21,9 @@ from bot.providers.errors import (
 )
 
 # -- rules and input parsing ------------------------------------------------------------------
+
+# A parsed action field: a whole number, or a list of them (an ``int_list`` field).
+ActionValue: TypeAlias = int | list[int]
 
 FIELD_SPECS: dict[str, FieldSpec] = {
     "additional_nodes": FieldSpec(
@@ -108,7 +111,7 @@ def _blank(value: object) -> bool:
 
 def _parse_int_list(name: str, value: object) -> list[int]:
     if isinstance(value, str):
-        parts: Sequence[Any] = [part.strip() for part in value.split(",") if part.strip()]
+        parts: Sequence[object] = [part.strip() for part in value.split(",") if part.strip()]
     elif isinstance(value, list | tuple):
         parts = value
     else:
@@ -124,7 +127,7 @@ def _parse_int_list(name: str, value: object) -> list[int]:
     return numbers
 
 
-def parse_action_fields(action: str, raw: Mapping[str, Any]) -> dict[str, Any]:
+def parse_action_fields(action: str, raw: Mapping[str, object]) -> dict[str, ActionValue]:
     """Typed values for the action's fields; ChangeInputError names every bad one."""
     if action not in ACTION_FIELDS:
         raise ChangeInputError(
@@ -132,7 +135,7 @@ def parse_action_fields(action: str, raw: Mapping[str, Any]) -> dict[str, Any]:
         )
     wanted = ACTION_FIELDS[action]
     errors: dict[str, str] = {}
-    values: dict[str, Any] = {}
+    values: dict[str, ActionValue] = {}
     for name in wanted:
         value = raw.get(name)
         if _blank(value):
@@ -156,11 +159,11 @@ def parse_action_fields(action: str, raw: Mapping[str, Any]) -> dict[str, Any]:
     return values
 
 
-def check_field_rules(values: Mapping[str, Any]) -> None:
+def check_field_rules(values: Mapping[str, ActionValue]) -> None:
     """Provider rules on parsed values: at least one node to add, non-empty id lists,
     positive ids."""
     for name, value in values.items():
-        if name == "additional_nodes":
+        if isinstance(value, int) and name == "additional_nodes":
             if value < 1:
                 raise RuleViolation(
                     f"additional_nodes is the number of nodes to ADD and must be at least 1 "

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
 
 from pydantic import BaseModel
 
@@ -162,7 +161,7 @@ class TogetherAdapter:
             for spec in CHANGES.fields[action]
         ]
 
-    def plan(self, state: ClusterState, action: str, raw: Mapping[str, Any]) -> ChangePlan:
+    def plan(self, state: ClusterState, action: str, raw: Mapping[str, object]) -> ChangePlan:
         self._require_update(action)
         update = parse_update(raw)
         check_update(state, update, self._now())
@@ -187,7 +186,7 @@ class TogetherAdapter:
             message="Together accepted the update", summary=to_summary(cluster, self.project)
         )
 
-    def inverse(self, plan: ChangePlan, prior: Mapping[str, Any]) -> Inverse | None:
+    def inverse(self, plan: ChangePlan, prior: Mapping[str, object]) -> Inverse | None:
         """Each changed field back to its value just before the change (all must be known)."""
         inputs = {name: prior.get(name) for name in plan.body}
         if not inputs or any(value is None for value in inputs.values()):
@@ -223,7 +222,7 @@ class TogetherAdapter:
         return lines
 
     @staticmethod
-    def fingerprint(state: ClusterState) -> dict[str, Any]:
+    def fingerprint(state: ClusterState) -> dict[str, object]:
         """What must not have changed between the preview and the execution."""
         # The settable fields only: a cluster that merely finished provisioning since the
         # preview (status moved on) still matches what the approver saw.

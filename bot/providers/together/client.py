@@ -7,7 +7,7 @@ import http
 import json
 import math
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -24,6 +24,7 @@ from bot.providers.http import (
     ClientSettings,
     Operation,
     ProviderTransport,
+    QueryValue,
     RetryMode,
     parse_retry_after,
 )
@@ -71,7 +72,7 @@ def error_message(response: httpx.Response) -> str:
         body = response.json()
     except ValueError:
         body = None
-    text: Any = None
+    text: object = None
     if isinstance(body, dict):
         error = body.get("error")
         if isinstance(error, dict):
@@ -121,8 +122,8 @@ class TogetherCalls:
         operation: Operation,
         mode: RetryMode,
         *,
-        params: Mapping[str, Any] | None = None,
-        json_body: Any = None,
+        params: Mapping[str, QueryValue] | None = None,
+        json_body: object = None,
     ) -> httpx.Response:
         """The answer to one call, a success (anything else raised as its error)."""
         try:
@@ -143,9 +144,9 @@ class TogetherCalls:
         operation: Operation,
         mode: RetryMode,
         *,
-        params: Mapping[str, Any] | None = None,
-        json_body: Any = None,
-    ) -> Any:
+        params: Mapping[str, QueryValue] | None = None,
+        json_body: object = None,
+    ) -> object:
         """The JSON body of a successful answer."""
         response = await self._reply(
             method, path, operation, mode, params=params, json_body=json_body

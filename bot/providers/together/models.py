@@ -320,15 +320,15 @@ class ClusterUpdate(BaseModel):
     num_capacity_pool_gpus: GpuCount | None = None
     reservation_end_time: AwareDatetime | None = None
 
-    def set_fields(self) -> dict[str, Any]:
+    def set_fields(self) -> dict[str, object]:
         """The fields that were set, in UPDATE_FIELDS order, as typed values."""
         return {
             name: getattr(self, name) for name in UPDATE_FIELDS if getattr(self, name) is not None
         }
 
-    def to_body(self) -> dict[str, Any]:
+    def to_body(self) -> dict[str, object]:
         """The JSON request body: only the set fields."""
-        body: dict[str, Any] = {}
+        body: dict[str, object] = {}
         for name, value in self.set_fields().items():
             if isinstance(value, datetime):
                 body[name] = rfc3339(value)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -28,7 +27,13 @@ from bot.providers.errors import (
     ProviderRequestError,
     error_for_status,
 )
-from bot.providers.http import Operation, ProviderTransport, RetryMode, parse_retry_after
+from bot.providers.http import (
+    Operation,
+    ProviderTransport,
+    QueryValue,
+    RetryMode,
+    parse_retry_after,
+)
 from bot.providers.remediations import (
     APPROVAL_OVERRIDE_MODES,
     LinkedAlert,
@@ -103,7 +108,7 @@ class RemediationClient(TogetherCalls):
                 Operation.LIST_REMEDIATIONS,
                 ProviderRequestError("no cluster id", provider=PROVIDER),
             )
-        params: dict[str, Any] = {"page_size": str(self.page_size)}
+        params: dict[str, QueryValue] = {"page_size": str(self.page_size)}
         wanted = list(states)
         if wanted:
             params["state"] = ",".join(wanted)  # the official SDK's array format
@@ -156,7 +161,7 @@ class RemediationClient(TogetherCalls):
         await self.transport.aclose()
 
     # -- internals ----------------------------------------------------------------------
-    async def _page(self, path: str, params: Mapping[str, Any]) -> RemediationPage:
+    async def _page(self, path: str, params: Mapping[str, QueryValue]) -> RemediationPage:
         body = await self._call(
             "GET", path, Operation.LIST_REMEDIATIONS, RetryMode.READ, params=params
         )
@@ -193,7 +198,7 @@ class RemediationClient(TogetherCalls):
         )
 
     def _remediation(
-        self, body: Any, operation: Operation, *, may_have_applied: bool
+        self, body: object, operation: Operation, *, may_have_applied: bool
     ) -> Remediation:
         try:
             return Remediation.model_validate(body)

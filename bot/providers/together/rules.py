@@ -256,7 +256,7 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
 }
 
 
-def parse_update(raw: Mapping[str, Any]) -> ClusterUpdate:
+def parse_update(raw: Mapping[str, object]) -> ClusterUpdate:
     """A ClusterUpdate from raw values; blank means not set. Every bad field is reported at
     once in a ChangeInputError."""
     values: dict[str, Any] = {}

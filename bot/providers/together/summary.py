@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from bot.providers.base import (
     ClusterState,
     ClusterSummary,
@@ -83,9 +81,9 @@ def _facts(cluster: TogetherCluster, end_text: str | None) -> tuple[Fact, ...]:
     )
 
 
-def current_values(cluster: TogetherCluster) -> dict[str, Any]:
+def current_values(cluster: TogetherCluster) -> dict[str, object]:
     """The current value of each settable field (JSON-ready)."""
-    values: dict[str, Any] = {
+    values: dict[str, object] = {
         name: getattr(cluster, CURRENT_SOURCE[name]) for name in UPDATE_FIELDS
     }
     end = cluster.reservation_end_time

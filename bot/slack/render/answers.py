@@ -3,21 +3,22 @@ help, the audit listing and ``/gpu policy``."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Protocol
 
-from bot.core.answers import (
+from bot.core.api import (
     AuditListing,
     ClusterCard,
     ClusterListing,
     HelpCard,
     Notice,
+    Page,
     PolicyCard,
     Reply,
+    Role,
+    example_run_at,
 )
-from bot.core.paging import Page
-from bot.core.policy import Role
-from bot.core.requests.schedule import example_run_at
 from bot.providers.base import ProviderChanges, example_time
 from bot.slack.render.clusters import cluster_list, cluster_summary
 from bot.slack.render.primitives import (
@@ -37,7 +38,28 @@ from bot.slack.render.primitives import (
 from bot.slack.text import fit_lines, shorten
 
 
-def audit_list(entries: Sequence[Any], page: Page | None = None) -> SlackMessage:
+class AuditLine(Protocol):
+    """What a line of ``/gpu audit`` shows of an audit entry (the store's ``AuditEntry``)."""
+
+    @property
+    def at(self) -> datetime: ...
+    @property
+    def actor(self) -> str: ...
+    @property
+    def event(self) -> str: ...
+    @property
+    def project(self) -> str | None: ...
+    @property
+    def cluster_id(self) -> str | None: ...
+    @property
+    def request_id(self) -> str | None: ...
+    @property
+    def outcome(self) -> str | None: ...
+    @property
+    def detail(self) -> Mapping[str, object]: ...
+
+
+def audit_list(entries: Sequence[AuditLine], page: Page | None = None) -> SlackMessage:
     """Audit entries, newest first, one per line: one page, with its context line."""
     if not entries:
         return notice("No audit entries match.")
@@ -45,7 +67,7 @@ def audit_list(entries: Sequence[Any], page: Page | None = None) -> SlackMessage
     return _paged([_audit_row(e, budget) for e in entries], page)
 
 
-def _audit_mark(e: Any) -> str:
+def _audit_mark(e: AuditLine) -> str:
     """A mark for what bypassed the usual safeguards: break glass (a requester's own
     approval) and an admin's freeze override, so they stand out in a page of entries."""
     detail = e.detail if isinstance(e.detail, dict) else {}
@@ -56,7 +78,7 @@ def _audit_mark(e: Any) -> str:
     return ""
 
 
-def _audit_row(e: Any, budget: int) -> str:
+def _audit_row(e: AuditLine, budget: int) -> str:
     """One entry in ``budget`` characters: the reason gives way to who, what and where."""
     when = e.at.strftime("%Y-%m-%d %H:%M:%SZ")
     parts = [f"`{when}`", user_ref(e.actor) if e.actor else "—", f"*{shorten(e.event, 60)}*"]

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from bot.core.fleet import age_text
-from bot.core.paging import Page
+from bot.core.api import Page, age_text
 from bot.providers.base import ClusterSummary
 from bot.slack.render.primitives import (
     _LIST_ROW_MAX,

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
 
-from bot.core.ask.forms import FormKind, FormMessage, FormView
-from bot.core.ask.justification import MAX_JUSTIFICATION, MIN_JUSTIFICATION
+from bot.core.api import MAX_JUSTIFICATION, MIN_JUSTIFICATION, FormKind, FormMessage, FormView
 from bot.providers.base import ClusterSummary, FieldSpec
 from bot.slack.render.primitives import (
     _PLAIN_TEXT_MAX,
@@ -27,7 +25,7 @@ def _option(value: str) -> Block:
     return {"text": {"type": "plain_text", "text": _clip(plain(value), 75)}, "value": value}
 
 
-def _input_block(spec: FieldSpec, current: Any, *, required: bool) -> Block:
+def _input_block(spec: FieldSpec, current: object, *, required: bool) -> Block:
     element: Block
     if spec.kind == "choice":
         element = {
@@ -105,7 +103,7 @@ def _run_at_block() -> Block:
     }
 
 
-def loading_modal(callback_id: str, title: str, metadata: Mapping[str, Any]) -> Block:
+def loading_modal(callback_id: str, title: str, metadata: Mapping[str, object]) -> Block:
     return {
         "type": "modal",
         "callback_id": callback_id,
@@ -116,7 +114,7 @@ def loading_modal(callback_id: str, title: str, metadata: Mapping[str, Any]) -> 
     }
 
 
-def message_modal(callback_id: str, title: str, text: str, metadata: Mapping[str, Any]) -> Block:
+def message_modal(callback_id: str, title: str, text: str, metadata: Mapping[str, object]) -> Block:
     return {
         "type": "modal",
         "callback_id": callback_id,
@@ -127,7 +125,7 @@ def message_modal(callback_id: str, title: str, text: str, metadata: Mapping[str
     }
 
 
-def reply_modal(callback_id: str, message: SlackMessage, metadata: Mapping[str, Any]) -> Block:
+def reply_modal(callback_id: str, message: SlackMessage, metadata: Mapping[str, object]) -> Block:
     """A view showing an answer (a refusal, an outcome) where a form was or would be."""
     view = message_modal(callback_id, "gpuops", "", metadata)
     view["blocks"] = [b for b in message.blocks if b.get("type") in _MODAL_ANSWER_BLOCKS][:100]
@@ -139,21 +137,23 @@ def reply_modal(callback_id: str, message: SlackMessage, metadata: Mapping[str, 
 _MODAL_ANSWER_BLOCKS = {"section", "context", "header", "divider"}
 
 
-def checking_modal(callback_id: str, title: str, metadata: Mapping[str, Any]) -> Block:
+def checking_modal(callback_id: str, title: str, metadata: Mapping[str, object]) -> Block:
     """The view a slow submission is answered with while its checks go on."""
     view = message_modal(callback_id, title, "", metadata)
     view["blocks"] = [section(":hourglass_flowing_sand: Checking your request…")]
     return view
 
 
-def form_with_problems(view: Mapping[str, Any], problems: Mapping[str, str]) -> Block:
+def form_with_problems(view: Mapping[str, object], problems: Mapping[str, str]) -> Block:
     """A submitted form shown again with what was typed and what is wrong (views.update
     cannot mark fields the way a submission's answer does)."""
-    state = view.get("state", {}).get("values", {}) if isinstance(view.get("state"), dict) else {}
+    view_state = view.get("state")
+    state = view_state.get("values", {}) if isinstance(view_state, dict) else {}
     blocks: list[Block] = [
         section(":warning: " + escape("; ".join(f"{k}: {v}" for k, v in problems.items())))
     ]
-    for block in view.get("blocks") or []:
+    typed_blocks = view.get("blocks")
+    for block in typed_blocks if isinstance(typed_blocks, list) else []:
         if not isinstance(block, dict):
             continue
         blocks.append(_with_typed(block, state.get(block.get("block_id", ""), {})))
@@ -166,7 +166,7 @@ def form_with_problems(view: Mapping[str, Any], problems: Mapping[str, str]) -> 
     return shown
 
 
-def _with_typed(block: Mapping[str, Any], typed: Mapping[str, Any]) -> Block:
+def _with_typed(block: Mapping[str, object], typed: Mapping[str, object]) -> Block:
     again = dict(block)
     element = block.get("element")
     if block.get("type") != "input" or not isinstance(element, dict):
@@ -189,7 +189,9 @@ FORM_SUBMIT_SAYS = (
 )
 
 
-def _form(callback_id: str, title: str, blocks: list[Block], metadata: Mapping[str, Any]) -> Block:
+def _form(
+    callback_id: str, title: str, blocks: list[Block], metadata: Mapping[str, object]
+) -> Block:
     return {
         "type": "modal",
         "callback_id": callback_id,
@@ -239,7 +241,7 @@ def reason_modal(
     callback_id: str,
     title: str,
     submit: str,
-    metadata: Mapping[str, Any],
+    metadata: Mapping[str, object],
     intro: str | None,
     ask: str,
     *,
@@ -298,8 +300,8 @@ def break_glass_modal(request_id: str, channel: str | None) -> Block:
 def update_modal(
     summary: ClusterSummary,
     specs: Sequence[FieldSpec],
-    current: Mapping[str, Any],
-    metadata: Mapping[str, Any],
+    current: Mapping[str, object],
+    metadata: Mapping[str, object],
     *,
     title: str,
 ) -> Block:
@@ -326,8 +328,8 @@ def action_modal(
     actions: Sequence[str],
     selected: str | None,
     specs: Sequence[FieldSpec],
-    current: Mapping[str, Any],
-    metadata: Mapping[str, Any],
+    current: Mapping[str, object],
+    metadata: Mapping[str, object],
     *,
     title: str,
 ) -> Block:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
-from bot.core.paging import Page
+from bot.core.api import Page
 from bot.slack.text import clip, fit_lines, pack_lines
 from bot.slack.text import escape as escape  # surfaces escape through this module
 from bot.slack.text import plain as plain
@@ -48,12 +48,19 @@ def channel_ref(channel_id: str) -> str:
     return escape(channel_id)
 
 
+class MessageKwargs(TypedDict):
+    """A message as chat.postMessage, chat.update and respond() take it."""
+
+    text: str
+    blocks: list[Block]
+
+
 @dataclass(frozen=True)
 class SlackMessage:
     text: str
     blocks: list[Block] = field(default_factory=list)
 
-    def as_kwargs(self) -> dict[str, Any]:
+    def as_kwargs(self) -> MessageKwargs:
         return {"text": clip(self.text, _FALLBACK_MAX), "blocks": self.blocks}
 
 

@@ -7,8 +7,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Protocol
 
-from bot.core.requests.schedule import utc_text, when_text
-from bot.core.requests.view import STATE_WORDS, RequestView
+from bot.core.api import STATE_WORDS, RequestView, utc_text, when_text
 from bot.slack.render.primitives import (
     _SECTION_TEXT_MAX,
     Block,
@@ -39,6 +38,8 @@ STATE_ICONS = {
 def _state_line(r: RequestView) -> str:
     icon = STATE_ICONS.get(r.state, "")
     words = STATE_WORDS.get(r.state, r.state)
+    if r.awaiting_confirm:
+        words = "waiting for its requester to confirm"
     line = f"{icon} *{words}*"
     if r.at_approval:  # it never ran: nobody's approval took effect
         line += f" · {r.at_approval}"
@@ -74,7 +75,20 @@ def request_root(r: RequestView) -> SlackMessage:
         )
     if r.run_at is not None:
         blocks.append(context(f":alarm_clock: {escape(scheduled_words(r))}"))
+    if r.via is not None:
+        blocks += _agent_blocks(r)
     blocks.append(context(f"{_state_line(r)} · request `{escape(r.id)}`"))
+    if r.awaiting_confirm:
+        blocks.append(
+            {
+                "type": "actions",
+                "block_id": f"confirm:{r.id}",
+                "elements": [
+                    _button("Confirm", "confirm_request", r.id, "primary"),
+                    _button("Cancel", "cancel_request", r.id, None),
+                ],
+            }
+        )
     if r.plan_progress:
         blocks.append(section(f":stairs: {escape(r.plan_progress)}"))
     if r.plan_buttons:
@@ -89,6 +103,25 @@ def request_root(r: RequestView) -> SlackMessage:
         f" — {escape(r.id)}" + (f" · {escape(scheduled_words(r))}" if r.run_at is not None else "")
     )
     return SlackMessage(text=text, blocks=blocks)
+
+
+def _agent_blocks(r: RequestView) -> list[Block]:
+    """Who proposed it through what, its fields exactly as the agent gave them, and what
+    it waits for (SPEC §15)."""
+    client = shorten(r.client or "unnamed client", 100)
+    given = " ".join(r.proposed) or "(no fields)"
+    blocks: list[Block] = [
+        context(f":robot_face: via agent ({escape(client)})"),
+        section(f"_The agent proposed, verbatim:_ `{escape(shorten(given, 2000))}`"),
+    ]
+    if r.awaiting_confirm:
+        blocks.append(
+            context(
+                f"Nothing runs until {user_ref(r.requester)} presses *Confirm*"
+                + (", then the approvals it needs." if r.needs_approval else ".")
+            )
+        )
+    return blocks
 
 
 # The buttons that steer a staged plan (SPEC §14), by what they do: action_id plan_<verb>.
@@ -177,6 +210,7 @@ def approval_prompt(r: RequestView, *, expire_minutes: int) -> SlackMessage:
             f"Expires in {expire_minutes} min.{asked}"
         ),
         context(approval_why(r)),
+        *([context(oncall_text(r))] if r.oncall_words else []),
         *([context(price_text(r.price_line))] if r.price_line else []),
         {
             "type": "actions",
@@ -188,7 +222,13 @@ def approval_prompt(r: RequestView, *, expire_minutes: int) -> SlackMessage:
             ],
         },
     ]
-    return SlackMessage(text=f"{escape(text)}{asked} {approval_why(r)}", blocks=blocks)
+    oncall = f" {composed_text(r.oncall_words, r.oncall_mentions)}." if r.oncall_words else ""
+    return SlackMessage(text=f"{escape(text)}{asked} {approval_why(r)}{oncall}", blocks=blocks)
+
+
+def oncall_text(r: RequestView) -> str:
+    """``:pager: on call now: @bob (level 1)`` (SPEC §16), the on-call tool's words escaped."""
+    return f":pager: {composed_text(r.oncall_words or '', r.oncall_mentions)}"
 
 
 def _asked(r: RequestView) -> str:

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from bot.core.api import RemediationRecord
-from bot.core.watch.health import GONE, HealthEvent
-from bot.core.watch.notifier import DecisionOutcome, ReservationReminder
+from bot.core.api import GONE, DecisionOutcome, HealthEvent, RemediationRecord, ReservationReminder
 from bot.providers.base import ClusterSummary
 from bot.providers.descriptor import ProviderDescriptor
 from bot.providers.remediations import LinkedAlert, Remediation, xid_summary

@@ -1,7 +1,8 @@
 """Exactly once (SPEC §5): a click delivered twice (one after the other, or both at the same
-moment), two approvers clicking at once, two bot replicas on one PostgreSQL database each
-receiving one of the clicks, and Slack's retries of events and slash commands — every time
-the provider sees one call. The races run many rounds, each on a fresh request."""
+moment), two approvers clicking at once, two (and three: issue #34) bot replicas on one
+PostgreSQL database each receiving one of the clicks, and Slack's retries of events and
+slash commands — every time the provider sees one call. The races run many rounds, each on
+a fresh request."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from bot.local.slack.sender import SlackSender
 from tests.conftest import StackFactory
 from tests.support.slack_support import roots
 from tests.support.workflow_kit import (
+    ALICE,
     BOB,
     CAROL,
     CHANNEL,
@@ -31,6 +33,8 @@ from tests.support.workflow_kit import (
 
 ROUNDS = 50
 REPLICA_ROUNDS = 20
+THREE_REPLICA_ROUNDS = 8  # issue #34: the race of three, kept lean
+APPROVERS = (BOB, CAROL, ALICE)
 RACE_ROUNDS = 20
 E2E_CLUSTERS = ("101", "103", "104", "105", "106")
 TOGETHER_CLUSTER = "tc-h200-ondemand"
@@ -99,25 +103,24 @@ async def test_the_same_click_delivered_twice_at_once_executes_once(
 
 
 def approver_race(
-    stack: LocalStack, senders: tuple[SlackSender, SlackSender], winners: list[str]
+    stack: LocalStack, senders: tuple[SlackSender, ...], winners: list[str]
 ) -> Callable[[Opened], Awaitable[None]]:
-    """Bob (through the first sender) and Carol (through the second) press Approve at the
-    same moment; the one who lost is told who won."""
+    """Bob (through the first sender), Carol (the second) and, with a third sender, Alice
+    press Approve at the same moment; each who lost is told who won."""
+    users = APPROVERS[: len(senders)]
 
     async def approve(opened: Opened) -> None:
-        seen = {user: len(stack.slack.ephemerals_for(user)) for user in (BOB, CAROL)}
+        seen = {user: len(stack.slack.ephemerals_for(user)) for user in users}
         await asyncio.gather(
-            click(stack, opened, BOB, sender=senders[0]),
-            click(stack, opened, CAROL, sender=senders[1]),
+            *(click(stack, opened, user, sender=s) for user, s in zip(users, senders, strict=True))
         )
         approved = await wait_reply(stack, opened, "Approved by")
-        winner = BOB if BOB in approved.text else CAROL
-        assert f"<@{winner}>" in approved.text
+        [winner] = [user for user in users if f"<@{user}>" in approved.text]
         winners.append(winner)
-        loser = CAROL if winner == BOB else BOB
-        told = await next_ephemeral(stack, loser, seen[loser])
-        assert f"{opened.id} was already approved by" in told.text, told.text
-        assert winner in told.text
+        for loser in (user for user in users if user != winner):
+            told = await next_ephemeral(stack, loser, seen[loser])
+            assert f"{opened.id} was already approved by" in told.text, told.text
+            assert winner in told.text
         assert len(stack.slack.ephemerals_for(winner)) == seen[winner]
 
     return approve
@@ -182,6 +185,25 @@ async def test_two_replicas_on_one_postgres_database_execute_once(
         e for e in await stack.runtime.store.list_audit(limit=1000) if e.event == "executing"
     ]
     assert len(executed) == 2 * REPLICA_ROUNDS  # one execution per request, never two
+
+
+async def test_three_replicas_on_one_postgres_database_execute_once(
+    pg_database_url: str, make_stack: StackFactory
+) -> None:
+    """Issue #34: three replicas, each taking one approver's click at the same moment."""
+    stack = await make_stack(
+        database_url=pg_database_url, transition_seconds=0, instance_id="replica-a"
+    )
+    others = [await stack.start_replica(f"replica-{n}") for n in ("b", "c")]
+    assert len({r.runtime.store for r in others} | {stack.runtime.store}) == 3
+    winners: list[str] = []
+    senders = (stack.sender, *(r.sender for r in others))
+    await run_rounds(stack, THREE_REPLICA_ROUNDS, approver_race(stack, senders, winners))
+    assert len(winners) == THREE_REPLICA_ROUNDS
+    executed = [
+        e for e in await stack.runtime.store.list_audit(limit=1000) if e.event == "executing"
+    ]
+    assert len(executed) == THREE_REPLICA_ROUNDS  # one execution per request, never two
 
 
 async def test_an_event_retried_by_slack_is_answered_once(stack: LocalStack) -> None:

@@ -134,6 +134,19 @@ def test_a_missing_script_is_a_clear_error(tmp_path: Path) -> None:
     assert "cannot read" in done.stdout
 
 
+def test_the_oncall_script_approves_at_night_and_escalates() -> None:
+    """examples/oncall.script (SPEC §16): the on-call approves at 3 a.m. from the DM copy, an
+    approver off call is refused, and a request nobody answers escalates to level 2."""
+    done = run_demo(ROOT / "examples" / "oncall.script")
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert "📟 on call now: @bob (level 1)" in out
+    assert "you must be on call now on platform-primary (up to level 1)" in out
+    assert "[DM with bob" in out and "[DM with alice" in out
+    assert "No decision after 10 min: level 2 may approve" in out
+    assert "Approved by @alice" in out and "script: 10 steps, all passed" in out
+
+
 def test_the_home_script_approves_from_the_home_tab() -> None:
     done = run_demo(ROOT / "examples" / "home.script")
     out = done.stdout
@@ -172,7 +185,7 @@ def test_a_form_asks_again_on_a_choice_not_offered_or_a_required_input_left_empt
         "remediate tc-h100-reserved",
         "as bob",
         "in gpu-audit",
-        "press 5",  # Reject… on the remediation (the request took 1-3, its mirror none)
+        "press 8",  # Reject… on the remediation (the request took 1-3, its DM copy 4-6)
         "",  # the comment is required
         "not this node",
         "",
@@ -334,3 +347,14 @@ def test_a_scripts_wait_for_what_it_expects_can_be_shortened(
     assert wait_limit() == 2.0
     monkeypatch.setenv(WAIT_ENV, "soon")
     assert wait_limit() == 30.0  # not a number: the default
+
+
+def test_the_agent_script_proposes_over_mcp_and_waits_for_confirm() -> None:
+    """``agent``: a scripted MCP client runs ``gpuops mcp`` over stdio as dave and proposes
+    a change; it waits for dave's Confirm, then for bob's approval (examples/agent.script)."""
+    done = run_demo(ROOT / "examples" / "agent.script")
+    out = done.stdout
+    assert done.returncode == 0, out[-3000:] + done.stderr[-2000:]
+    assert "(agent) propose_change →" in out and "via agent (gpuops-demo-agent)" in out
+    assert out.index("waiting for its requester to confirm") < out.index("Confirmed")
+    assert out.rstrip().endswith("script: 5 steps, all passed")

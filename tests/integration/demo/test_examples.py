@@ -34,6 +34,7 @@ def test_the_demo_policy_ships_as_a_file_the_demo_reads() -> None:
         project.pop("limits", None)  # the demo's guardrails (SPEC §8)
         project.pop("prices", None)
     assert watched.pop("freezes") and watched["approvals"].pop("rules")
+    assert watched.pop("oncall")["pagerduty"]["schedules"]  # the on-call demo (SPEC §16)
     assert watched == yaml.safe_load(DEMO_POLICY)
     policy = load_policy(shipped)
     assert policy.approvals.break_glass

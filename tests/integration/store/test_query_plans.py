@@ -118,6 +118,24 @@ async def test_channel_timeline_walks_the_project_time_index(store: Store) -> No
     )
 
 
+async def test_a_timelines_count_of_what_it_left_out_is_bounded_and_indexed(
+    store: Store,
+) -> None:
+    for notify in (["together-prod"], []):
+        call = lambda notify=notify: store.count_channel_events(  # noqa: E731
+            channel="C1",
+            projects=["together-prod"],
+            notify_projects=notify,
+            since=NOW - timedelta(days=7),
+            until=NOW,
+            after=(NOW - timedelta(days=1), 7),
+            up_to=10_001,
+        )
+        statements = await _statements(store, call)
+        assert all("LIMIT" in statement.upper() for statement, _ in statements)
+        await _assert_indexed(store, call)
+
+
 async def test_home_requests_of_a_person_by_requester_index(store: Store) -> None:
     await _assert_indexed(store, lambda: requests_of(store, "U1", FINISHED_STATES, 10))
 

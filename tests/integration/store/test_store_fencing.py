@@ -202,6 +202,47 @@ async def test_a_known_outcome_replaces_unknown_but_not_a_takeover_in_flight(sto
     assert corrected[1] is not None and corrected[1].state == RequestState.SUCCEEDED
 
 
+@pytest.mark.parametrize("replicas", [2, 3])
+async def test_replicas_racing_for_a_lease_hold_it_one_at_a_time_the_stale_fenced(
+    database_url: str, replicas: int
+) -> None:
+    """Each replica its own store (engine, connections) on one database: they race for a
+    change's lease; one holds it. When its holding lapses the others race again: one takes
+    over with a new token, and neither the lapsed holder nor a loser records anything."""
+    stores = [await Store.open(database_url) for _ in range(replicas)]
+    try:
+        record = await _executing(stores[0])
+        name = f"exec:{record.id}"
+        taken = await asyncio.gather(
+            *(store.take_lease(name, f"r{n}", TTL) for n, store in enumerate(stores))
+        )
+        [first] = [lease for lease in taken if lease is not None]
+        assert first.token == 1
+        await asyncio.sleep(LAPSE)
+        rest = [n for n in range(replicas) if f"r{n}" != first.holder]
+        again = await asyncio.gather(*(stores[n].take_lease(name, f"r{n}", 30) for n in rest))
+        [second] = [lease for lease in again if lease is not None]
+        assert second.token == first.token + 1 and second.holder != first.holder
+        assert await stores[int(first.holder[1:])].renew_lease(first, 30) is None  # lost
+        outcomes = await asyncio.gather(
+            *(
+                finish(store, record.id, lease, RequestState.SUCCEEDED, f"by r{n}")
+                for n, store in enumerate(stores)
+                for lease in (first, second)
+                if lease.holder == f"r{n}"
+            )
+        )
+        assert sorted(o[0].value for o in outcomes) == sorted(
+            [OutcomeRecorded.RECORDED.value, OutcomeRecorded.FENCED.value]
+        )
+        done = await stores[-1].get_request(record.id)
+        assert done is not None and done.result_message == f"by {second.holder}"
+        assert [e.event for e in await stores[0].list_audit(request_id=record.id)] == ["succeeded"]
+    finally:
+        for store in stores:
+            await store.close()
+
+
 def test_lease_is_a_frozen_record() -> None:
     lease = Lease(name="n", holder="h", token=1, expires_at=datetime.now(UTC))
     with pytest.raises(ValueError, match="frozen"):

@@ -45,7 +45,9 @@ from bot.core.store.migrations.tables import (
     v1_initial_tables,
     v3_watch_tables,
     v6_workflow_steps,
-    v16_staged_plans,
+    v16_agent_tokens,
+    v17_oncall_tables,
+    v18_staged_plans,
 )
 from bot.core.store.migrations.triggers import v11_single_statement_transitions
 from bot.core.store.migrations.types import Migration as Migration
@@ -86,7 +88,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(13, "change requests: the notify channel's copy ts", v13_mirror_ts),
     Migration(14, "indexes in read order: timeline, Home, schedule", v14_ordered_indexes),
     Migration(15, "change requests: index by channel", v15_channel_index),
-    Migration(16, "staged plans and their steps", v16_staged_plans),
+    Migration(16, "agent tokens; change requests: via, client, confirm", v16_agent_tokens),
+    Migration(17, "on-call approvers: DM copies of prompts, escalations", v17_oncall_tables),
+    Migration(18, "staged plans and their steps", v18_staged_plans),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

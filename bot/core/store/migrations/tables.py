@@ -1,5 +1,5 @@
 """Migrations that create tables: the initial schema (1), the watcher's (3), Workflow
-Builder steps (6), staged plans and their steps (16)."""
+Builder steps (6), agents' tokens (16), on-call tables (17), staged plans and their steps (18)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 
 from bot.core.store.migrations.types import UTCDateTime, autoincrement_id_type, json_type
@@ -175,7 +176,62 @@ def v6_workflow_steps(conn: Connection) -> None:
     metadata.create_all(conn)
 
 
-def v16_staged_plans(conn: Connection) -> None:
+def v16_agent_tokens(conn: Connection) -> None:
+    # Agents (SPEC §15): personal tokens, kept as hashes only, with each token's rate
+    # window; and on a change request, who asked through what and whether its requester
+    # has confirmed it yet (an agent's proposal waits for that click).
+    metadata = MetaData()
+    Table(
+        "gpuops_tokens",
+        metadata,
+        Column("hash", String(64), primary_key=True),  # sha256 of the token, hex
+        Column("user_id", Text(), nullable=False),
+        Column("name", Text(), nullable=False),
+        Column("created_at", UTCDateTime(), nullable=False),
+        Column("expires_at", UTCDateTime(), nullable=False),
+        Column("revoked_at", UTCDateTime()),
+        Column("revoked_by", Text()),
+        Column("last_used_at", UTCDateTime()),
+        Column("last_client", Text()),
+        Column("window_start", UTCDateTime()),
+        Column("window_calls", Integer(), nullable=False, server_default="0"),
+        Index("ux_gpuops_tokens_user_name", "user_id", "name", unique=True),
+    )
+    metadata.create_all(conn)
+    table = "gpuops_change_requests"
+    conn.execute(text(f"ALTER TABLE {table} ADD COLUMN via TEXT"))
+    conn.execute(text(f"ALTER TABLE {table} ADD COLUMN client TEXT"))
+    conn.execute(text(f"ALTER TABLE {table} ADD COLUMN confirm TEXT"))
+
+
+def v17_oncall_tables(conn: Connection) -> None:
+    # On-call approvers (SPEC §16): each DM copy of a request's approval prompt (claimed
+    # once per person, then its message noted, so that a decision edits every copy), and
+    # each escalation to a further level, claimed once across replicas.
+    metadata = MetaData()
+    Table(
+        "gpuops_approval_copies",
+        metadata,
+        Column("request_id", String(16), nullable=False),
+        Column("user_id", Text(), nullable=False),
+        Column("level", Integer(), nullable=False),
+        Column("channel", Text()),
+        Column("ts", Text()),
+        Column("claimed_at", UTCDateTime(), nullable=False),
+        PrimaryKeyConstraint("request_id", "user_id", name="pk_gpuops_approval_copies"),
+    )
+    Table(
+        "gpuops_escalations",
+        metadata,
+        Column("request_id", String(16), nullable=False),
+        Column("level", Integer(), nullable=False),
+        Column("claimed_at", UTCDateTime(), nullable=False),
+        PrimaryKeyConstraint("request_id", "level", name="pk_gpuops_escalations"),
+    )
+    metadata.create_all(conn)
+
+
+def v18_staged_plans(conn: Connection) -> None:
     # Staged scale (SPEC §14): one plan per change request sent in steps, and each step's
     # state; every move writes both in one transaction (bot.core.lifecycle.plans).
     metadata = MetaData()

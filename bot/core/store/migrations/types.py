@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from sqlalchemy import (
     JSON,
@@ -45,7 +44,7 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.astimezone(UTC)
 
 
-def json_type() -> TypeEngine[Any]:
+def json_type() -> JSON:
     """JSON column type: JSONB on PostgreSQL, JSON text elsewhere."""
     return JSON().with_variant(JSONB(), "postgresql")
 

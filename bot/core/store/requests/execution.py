@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -47,7 +46,7 @@ class ExecutionMixin(FastPathMixin):
         max_call_seconds: float,
         audit: AuditRow,
         fence: Lease | None = None,
-        **updates: Any,
+        **updates: object,
     ) -> Started:
         """Start sending an approved change, in one transaction: take its lease (or, with
         ``fence``, keep the one taken by ``claim_execution``), lock its cluster with the
@@ -152,7 +151,7 @@ class ExecutionMixin(FastPathMixin):
         to: RequestState,
         cluster: ClusterRef,
         audit: AuditRow,
-        **updates: Any,
+        **updates: object,
     ) -> ChangeRequestRecord | None:
         """End a request whose executor is gone, in one transaction: take its lease (which
         fences that executor's writes off: the token grows), move it under that lease, audit
@@ -218,14 +217,14 @@ class ExecutionMixin(FastPathMixin):
         return status, done
 
     async def _outcome_missed(
-        self, conn: AsyncConnection, request_id: str, values: dict[str, Any]
+        self, conn: AsyncConnection, request_id: str, values: dict[str, object]
     ) -> tuple[OutcomeRecorded, ChangeRequestRecord | None]:
         """The outcome's write found the request elsewhere: already recorded, an
         ``unknown`` to correct, fenced off, or missing."""
         current = await get_in(conn, request_id)
         if current is None:
             return OutcomeRecorded.MISSING, None
-        to = RequestState(values["state"])
+        to = RequestState(str(values["state"]))
         same = to not in KNOWN_OUTCOMES or current.result_message == values["result_message"]
         if current.state == to and same:
             return OutcomeRecorded.ALREADY_RECORDED, current

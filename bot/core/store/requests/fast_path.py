@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from datetime import datetime, timedelta
-from typing import Any, Unpack
+from typing import Unpack
 
+from sqlalchemy.engine import RowMapping
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -55,7 +56,7 @@ class FastPathMixin(StoreBase):
         self,
         conn: AsyncConnection,
         request_id: str,
-        values: Mapping[str, Any],
+        values: Mapping[str, object],
         audit: AuditRow | None,
         **where: Unpack[Where],
     ) -> ChangeRequestRecord | None:
@@ -68,7 +69,7 @@ class FastPathMixin(StoreBase):
             now = utcnow()
             audited = audit
 
-            async def move(prev_hash: str) -> tuple[Any, TriggerWork]:
+            async def move(prev_hash: str) -> tuple[RowMapping | None, TriggerWork]:
                 work = TriggerWork(audit=audit_work(audited, now, prev_hash))
                 written = {**values, "last_transition": work.as_column()}
                 return await update_row_in(conn, request_id, written, now=now, **where), work
@@ -80,8 +81,8 @@ class FastPathMixin(StoreBase):
         return record_of(row)
 
     async def _open_in_one(
-        self, conn: AsyncConnection, params: dict[str, Any], entry: AuditRow
-    ) -> Any:
+        self, conn: AsyncConnection, params: dict[str, object], entry: AuditRow
+    ) -> RowMapping | None:
         """PostgreSQL: the new row and its audit entry as one statement (None: its id is
         taken, nothing written)."""
         statement = open_statement(tuple(sorted(params)))
@@ -99,8 +100,10 @@ class FastPathMixin(StoreBase):
         return self._chain_hint
 
     async def _in_one(
-        self, conn: AsyncConnection, statement: Callable[[str], Awaitable[tuple[Any, TriggerWork]]]
-    ) -> Any:
+        self,
+        conn: AsyncConnection,
+        statement: Callable[[str], Awaitable[tuple[RowMapping | None, TriggerWork]]],
+    ) -> RowMapping | None:
         """Run ``statement``, one whose triggers append an audit entry hashed over the head
         hash it is given, until that was still the head (another process may have moved
         it, or a rolled-back transaction the hint): its row, None if it wrote none."""
@@ -121,7 +124,7 @@ class FastPathMixin(StoreBase):
         self,
         conn: AsyncConnection,
         request_id: str,
-        values: dict[str, Any],
+        values: dict[str, object],
         asked: StartAsked,
         audit: AuditRow,
         cluster: ClusterRef,
@@ -151,11 +154,11 @@ class FastPathMixin(StoreBase):
         self,
         conn: AsyncConnection,
         request_id: str,
-        values: dict[str, Any],
+        values: dict[str, object],
         asked: StartAsked,
         audit: AuditRow,
         now: datetime,
-    ) -> Any:
+    ) -> RowMapping | None:
         until = now + timedelta(seconds=asked.ttl_seconds)
         fence = asked.fence
         taken = LeaseWork(name=asked.lease_name, holder=asked.holder, until=sqlite_time(until))
@@ -164,7 +167,7 @@ class FastPathMixin(StoreBase):
             calls_until=sqlite_time(now + timedelta(seconds=asked.max_call_seconds)),
         )
 
-        async def start(prev_hash: str) -> tuple[Any, TriggerWork]:
+        async def start(prev_hash: str) -> tuple[RowMapping | None, TriggerWork]:
             work = TriggerWork(
                 lease=taken if fence is None else None,
                 lock=lock,
@@ -188,7 +191,7 @@ class FastPathMixin(StoreBase):
         conn: AsyncConnection,
         request_id: str,
         fence: Lease | None,
-        values: dict[str, Any],
+        values: dict[str, object],
         from_states: Collection[RequestState],
         audit: AuditRow,
         cluster: ClusterRef,
@@ -210,7 +213,7 @@ class FastPathMixin(StoreBase):
             release = ReleaseWork(name=fence.name, holder=fence.holder, released=released)
         now = utcnow()
 
-        async def finish(prev_hash: str) -> tuple[Any, TriggerWork]:
+        async def finish(prev_hash: str) -> tuple[RowMapping | None, TriggerWork]:
             work = TriggerWork(
                 unlock=True, release=release, audit=audit_work(audit, now, prev_hash)
             )
@@ -230,12 +233,12 @@ class FastPathMixin(StoreBase):
 async def _start_on_postgres(
     conn: AsyncConnection,
     request_id: str,
-    values: dict[str, Any],
+    values: dict[str, object],
     asked: StartAsked,
     audit: AuditRow,
     cluster: ClusterRef,
     now: datetime,
-) -> Any:
+) -> RowMapping | None:
     fence = asked.fence
     moved, params = update_call(
         request_id, values, from_states=(RequestState.APPROVED,), fence=fence, now=now

@@ -3,10 +3,11 @@ the others open on its cluster, in one transaction."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Required, TypedDict, Unpack
 
+from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from bot.core.store.engine import require_aware, utcnow
@@ -28,6 +29,26 @@ from bot.core.store.trigger_work import (
 _REQUEST_ID_ATTEMPTS = 8
 
 
+class NewRequestColumns(TypedDict, total=False):
+    """A new request's columns (``OpeningMixin.open_request``)."""
+
+    provider: Required[str]
+    project: Required[str]
+    cluster_id: Required[str]
+    cluster_name: Required[str]
+    action: Required[str]
+    plan: Required[Mapping[str, object]]
+    kinds: Required[Sequence[str]]
+    needs_approval: Required[bool]
+    requester: Required[str]
+    channel: Required[str]
+    reason: Required[str | None]
+    expires_at: Required[datetime | None]
+    revert_of: str | None
+    run_at: datetime | None
+    approvals: Mapping[str, object] | None
+
+
 class OpeningMixin(FastPathMixin):
     async def open_request(
         self,
@@ -36,7 +57,7 @@ class OpeningMixin(FastPathMixin):
         audit: AuditRow | None = None,
         step: str | None = None,
         state: RequestState = RequestState.PENDING,
-        **columns: Any,
+        **columns: Unpack[NewRequestColumns],
     ) -> tuple[ChangeRequestRecord, list[OpenBeside]]:
         """Store a new request (``columns``: provider, project, cluster_id, cluster_name,
         action, plan, kinds, needs_approval, requester, channel, reason, expires_at, and
@@ -49,7 +70,7 @@ class OpeningMixin(FastPathMixin):
         require_aware("run_at", columns.get("run_at"))
         now = utcnow()
         approvals = columns.pop("approvals", None)
-        values: dict[str, Any] = {
+        values: dict[str, object] = {
             **columns,
             "created_at": now,
             "updated_at": now,
@@ -60,12 +81,13 @@ class OpeningMixin(FastPathMixin):
             "version": 1,
             "approvals": dict(approvals) if approvals is not None else None,
         }
-        values.setdefault("revert_of", None)
-        values["revert_slot"] = values["revert_of"]  # one revert per request: its index
+        revert_of = columns.get("revert_of")
+        values["revert_of"] = revert_of
+        values["revert_slot"] = revert_of  # one revert per request: its index
         values.setdefault("run_at", None)
         values["step_id"] = step or ""  # known: "" is none (None is "not known")
         for _ in range(_REQUEST_ID_ATTEMPTS):
-            async with self._begin() as conn, revert_slot_taken(values["revert_of"]):
+            async with self._begin() as conn, revert_slot_taken(revert_of):
                 others = await self._beside_in(conn, values, beside)
                 params = {**values, "id": new_request_id()}
                 entry = None
@@ -82,11 +104,11 @@ class OpeningMixin(FastPathMixin):
     async def _insert_in(
         self,
         conn: AsyncConnection,
-        params: dict[str, Any],
+        params: dict[str, object],
         entry: AuditRow | None,
         now: datetime,
         step: str | None,
-    ) -> Any:
+    ) -> RowMapping | None:
         """The new row (None: its id is taken), linked to ``step``, with ``entry`` appended:
         in the INSERT's one statement (SQLite: by its trigger; PostgreSQL: a WITH chain),
         or, to a step on PostgreSQL, after the link, so the chain head is taken last."""
@@ -101,7 +123,7 @@ class OpeningMixin(FastPathMixin):
             return row
         audited = entry
 
-        async def insert(prev_hash: str) -> tuple[Any, TriggerWork]:
+        async def insert(prev_hash: str) -> tuple[RowMapping | None, TriggerWork]:
             work = TriggerWork(audit=audit_work(audited, now, prev_hash))
             written = {**params, "last_transition": work.as_column()}
             return (await conn.execute(INSERT["sqlite"], written)).mappings().first(), work
@@ -112,7 +134,7 @@ class OpeningMixin(FastPathMixin):
         return row
 
     async def _beside_in(
-        self, conn: AsyncConnection, values: Mapping[str, Any], beside: Collection[RequestState]
+        self, conn: AsyncConnection, values: Mapping[str, object], beside: Collection[RequestState]
     ) -> list[OpenBeside]:
         if not beside:
             return []

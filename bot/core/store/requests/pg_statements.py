@@ -13,7 +13,6 @@ Statements are built once per shape (the columns a caller sets)."""
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 from sqlalchemy import CTE, Insert, Select, Update, bindparam, select, true
 from sqlalchemy.dialects import postgresql
@@ -31,11 +30,11 @@ from bot.core.store.tables import change_requests
 AUDIT_PREFIX = "a_"  # the audit entry's parameters, apart from the business rows'
 
 
-def audit_params(row: AuditRow) -> dict[str, Any]:
+def audit_params(row: AuditRow) -> dict[str, object]:
     return append_params(row, AUDIT_PREFIX)
 
 
-def _audited(written: CTE, *after: CTE, lease: CTE | None = None) -> Select[Any]:
+def _audited(written: CTE, *after: CTE, lease: CTE | None = None) -> Select[tuple[object, ...]]:
     """``written``'s row (with ``lease``: and its token as ``lease_token``), with the audit
     entry appended after it and ``after``, when ``written`` returned a row."""
     appended, head_moved = postgres_append_ctes((written, *after), AUDIT_PREFIX)
@@ -48,13 +47,13 @@ def _audited(written: CTE, *after: CTE, lease: CTE | None = None) -> Select[Any]
 
 
 @functools.lru_cache(maxsize=128)
-def transition_statement(moved: Update) -> Select[Any]:
+def transition_statement(moved: Update) -> Select[tuple[object, ...]]:
     """``moved`` (the request row's compare-and-set) with its audit entry."""
     return _audited(moved.cte("moved"))
 
 
 @functools.lru_cache(maxsize=16)
-def open_statement(columns: tuple[str, ...]) -> Select[Any]:
+def open_statement(columns: tuple[str, ...]) -> Select[tuple[object, ...]]:
     """The request row (parameters ``n_<column>``; nothing when its id is taken) with its
     audit entry."""
     values = {name: bindparam(f"n_{name}", type_=change_requests.c[name].type) for name in columns}
@@ -68,7 +67,7 @@ def open_statement(columns: tuple[str, ...]) -> Select[Any]:
 
 
 @functools.lru_cache(maxsize=64)
-def start_statement(moved: Update, *, fenced: bool) -> Select[Any]:
+def start_statement(moved: Update, *, fenced: bool) -> Select[tuple[object, ...]]:
     """The execution lease taken (unless ``fenced``: kept from ``claim_execution``), the
     cluster locked with the call deadline, ``moved`` (the request row's update, to
     ``executing``) once both are this request's, and its audit entry; the row with the
@@ -82,7 +81,7 @@ def start_statement(moved: Update, *, fenced: bool) -> Select[Any]:
 
 
 @functools.lru_cache(maxsize=64)
-def finish_statement(moved: Update, *, releases: bool) -> Select[Any]:
+def finish_statement(moved: Update, *, releases: bool) -> Select[tuple[object, ...]]:
     """``moved`` (the request row's update to how it ended), then its cluster freed, its
     lease released (``releases``) and its audit entry."""
     gated = moved.cte("moved")

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import (
     Integer,
+    Select,
     bindparam,
     func,
     select,
@@ -91,7 +91,9 @@ class ReadsMixin(StoreBase):
         """``requester``'s scheduled requests not sent or ended yet, soonest first."""
         return await self._listed(_SCHEDULED, {"b_requester": requester, "b_limit": limit})
 
-    async def _listed(self, statement: Any, params: dict[str, Any]) -> list[ChangeRequestRecord]:
+    async def _listed(
+        self, statement: Select[tuple[object, ...]], params: Mapping[str, object]
+    ) -> list[ChangeRequestRecord]:
         async with self._begin() as conn:
             rows = (await conn.execute(statement, params)).mappings().all()
         return [ChangeRequestRecord.model_validate(dict(row)) for row in rows]

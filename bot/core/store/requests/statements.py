@@ -19,6 +19,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from bot.core.store.engine import utcnow
@@ -36,11 +37,11 @@ from bot.core.store.records import (
 from bot.core.store.tables import change_requests, leases, workflow_steps
 
 
-def validated_updates(updates: Mapping[str, Any]) -> dict[str, Any]:
+def validated_updates(updates: Mapping[str, object]) -> dict[str, object]:
     return MutableFields.model_validate(dict(updates)).model_dump(exclude_unset=True)
 
 
-def record_of(row: Any) -> ChangeRequestRecord | None:
+def record_of(row: RowMapping | None) -> ChangeRequestRecord | None:
     return None if row is None else ChangeRequestRecord.model_validate(dict(row))
 
 
@@ -67,7 +68,7 @@ def state_values(states: Collection[RequestState]) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=16)
-def beside_statement(states: tuple[str, ...]) -> Select[Any]:
+def beside_statement(states: tuple[str, ...]) -> Select[tuple[str, str]]:
     """The requests on a cluster (``:project``, ``:cluster``) in one of ``states``: their id
     and state alone (with hundreds scheduled on a cluster, each row's plan and approvals
     would be read and parsed for nothing)."""
@@ -142,7 +143,7 @@ class Where(TypedDict, total=False):
 
 
 async def update_in(
-    conn: AsyncConnection, request_id: str, values: Mapping[str, Any], **where: Unpack[Where]
+    conn: AsyncConnection, request_id: str, values: Mapping[str, object], **where: Unpack[Where]
 ) -> ChangeRequestRecord | None:
     return record_of(await update_row_in(conn, request_id, values, **where))
 
@@ -150,14 +151,14 @@ async def update_in(
 async def update_row_in(
     conn: AsyncConnection,
     request_id: str,
-    values: Mapping[str, Any],
+    values: Mapping[str, object],
     *,
     from_states: Collection[RequestState] | None = None,
     fence: Lease | None = None,
     expected_version: int | None = None,
     now: datetime | None = None,
     lease_of: str | None = None,
-) -> Any:
+) -> RowMapping | None:
     """The row as the update left it (with ``lease_of``: and that lease's token), or None."""
     statement, params = update_call(
         request_id,
@@ -173,14 +174,14 @@ async def update_row_in(
 
 def update_call(
     request_id: str,
-    values: Mapping[str, Any],
+    values: Mapping[str, object],
     *,
     from_states: Collection[RequestState] | None = None,
     fence: Lease | None = None,
     expected_version: int | None = None,
     now: datetime | None = None,
     lease_of: str | None = None,
-) -> tuple[Update, dict[str, Any]]:
+) -> tuple[Update, dict[str, object]]:
     """The request row's update (``update_statement``) and its parameters."""
     fields = {**values, "updated_at": now or utcnow()}
     statement = update_statement(
@@ -190,7 +191,7 @@ def update_call(
         versioned=expected_version is not None,
         lease_token=lease_of is not None,
     )
-    params: dict[str, Any] = {f"v_{k}": v for k, v in fields.items()}
+    params: dict[str, object] = {f"v_{k}": v for k, v in fields.items()}
     params["request_id"] = normalize_request_id(request_id)
     if fence is not None:
         params.update(fence_params(fence))
@@ -206,7 +207,7 @@ async def get_in(conn: AsyncConnection, request_id: str) -> ChangeRequestRecord 
     return record_of((await conn.execute(GET, params)).mappings().first())
 
 
-def transition_values(to: RequestState, updates: Mapping[str, Any]) -> dict[str, Any]:
+def transition_values(to: RequestState, updates: Mapping[str, object]) -> dict[str, object]:
     values = validated_updates(updates)
     values["state"] = RequestState(to).value
     return values

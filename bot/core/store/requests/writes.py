@@ -4,7 +4,6 @@ an approval and a noted requirement, each one transaction with its audit entry."
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from typing import Any
 
 from bot.core.store.records import (
     AuditRow,
@@ -26,7 +25,7 @@ class WritesMixin(FastPathMixin, ReadsMixin):
         to: RequestState,
         fence: Lease | None = None,
         audit: AuditRow | None = None,
-        **updates: Any,
+        **updates: object,
     ) -> ChangeRequestRecord | None:
         """Move the request to ``to`` if, and only if, it is in one of ``from_states`` (and,
         with ``fence``, that lease is still held with that token); ``audit`` is appended in
@@ -46,7 +45,7 @@ class WritesMixin(FastPathMixin, ReadsMixin):
             )
 
     async def update_fields(
-        self, request_id: str, *, fence: Lease | None = None, **updates: Any
+        self, request_id: str, *, fence: Lease | None = None, **updates: object
     ) -> ChangeRequestRecord | None:
         """Set non-state fields (root_ts, summary_ts, result_message, …); None if no such row
         (or, with ``fence``, if that lease has changed hands)."""
@@ -62,11 +61,11 @@ class WritesMixin(FastPathMixin, ReadsMixin):
         self,
         seen: ChangeRequestRecord,
         approver: str,
-        requirement: Mapping[str, Any],
+        requirement: Mapping[str, object],
         *,
         to: RequestState,
         audit: AuditRow,
-        **updates: Any,
+        **updates: object,
     ) -> ChangeRequestRecord | None:
         """One approval as one transaction: ``approver`` added to the approvals of the
         pending request ``seen`` (and what it now needs noted), its state set to ``to``
@@ -80,8 +79,21 @@ class WritesMixin(FastPathMixin, ReadsMixin):
         values["approvals"] = {**noted, "by": approvers}
         return await self._update_pending(seen, values, audit)
 
+    async def confirm_request(
+        self, seen: ChangeRequestRecord, *, to: RequestState, audit: AuditRow, **updates: object
+    ) -> ChangeRequestRecord | None:
+        """An agent's proposal confirmed by its requester, as one transaction: ``confirm``
+        set to "confirmed", the state set to ``to`` (``approved`` when it needs no approval,
+        else it stays ``pending`` for its approvers) with ``updates``, and ``audit``
+        appended, compare-and-set on ``seen``'s version: None when it moved meanwhile (a
+        second click, a cancel, its expiry)."""
+        if seen.confirm != "awaiting":
+            return None
+        values = transition_values(to, {**updates, "confirm": "confirmed"})
+        return await self._update_pending(seen, values, audit)
+
     async def note_requirement(
-        self, seen: ChangeRequestRecord, requirement: Mapping[str, Any], audit: AuditRow
+        self, seen: ChangeRequestRecord, requirement: Mapping[str, object], audit: AuditRow
     ) -> ChangeRequestRecord | None:
         """Note what approving a pending request takes now (a policy reload changed it: the
         approvals so far, a break glass among them, stay), with its audit entry, compare-
@@ -91,7 +103,7 @@ class WritesMixin(FastPathMixin, ReadsMixin):
         return await self._update_pending(seen, values, audit)
 
     async def _update_pending(
-        self, seen: ChangeRequestRecord, values: dict[str, Any], audit: AuditRow
+        self, seen: ChangeRequestRecord, values: Mapping[str, object], audit: AuditRow
     ) -> ChangeRequestRecord | None:
         """Write ``values`` and ``audit`` (named after the request) in one transaction if the
         request is still pending at the version ``seen`` has; None when it moved meanwhile."""
