@@ -21,6 +21,20 @@ import psutil  # type: ignore[import-untyped]
 _OWN_PREFIXES = ("SLACK_", "GPUOPS_", "TOGETHER_", "E2E_")
 
 
+class NotReady(RuntimeError):
+    """A child did not answer ``/healthz`` in time: on this shared machine, mostly a sign
+    that its cores were saturated (the message says the load)."""
+
+
+def machine_load() -> str:
+    """``load average 14.4 / 16.3 / 15.4 on 2 cores (saturated)``: said with every figure a
+    busy machine may have made."""
+    loads = os.getloadavg()
+    cores = os.cpu_count() or 1
+    verdict = " (saturated)" if loads[0] >= cores else ""
+    return f"load average {' / '.join(f'{x:.1f}' for x in loads)} on {cores} cores{verdict}"
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -116,7 +130,9 @@ class Child:
                         self.ready_seconds = time.perf_counter() - self.started
                         return self.ready_seconds
                 await asyncio.sleep(0.01)
-        raise RuntimeError(f"{self.name} not ready after {within}s: {self.tail()}")
+        raise NotReady(
+            f"{self.name} not ready after {within:g} s ({machine_load()}): {self.tail()}"
+        )
 
     def rss(self, children: list[psutil.Process] | None = None) -> int:
         """Resident memory of the process and its children (found now unless given)."""

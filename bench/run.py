@@ -17,6 +17,7 @@ from pathlib import Path
 
 from bench.driver import BenchConfig, run_benchmark
 from bench.postgres import PostgresMissing
+from bench.procs import NotReady
 from bench.report import Targets, write
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
@@ -91,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         report = asyncio.run(run_benchmark(config))
     except PostgresMissing as exc:
         print(f"\nbench: {exc}", file=sys.stderr)
+        return 1
+    except NotReady as exc:  # nothing measured: say why rather than a traceback
+        print(f"\nbench: not measurable here: {exc}", file=sys.stderr)
         return 1
     print()
     print(write(report, args.out, with_plot=not args.no_plot))

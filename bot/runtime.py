@@ -42,7 +42,6 @@ from bot.core.watch.reservations import ReminderDesk
 from bot.core.watch.watcher import Watcher
 from bot.mcp.http import McpEndpoint, bearer_token
 from bot.mcp.server import TokenOf, Tools, build_server
-from bot.metrics import render_metrics
 from bot.providers.catalog import Catalog
 from bot.providers.installed import load_catalog
 from bot.redact import install_log_redaction, register_secret
@@ -53,7 +52,7 @@ from bot.slack.bolt_context import Services
 from bot.slack.builder_steps import SlackStepPort
 from bot.slack.directory import SlackEmailDirectory
 from bot.slack.home import HomePublisher
-from bot.slack.http_server import HttpLimits, limit_middlewares
+from bot.slack.http_server import HttpLimits, add_ops_routes, limit_middlewares
 from bot.slack.messenger import Messenger, build_web_client, slack_http_session
 from bot.slack.notifier import SlackNotifier
 from bot.slack.startup import Backoff, BotIdentity, Readiness, check_bot_token
@@ -120,17 +119,12 @@ class Runtime:
             holder,
             SlackUserGroupResolver(web_client, ttl_seconds=settings.gpuops_usergroup_cache_seconds),
         )
-        roster = OnCallRoster(
-            holder,
-            OnCallClients(
-                environment.get,
-                settings.gpuops_oncall_base_urls,
-                deadline=settings.gpuops_oncall_deadline,
-            ),
-            SlackEmailDirectory(web_client),
-            cache_seconds=settings.gpuops_oncall_cache_seconds,
+        clients = OnCallClients.of(settings, environment)
+        directory = SlackEmailDirectory(web_client)
+        cache = settings.gpuops_oncall_cache_seconds
+        oncall = OnCallGate(
+            OnCallRoster(holder, clients, directory, cache_seconds=cache), authorizer
         )
-        oncall = OnCallGate(roster, authorizer)
         access = Access(authorizer=authorizer, store=store, adapter_for=registry, oncall=oncall)
         home_builder = HomeBuilder(authorizer, store, registry, fleet=access.fleet, oncall=oncall)
         home_refresher = HomeRefresher(
@@ -145,7 +139,8 @@ class Runtime:
             access=access,
             store=store,
             notifier=FanOutNotifier(
-                SlackNotifier(messenger, copies=_copies_of(store)), [home_refresher, completer]
+                SlackNotifier(messenger, copies=store.approval_copy_refs),
+                [home_refresher, completer],
             ),
             instance_id=instance,
             poll_seconds=settings.gpuops_poll_seconds,
@@ -332,15 +327,6 @@ class Runtime:
             await self.web_client.session.close()
 
 
-def _copies_of(store: Store) -> Callable[[str], Awaitable[list[tuple[str, str]]]]:
-    """Where a request's prompt was copied by DM (SPEC §16), for the notifier's edits."""
-
-    async def copies(request_id: str) -> list[tuple[str, str]]:
-        return [(c.channel, c.ts) for c in await store.approval_copies(request_id)]
-
-    return copies
-
-
 def _policy_readier(
     registry: AdapterRegistry, environment: Mapping[str, str]
 ) -> Callable[[Policy], None]:
@@ -383,28 +369,3 @@ def _provider_registry(
         for variable in project.section.credential_variables():
             register_secret(environment.get(variable))
     return registry
-
-
-def add_ops_routes(
-    app: web.Application,
-    healthy: Callable[[], Awaitable[bool]],
-    readiness: Readiness | None = None,
-) -> None:
-    """``GET /healthz`` (503 when not healthy or not ready yet, with the reason) and
-    ``GET /metrics`` (Prometheus text)."""
-
-    async def healthz(_: web.Request) -> web.Response:
-        if readiness is not None and readiness.reason is not None:
-            return web.json_response({"ok": False, "reason": readiness.reason}, status=503)
-        ok = await healthy()
-        return web.json_response({"ok": ok}, status=200 if ok else 503)
-
-    async def metrics(_: web.Request) -> web.Response:
-        return web.Response(
-            body=render_metrics(),
-            content_type="text/plain",
-            headers={"X-Content-Type-Options": "nosniff"},
-        )
-
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/metrics", metrics)

@@ -137,7 +137,8 @@ async def mcp_mode(host: str, port: int | None, catalog: Catalog) -> None:
     from bot.config import Settings
     from bot.mcp.http import McpEndpoint, bearer_token, serving
     from bot.mcp.server import build_server
-    from bot.runtime import Runtime, add_ops_routes
+    from bot.runtime import Runtime
+    from bot.slack.http_server import add_ops_routes
 
     settings = settings_or_exit()
     assert isinstance(settings, Settings)
@@ -173,8 +174,9 @@ async def socket_mode(host: str, port: int, catalog: Catalog) -> None:
     from aiohttp import web
 
     from bot.config import Settings
-    from bot.runtime import Runtime, add_ops_routes
+    from bot.runtime import Runtime
     from bot.slack.deadline import DeadlineSocketModeHandler
+    from bot.slack.http_server import add_ops_routes
 
     settings = settings_or_exit()
     assert isinstance(settings, Settings)

@@ -12,7 +12,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import datetime
 
-from bot.core.notifier import Notifier, RequestEvent, Tone
+from bot.core.notifier import Notifier, QuietNotifier, RequestEvent, Tone
 from bot.core.store import ChangeRequestRecord
 from bot.metrics import HOME_PUBLISHES
 from bot.providers.base import ClusterSummary
@@ -24,7 +24,7 @@ Publish = Callable[[str], Awaitable[None]]
 MayApprove = Callable[[str, ChangeRequestRecord], Awaitable[bool]]
 
 
-class HomeRefresher:
+class HomeRefresher(QuietNotifier):
     """Republishes Home tabs when requests change; implements the Notifier port as a reader
     (it shows nothing in a channel: its handles are empty).
 
@@ -139,25 +139,8 @@ class HomeRefresher:
         if event.left_pending:  # it leaves the approvers' lists
             self._refresh_approvers(record)
 
-    async def follow_up_note(self, record: ChangeRequestRecord, text: str, tone: Tone) -> None:
-        return None
-
     async def result(self, record: ChangeRequestRecord, summary: ClusterSummary) -> str | None:
         self._refresh([record.requester])
-        return None
-
-    async def status(
-        self, record: ChangeRequestRecord, summary: ClusterSummary, as_of: datetime
-    ) -> None:
-        return None
-
-    async def mirror(self, record: ChangeRequestRecord, headline: str, channel: str) -> str | None:
-        return None
-
-    async def mirror_edit(self, record: ChangeRequestRecord, channel: str, ts: str) -> None:
-        return None
-
-    async def policy_kept(self, channel: str, text: str) -> None:
         return None
 
 

@@ -99,3 +99,37 @@ class Notifier(Protocol):
         """Tell a notify channel that a policy file was refused and the policy in force
         stays (``text`` says why); a failure is logged, not raised."""
         ...
+
+
+class QuietNotifier:
+    """A Notifier that shows nothing: a reader that reacts to a few events (App Home, the
+    Workflow Builder step) derives from it and overrides those."""
+
+    async def request_opened(self, record: ChangeRequestRecord) -> str:
+        return ""
+
+    async def approval_requested(self, record: ChangeRequestRecord, expire_minutes: int) -> str:
+        return ""
+
+    async def request_changed(self, record: ChangeRequestRecord, event: RequestEvent) -> None:
+        return None
+
+    async def follow_up_note(self, record: ChangeRequestRecord, text: str, tone: Tone) -> None:
+        return None
+
+    async def result(self, record: ChangeRequestRecord, summary: ClusterSummary) -> str | None:
+        return None
+
+    async def status(
+        self, record: ChangeRequestRecord, summary: ClusterSummary, as_of: datetime
+    ) -> None:
+        return None
+
+    async def mirror(self, record: ChangeRequestRecord, headline: str, channel: str) -> str | None:
+        return None
+
+    async def mirror_edit(self, record: ChangeRequestRecord, channel: str, ts: str) -> None:
+        return None
+
+    async def policy_kept(self, channel: str, text: str) -> None:
+        return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
+from typing import Unpack
 
 from bot.core.access import Access, Refusal, invalid_change
 from bot.core.agents.tokens import DEFAULT_CALLS_PER_MINUTE, Tokens
@@ -30,7 +31,7 @@ from bot.core.ask.reading import ReadCommand, Reader
 from bot.core.authorizer import one_authorization
 from bot.core.policy import Role
 from bot.core.queries import Queries
-from bot.core.requests.deciders import Decision
+from bot.core.requests.deciders import DecisionClick
 from bot.core.requests.decisions import NeedsBreakGlass
 from bot.core.requests.workflow import ChangeWorkflow
 from bot.core.staged.controls import PlanVerb
@@ -103,27 +104,11 @@ class CommandService:
         task.add_done_callback(_forget_late(self._late))
         raise StoreUnavailable(store.database, f"no answer within {DEDUP_SECONDS:g} s")
 
-    async def decide(
-        self,
-        *,
-        user: str,
-        channel: str,
-        request_id: str,
-        decision: Decision,
-        break_glass_reason: str | None = None,
-        reason: str | None = None,
-    ) -> Reply | NeedsBreakGlass | None:
+    async def decide(self, **click: Unpack[DecisionClick]) -> Reply | NeedsBreakGlass | None:
         """Approve, deny or cancel a request (ChangeWorkflow.decide)."""
         try:
             with one_authorization():
-                return await self.workflow.decide(
-                    user=user,
-                    channel=channel,
-                    request_id=request_id,
-                    decision=decision,
-                    break_glass_reason=break_glass_reason,
-                    reason=reason,
-                )
+                return await self.workflow.decide(**click)
         except StoreUnavailable as exc:
             return _store_down("a decision", exc)
 

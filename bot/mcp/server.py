@@ -27,6 +27,7 @@ from bot.core.api import (
     StoreUnavailable,
     TokenRefused,
 )
+from bot.redact import install_log_redaction
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +130,9 @@ def build_server(tools: Tools) -> MCPServer[object]:
     server: MCPServer[object] = MCPServer(
         "gpuops", instructions=INSTRUCTIONS, log_level="WARNING", warn_on_duplicate_tools=False
     )
+    # The SDK configures logging when nothing has yet (logging.basicConfig): whatever
+    # handler the root has now masks secrets too.
+    install_log_redaction()
     desk = tools.desk
 
     @server.tool(description="List the GPU clusters you may see, by project (paged).")

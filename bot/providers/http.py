@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TypeAlias
+from typing import TypeAlias, TypedDict, Unpack
 
 import httpx
 import stamina
@@ -38,6 +38,14 @@ log = logging.getLogger(__name__)
 
 # A query parameter's value, as httpx takes it.
 QueryValue: TypeAlias = str | int | float | bool | None
+
+
+class Sent(TypedDict, total=False):
+    """What a call sends past its method and path: query parameters, a JSON body."""
+
+    params: Mapping[str, QueryValue] | None
+    json: object
+
 
 USER_AGENT = f"python-httpx/{httpx.__version__}"  # as AsyncClient sent it
 
@@ -202,31 +210,16 @@ class ProviderTransport:
         return response
 
     async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        operation: Operation,
-        mode: RetryMode,
-        params: Mapping[str, QueryValue] | None = None,
-        json: object = None,
+        self, method: str, path: str, *, operation: Operation, mode: RetryMode, **sent: Unpack[Sent]
     ) -> httpx.Response:
         async with waiting_elsewhere():  # a paced command's slot is free meanwhile
-            return await self._request(
-                method, path, operation=operation, mode=mode, params=params, json=json
-            )
+            return await self._request(method, path, operation, mode, sent)
 
     async def _request(
-        self,
-        method: str,
-        path: str,
-        *,
-        operation: Operation,
-        mode: RetryMode,
-        params: Mapping[str, QueryValue] | None,
-        json: object,
+        self, method: str, path: str, operation: Operation, mode: RetryMode, sent: Sent
     ) -> httpx.Response:
-        query = {**self.auth_params, **(params or {})}
+        query = {**self.auth_params, **(sent.get("params") or {})}
+        json = sent.get("json")
         s = self.settings
         attempt_no = 0
         try:
@@ -277,24 +270,12 @@ class ProviderTransport:
             # The request never reached the server: always safe to try again.
             raise _Retry(error=self._connection_error(exc)) from None
         except (httpx.TimeoutException, TimeoutError):
-            timeout: ProviderError = ProviderTimeout(
-                f"no answer within {self.settings.total_timeout:g} s",
-                provider=self.provider,
-                may_have_applied=mode is not RetryMode.READ,
-            )
-            if mode is RetryMode.READ:
-                raise _Retry(error=timeout) from None
-            raise timeout from None
+            text = f"no answer within {self.settings.total_timeout:g} s"
+            raise self._maybe_sent(ProviderTimeout, text, mode) from None
         except httpx.TransportError as exc:
             # The connection broke after the request may have been sent.
-            error = ProviderConnectionError(
-                f"connection failed during the request ({type(exc).__name__})",
-                provider=self.provider,
-                may_have_applied=mode is not RetryMode.READ,
-            )
-            if mode is RetryMode.READ:
-                raise _Retry(error=error) from None
-            raise error from None
+            text = f"connection failed during the request ({type(exc).__name__})"
+            raise self._maybe_sent(ProviderConnectionError, text, mode) from None
         finally:
             PROVIDER_LATENCY.labels(self.provider, operation).observe(time.perf_counter() - started)
         if response.status_code in _RETRYABLE_STATUS[mode]:
@@ -305,6 +286,12 @@ class ProviderTransport:
                 )
             raise _Retry(response=response, wait=wait)
         return response
+
+    def _maybe_sent(self, kind: type[ProviderError], text: str, mode: RetryMode) -> GpuopsError:
+        """A failure after the request may have reached the server: tried again for a read,
+        else raised as it is (a write may have been applied)."""
+        error = kind(text, provider=self.provider, may_have_applied=mode is not RetryMode.READ)
+        return _Retry(error=error) if mode is RetryMode.READ else error
 
     def _connection_error(self, exc: Exception) -> ProviderConnectionError:
         return ProviderConnectionError(

@@ -16,11 +16,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 from aiohttp.web_protocol import RequestHandler
 from pydantic import BaseModel, ConfigDict, Field
+
+from bot.metrics import render_metrics
+from bot.slack.startup import Readiness
 
 log = logging.getLogger(__name__)
 
@@ -151,3 +155,28 @@ def limit_middlewares(limits: HttpLimits) -> list[Middleware]:
         return await handler(request)
 
     return [read_body_in_time]
+
+
+def add_ops_routes(
+    app: web.Application,
+    healthy: Callable[[], Awaitable[bool]],
+    readiness: Readiness | None = None,
+) -> None:
+    """``GET /healthz`` (503 when not healthy or not ready yet, with the reason) and
+    ``GET /metrics`` (Prometheus text)."""
+
+    async def healthz(_: web.Request) -> web.Response:
+        if readiness is not None and readiness.reason is not None:
+            return web.json_response({"ok": False, "reason": readiness.reason}, status=503)
+        ok = await healthy()
+        return web.json_response({"ok": ok}, status=200 if ok else 503)
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(
+            body=render_metrics(),
+            content_type="text/plain",
+            headers={"X-Content-Type-Options": "nosniff"},
+        )
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics)

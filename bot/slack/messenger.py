@@ -7,25 +7,31 @@ handler (a 429 was not processed); any other failure becomes a SlackDeliveryErro
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO
 
 import aiohttp
 import stamina
 from slack_sdk.errors import SlackApiError, SlackClientError
-from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.errors import GpuopsError
 from bot.metrics import SLACK_API_ERRORS
 from bot.pacing import waiting_elsewhere
 from bot.redact import redact
-from bot.slack.calls import count_slack_calls
 from bot.slack.render.primitives import SlackMessage, channel_ref
+from bot.slack.upload_bytes import (
+    NOT_CONNECTED,
+    UPLOAD_CONNECT_ATTEMPTS,
+    FileUpload,
+    nothing_sent,
+    post_bytes,
+)
+from bot.slack.web_client import SLACK_TIMEOUT_SECONDS as SLACK_TIMEOUT_SECONDS
+from bot.slack.web_client import build_web_client as build_web_client
+from bot.slack.web_client import slack_http_session as slack_http_session
 
 log = logging.getLogger(__name__)
 
@@ -59,24 +65,6 @@ class SlackDeliveryError(GpuopsError):
         super().__init__(f"{method} failed: {code}")
 
 
-SLACK_TIMEOUT_SECONDS = 10
-UPLOAD_TIMEOUT_SECONDS = 120  # the bytes of a file: a week's timeline can be megabytes
-UPLOAD_CONNECT_ATTEMPTS = 3  # an upload POST whose connection was never made is tried again
-
-
-@dataclass(frozen=True)
-class FileUpload:
-    """A file to share: ``content`` is read from where it is (``length`` bytes from there)."""
-
-    channel: str
-    filename: str
-    title: str
-    content: BinaryIO
-    length: int
-    initial_comment: str
-    thread_ts: str | None = None
-
-
 _EXPLANATION_MAX = 1000
 
 
@@ -89,40 +77,6 @@ def _slack_explains(exc: SlackApiError) -> str:
         return ""
     text = "; ".join(str(m) for m in messages)
     return " — " + redact(text[:_EXPLANATION_MAX])
-
-
-def slack_http_session() -> aiohttp.ClientSession:
-    """One HTTP session (kept-alive connections) for every Web API call of the process;
-    without one, slack_sdk opens and closes a session and a TCP connection per call.
-    Create it inside the running event loop and close it on shutdown."""
-    return aiohttp.ClientSession(
-        timeout=aiohttp.ClientTimeout(total=SLACK_TIMEOUT_SECONDS),
-        middlewares=(count_slack_calls,),
-    )
-
-
-def _web_client_logger() -> logging.Logger:
-    """slack_sdk's client logger, set to the level it logs at now (as Bolt sets its own).
-    slack_sdk tests the logger's own level (``logger.level <= DEBUG``), not the effective
-    one: left at NOTSET, every call formatted its whole request and reply into debug lines
-    that were then dropped."""
-    logger = logging.getLogger("slack_sdk.web.async_base_client")
-    logger.setLevel(logger.getEffectiveLevel())
-    return logger
-
-
-def build_web_client(
-    token: str, base_url: str, session: aiohttp.ClientSession | None = None
-) -> AsyncWebClient:
-    client = AsyncWebClient(
-        token=token,
-        base_url=base_url,
-        timeout=SLACK_TIMEOUT_SECONDS,
-        session=session,
-        logger=_web_client_logger(),
-    )
-    client.retry_handlers.append(AsyncRateLimitErrorRetryHandler(max_retry_count=2))
-    return client
 
 
 @dataclass(frozen=True)
@@ -322,13 +276,13 @@ class Messenger:
         try:
             async with waiting_elsewhere():  # a paced command's slot is free meanwhile
                 async for attempt in stamina.retry_context(
-                    on=_nothing_sent, attempts=attempts, wait_initial=0.2, wait_max=2.0
+                    on=nothing_sent, attempts=attempts, wait_initial=0.2, wait_max=2.0
                 ):
                     with attempt:
                         if seekable:
                             upload.content.seek(start)
-                        status = await _post_bytes(http, url, upload, attempt.num, attempts)
-        except _NOT_CONNECTED:
+                        status = await post_bytes(http, url, upload, attempt.num, attempts)
+        except NOT_CONNECTED:
             raise SlackDeliveryError("upload_url", "upload_unreachable", upload.channel) from None
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             SLACK_API_ERRORS.labels("upload_url", "transport").inc()
@@ -343,39 +297,6 @@ class Messenger:
             raise SlackDeliveryError("upload_url", f"http_{status}", upload.channel)
 
 
-async def _post_bytes(
-    http: aiohttp.ClientSession, url: str, upload: FileUpload, attempt: int, attempts: int
-) -> int:
-    """One POST of the bytes; its HTTP status."""
-    try:
-        async with http.post(
-            url,
-            # Read here, not handed to aiohttp as a file: it closes a file it was given when
-            # a request fails, and the next attempt reads it again from the start.
-            data=_chunks(upload.content, upload.length),
-            headers={
-                "Content-Type": "application/octet-stream",
-                "Content-Length": str(upload.length),
-            },
-            timeout=aiohttp.ClientTimeout(
-                total=UPLOAD_TIMEOUT_SECONDS, sock_connect=SLACK_TIMEOUT_SECONDS
-            ),
-        ) as response:
-            await response.read()
-            return response.status
-    except _NOT_CONNECTED as exc:
-        SLACK_API_ERRORS.labels("upload_url", "connect").inc()
-        again = attempt < attempts and _nothing_sent(exc)
-        log.warning(
-            "uploading a file: could not connect (%s), attempt %d of %d; %s",
-            redact(type(exc).__name__),
-            attempt,
-            attempts,
-            "trying again" if again else "giving up",
-        )
-        raise
-
-
 def _name_of(user: object) -> str:
     """A users.info ``user``'s display name, else its real name, else its handle."""
     if not isinstance(user, dict):
@@ -387,29 +308,3 @@ def _name_of(user: object) -> str:
             return value.strip()
     name = user.get("name")
     return name.strip() if isinstance(name, str) else ""
-
-
-_UPLOAD_CHUNK = 64 * 1024
-
-
-async def _chunks(content: BinaryIO, length: int) -> AsyncIterator[bytes]:
-    """``length`` bytes of ``content`` from where it is, read off the event loop."""
-    left = length
-    while left > 0:
-        chunk = await asyncio.to_thread(content.read, min(_UPLOAD_CHUNK, left))
-        if not chunk:
-            return
-        left -= len(chunk)
-        yield chunk
-
-
-# Errors raised before the request's first byte was written: the connection was never made.
-_NOT_CONNECTED = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
-# A certificate or TLS refusal is not a connection that failed to happen: trying again will
-# not change it.
-_NOT_TRANSIENT = (aiohttp.ClientConnectorCertificateError, aiohttp.ClientConnectorSSLError)
-
-
-def _nothing_sent(exc: Exception) -> bool:
-    """True for a connection that could not be made and may be made on another try."""
-    return isinstance(exc, _NOT_CONNECTED) and not isinstance(exc, _NOT_TRANSIENT)

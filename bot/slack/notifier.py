@@ -276,7 +276,10 @@ class SlackNotifier:
         """Edit the prompt in the thread and each of its DM copies alike."""
         if record.prompt_ts:
             await self._edit(record.channel, record.prompt_ts, message)
-        for channel, ts in await self.copies(record.id) if self.copies is not None else []:
+        # Only a request judged against on-call approvers has copies: others ask for none.
+        if self.copies is None or "oncall_now" not in (record.approvals or {}):
+            return
+        for channel, ts in await self.copies(record.id):
             await self._edit(channel, ts, dm_copy(record, message))
 
     async def _edit(self, channel: str, ts: str, message: SlackMessage) -> None:

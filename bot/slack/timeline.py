@@ -17,7 +17,8 @@ from bot.core.api import (
     shared_comment,
     store_unavailable,
 )
-from bot.slack.messenger import FileUpload, Messenger, SlackDeliveryError
+from bot.slack.messenger import Messenger, SlackDeliveryError
+from bot.slack.upload_bytes import FileUpload
 
 log = logging.getLogger(__name__)
 

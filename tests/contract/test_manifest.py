@@ -97,6 +97,8 @@ METHOD_SCOPES: dict[str, tuple[str, ...]] = {
     "chat.postMessage": ("chat:write",),
     "chat.update": ("chat:write",),
     "chat.postEphemeral": ("chat:write",),
+    # An agent's proposal links to its thread (SPEC §15): chat.getPermalink needs no scope.
+    "chat.getPermalink": (),
     "views.open": (),
     "views.update": (),
     "views.publish": (),

@@ -296,8 +296,11 @@ class AgentDesk:
         told = await self.ops.decide(
             user=caller.user, channel=record.channel, request_id=record.id, decision="cancel"
         )
+        text = _notice_text(told) if isinstance(told, Reply) else None
+        if isinstance(told, Reply) and isinstance(told.content, Notice) and told.content.error:
+            raise AgentRefused(text or f"{record.id} was not cancelled.")
         after = await self.access.store.get_request(record.id) or record
-        return request_answer(after, told=_notice_text(told) if isinstance(told, Reply) else None)
+        return request_answer(after, told=text)
 
     async def _own(self, caller: Caller, request_id: str, tool: str) -> ChangeRequestRecord:
         """The caller's own request (a token reads and cancels its person's requests only)."""

@@ -20,7 +20,7 @@ from typing import Protocol
 from bot.core.answers import Notice, Reply, error
 from bot.core.builder_steps.start import StepStart
 from bot.core.lifecycle import builder_steps as lifecycle
-from bot.core.notifier import RequestEvent, Tone
+from bot.core.notifier import QuietNotifier, RequestEvent
 from bot.core.requests.view import plan_lines, state_words
 from bot.core.store import (
     TERMINAL_STATES,
@@ -32,7 +32,7 @@ from bot.core.store import (
 from bot.core.store.builder_steps import StepOutcome, StepRecord, StepState, StepStore
 from bot.core.watch.backlog import StoreBacklog, Write
 from bot.errors import GpuopsError
-from bot.providers.base import ChangePlan, ClusterSummary
+from bot.providers.base import ChangePlan
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ def _logged(what: str, write: Write) -> Write:
     return guarded
 
 
-class StepCompleter:
+class StepCompleter(QuietNotifier):
     """Ends steps exactly once: when their request ends (it reads the core's request
     events as a Notifier), when they fail at once, and on reconcile. Each end is recorded
     (``completing``) before the platform is told; one the store cannot take is held."""
@@ -258,33 +258,7 @@ class StepCompleter:
             await asyncio.sleep(every)
 
     # -- the Notifier port (a reader: it shows nothing) ----------------------------------
-    async def request_opened(self, record: ChangeRequestRecord) -> str:
-        return ""
-
-    async def approval_requested(self, record: ChangeRequestRecord, expire_minutes: int) -> str:
-        return ""
-
     async def request_changed(self, record: ChangeRequestRecord, event: RequestEvent) -> None:
         if event.kind == "withdrawn":
             return  # whoever made it ends the step with what it was told (reconcile: finish)
         await self.finish(record)
-
-    async def follow_up_note(self, record: ChangeRequestRecord, text: str, tone: Tone) -> None:
-        return None
-
-    async def result(self, record: ChangeRequestRecord, summary: ClusterSummary) -> str | None:
-        return None
-
-    async def status(
-        self, record: ChangeRequestRecord, summary: ClusterSummary, as_of: datetime
-    ) -> None:
-        return None
-
-    async def mirror(self, record: ChangeRequestRecord, headline: str, channel: str) -> str | None:
-        return None
-
-    async def mirror_edit(self, record: ChangeRequestRecord, channel: str, ts: str) -> None:
-        return None
-
-    async def policy_kept(self, channel: str, text: str) -> None:
-        return None

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from bot.config import Settings
 from bot.core.policy import PolicyHolder
 from bot.core.policy.oncall import OnCallConfig, OnCallSource, OnCallSourceName
 from bot.errors import GpuopsError
@@ -70,6 +71,15 @@ class OnCallClients:
         self.base_urls = dict(base_urls or {})
         self.deadline = deadline
         self._clients: dict[tuple[str, str, str | None], OnCallClient] = {}
+
+    @classmethod
+    def of(cls, settings: Settings, environment: Mapping[str, str]) -> OnCallClients:
+        """The clients the settings say (deadline, test URLs), tokens from ``environment``."""
+        return cls(
+            environment.get,
+            settings.gpuops_oncall_base_urls,
+            deadline=settings.gpuops_oncall_deadline,
+        )
 
     def client(
         self, source: OnCallSourceName, config: OnCallSource, schedule_id: str

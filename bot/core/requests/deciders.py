@@ -5,7 +5,7 @@ no role on the request's project learns nothing of it."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, NotRequired, TypedDict
 
 from bot.core.access import Refusal
 from bot.core.answers import Reply
@@ -18,6 +18,21 @@ from bot.core.store import ChangeRequestRecord, RequestState
 from bot.errors import GpuopsError
 
 Decision = Literal["approve", "deny", "cancel"]
+
+
+class DecisionClick(TypedDict):
+    """A decision as a surface hands it on (``Decisions.decide``'s keywords): who clicked,
+    where, on which request, and what; an admin's break-glass reason for approving their
+    own request, or a denier's why."""
+
+    user: str
+    channel: str
+    request_id: str
+    decision: Decision
+    break_glass_reason: NotRequired[str | None]
+    reason: NotRequired[str | None]
+
+
 _DOING: dict[Decision, str] = {
     "approve": "approving a request",
     "deny": "denying a request",

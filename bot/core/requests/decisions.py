@@ -25,6 +25,7 @@ from bot.core.requests.settling import Settling
 from bot.core.requests.sweeper import Sweeper
 from bot.core.requests.transitions import Change
 from bot.core.store import ChangeRequestRecord, RequestState
+from bot.logs import log_context
 from bot.metrics import APPROVAL_DECISIONS
 
 
@@ -61,48 +62,49 @@ class Decisions:
 
         ``channel`` is where the click came from (audited); the decision is checked in the
         request's own channel, never the one a payload names."""
-        deps = self.deps
-        deciders = self.deciders
-        record = await deciders.found(user, channel, request_id)
-        if not isinstance(record, ChangeRequestRecord):
-            return record
-        try:
-            await deciders.may_see(user, record, decision)
-        except Refusal as hidden:
-            APPROVAL_DECISIONS.labels("refused").inc()
-            return await deps.access.refuse(
-                user, channel, hidden, project=record.project, request_id=record.id
-            )
-        if (
-            record.state is RequestState.PENDING
-            and record.expires_at
-            and record.expires_at <= deps.clock()
-        ):
-            # Past its deadline but not yet swept: it expires now, not gets decided.
-            await self.sweeper.expire_due()
-            record = await deps.store.get_request(record.id) or record
-        if record.state is not RequestState.PENDING and not (
-            decision == "cancel" and waits_for_its_time(record)
-        ):
-            refusal = already_decided_refusal(record)
-            return await deps.access.refuse(
-                user, channel, refusal, project=record.project, request_id=record.id
-            )
-        try:
-            if decision == "cancel":
-                await deciders.may_cancel(user, record)
-                cancel = table.CANCEL_SCHEDULED if waits_for_its_time(record) else table.CANCEL
-                return await self._close(record, user, cancel)
-            glass = await deciders.may_decide(user, record, decision, break_glass_reason)
-        except Refusal as refusal:
-            return await self._refused(user, channel, record, refusal)
-        except AskBreakGlass:
-            return NeedsBreakGlass(record.id)
-        if decision == "deny":
-            return await self._close(record, user, table.DENY, (reason or "").strip())
-        if isinstance(glass, str):  # the requester on call: one approval (SPEC §16)
-            return await self.approving.approve(record, user, True, glass)
-        return await self.approving.approve(record, user, glass, break_glass_reason)
+        with log_context(request_id=request_id):  # every line logged while deciding names it
+            deps = self.deps
+            deciders = self.deciders
+            record = await deciders.found(user, channel, request_id)
+            if not isinstance(record, ChangeRequestRecord):
+                return record
+            try:
+                await deciders.may_see(user, record, decision)
+            except Refusal as hidden:
+                APPROVAL_DECISIONS.labels("refused").inc()
+                return await deps.access.refuse(
+                    user, channel, hidden, project=record.project, request_id=record.id
+                )
+            if (
+                record.state is RequestState.PENDING
+                and record.expires_at
+                and record.expires_at <= deps.clock()
+            ):
+                # Past its deadline but not yet swept: it expires now, not gets decided.
+                await self.sweeper.expire_due()
+                record = await deps.store.get_request(record.id) or record
+            if record.state is not RequestState.PENDING and not (
+                decision == "cancel" and waits_for_its_time(record)
+            ):
+                refusal = already_decided_refusal(record)
+                return await deps.access.refuse(
+                    user, channel, refusal, project=record.project, request_id=record.id
+                )
+            try:
+                if decision == "cancel":
+                    await deciders.may_cancel(user, record)
+                    cancel = table.CANCEL_SCHEDULED if waits_for_its_time(record) else table.CANCEL
+                    return await self._close(record, user, cancel)
+                glass = await deciders.may_decide(user, record, decision, break_glass_reason)
+            except Refusal as refusal:
+                return await self._refused(user, channel, record, refusal)
+            except AskBreakGlass:
+                return NeedsBreakGlass(record.id)
+            if decision == "deny":
+                return await self._close(record, user, table.DENY, (reason or "").strip())
+            if isinstance(glass, str):  # the requester on call: one approval (SPEC §16)
+                return await self.approving.approve(record, user, True, glass)
+            return await self.approving.approve(record, user, glass, break_glass_reason)
 
     async def may_deny(self, *, user: str, channel: str, request_id: str) -> Reply | None:
         """None when ``user`` may deny it here now (a surface then asks why); else the

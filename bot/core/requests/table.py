@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from bot.core.lifecycle import drawing
 from bot.core.notifier import EventKind
 from bot.core.store import TERMINAL_STATES, RequestState
 
@@ -231,14 +232,7 @@ def corrected(to: RequestState) -> Transition:
 
 def mermaid() -> str:
     """The table as a ``stateDiagram-v2`` (the README's drawing)."""
-    edges: dict[tuple[str, str], list[str]] = {}
-    for t in TRANSITIONS:
-        for source in sorted(str(state) for state in t.from_states) or ["[*]"]:
-            edges.setdefault((source, str(t.to)), []).append(t.name)
-    lines = ["stateDiagram-v2"]
-    lines += [f"    {a} --> {b}: {', '.join(names)}" for (a, b), names in edges.items()]
-    lines += [f"    {state} --> [*]" for state in S if state in TERMINAL_STATES]
-    return "\n".join(lines)
+    return drawing.mermaid(TRANSITIONS, [state for state in S if state in TERMINAL_STATES])
 
 
 APPROVALS = frozenset({APPROVE_PARTIAL, BREAK_GLASS_PARTIAL, APPROVE, BREAK_GLASS})

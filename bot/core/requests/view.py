@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -163,7 +164,7 @@ def approval_state(record: ChangeRequestRecord) -> dict[str, Any]:
     }
 
 
-def oncall_state(approvals: dict[str, Any]) -> dict[str, Any]:
+def oncall_state(approvals: Mapping[str, object]) -> dict[str, str | tuple[str, ...]]:
     """``oncall_words`` and ``oncall_mentions`` of a request's stored approvals (SPEC §16):
     ``on call now: <@U02BOB> (level 1)``, or the on-call tool's fault and the fallback."""
     noted = approvals.get("oncall_now")

@@ -19,8 +19,7 @@ from bot.core.notifier import Notifier
 from bot.core.policy.notices import tell_kept
 from bot.core.policy.reload import PolicyKept
 from bot.core.requests.confirm import Confirmations
-from bot.core.requests.deciders import Decision
-from bot.core.requests.decisions import Decisions, NeedsBreakGlass
+from bot.core.requests.decisions import Decisions
 from bot.core.requests.deps import RequestDeps
 from bot.core.requests.execution import Execution
 from bot.core.requests.followup import FollowUp
@@ -88,6 +87,7 @@ class ChangeWorkflow:
         self.sweeper = Sweeper(self.deps, self.follow_up, end_plan)
         self.opening = Opening(self.deps, self.execution)
         self.decisions = Decisions(self.deps, self.execution, self.sweeper)
+        self.decide = self.decisions.decide  # act on a decision (bot.core.requests.decisions)
         self.requirement_refresh = RequirementRefresh(
             self.deps, self.decisions.deciders.still_eligible
         )
@@ -103,27 +103,6 @@ class ChangeWorkflow:
         (bot.core.requests.opening)."""
         with log_context(project=ask.project, cluster=ask.cluster_id):
             return await self.opening.request_change(ask)
-
-    async def decide(
-        self,
-        *,
-        user: str,
-        channel: str,
-        request_id: str,
-        decision: Decision,
-        break_glass_reason: str | None = None,
-        reason: str | None = None,
-    ) -> Reply | NeedsBreakGlass | None:
-        """Act on a decision (bot.core.requests.decisions)."""
-        with log_context(request_id=request_id):
-            return await self.decisions.decide(
-                user=user,
-                channel=channel,
-                request_id=request_id,
-                decision=decision,
-                break_glass_reason=break_glass_reason,
-                reason=reason,
-            )
 
     async def confirm(self, *, user: str, channel: str, request_id: str) -> Reply:
         """Its requester confirms an agent's proposal (bot.core.requests.confirm)."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, Required, TypedDict, Unpack
 
 from sqlalchemy import (
     CTE,
@@ -185,28 +185,23 @@ async def append_entry(conn: AsyncConnection, row: AuditRow, dialect: str) -> Au
     return AuditEntry.model_validate(dict(entry))
 
 
+class AuditFields(TypedDict, total=False):
+    """An entry to append (``AuditRow``'s fields): who did what, about which project,
+    cluster and request, how it came out, and its detail."""
+
+    actor: Required[str]
+    event: Required[str]
+    project: str | None
+    cluster_id: str | None
+    request_id: str | None
+    outcome: str | None
+    detail: Mapping[str, object] | None
+
+
 class AuditMixin(StoreBase):
-    async def append_audit(
-        self,
-        *,
-        actor: str,
-        event: str,
-        project: str | None = None,
-        cluster_id: str | None = None,
-        request_id: str | None = None,
-        outcome: str | None = None,
-        detail: Mapping[str, object] | None = None,
-    ) -> AuditEntry:
+    async def append_audit(self, **fields: Unpack[AuditFields]) -> AuditEntry:
         """Append one entry at the end of the chain (see the module docstring)."""
-        row = AuditRow(
-            actor=actor,
-            event=event,
-            project=project,
-            cluster_id=cluster_id,
-            request_id=request_id,
-            outcome=outcome,
-            detail=dict(detail or {}),
-        )
+        row = AuditRow.model_validate({**fields, "detail": dict(fields.get("detail") or {})})
         async with self._begin() as conn:
             entry = await append_entry(conn, row, self._engine.dialect.name)
         self._chain_hint = entry.hash

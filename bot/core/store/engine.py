@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeAlias
 from urllib.parse import quote
 
 from sqlalchemy import Connection, Table, event
@@ -18,11 +18,15 @@ from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
+from sqlalchemy.sql.dml import ReturningInsert
 
 from bot.core.store.errors import StoreUnavailable, is_unavailable, unavailable_from
 from bot.core.store.migrations import SQLITE_BEGIN_OPTION, SQLITE_BEGIN_STATEMENTS
 from bot.core.store.sqlite_inline import begin_on, inline_creator, inline_url
 from bot.metrics import STORE_STATEMENTS, STORE_TRANSACTIONS
+
+DialectInsert: TypeAlias = postgresql.Insert | sqlite.Insert  # both have ON CONFLICT
+Upsert: TypeAlias = ReturningInsert[tuple[object, ...]]  # an INSERT … ON CONFLICT … RETURNING
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 # PostgreSQL: how long connecting may take, and one transaction end to end (pool wait,
@@ -303,7 +307,7 @@ class StoreBase:
             await held.close()
         await self._engine.dispose()
 
-    def _insert(self, table: Table) -> postgresql.Insert | sqlite.Insert:
+    def _insert(self, table: Table) -> DialectInsert:
         """A dialect INSERT, for ON CONFLICT clauses (same API on both backends)."""
         if self._engine.dialect.name == "postgresql":
             return postgresql.insert(table)

@@ -8,7 +8,6 @@ an execution's start (lease, lock, call deadline, state, audit) commits as one."
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import TypeAlias
 
 from sqlalchemy import (
     CTE,
@@ -26,9 +25,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.sql.dml import ReturningInsert
 
-from bot.core.store.engine import StoreBase, utcnow
+from bot.core.store.engine import DialectInsert, StoreBase, Upsert, utcnow
 from bot.core.store.records import ClusterRef, Lease
 from bot.core.store.tables import cluster_locks, leases
 
@@ -71,7 +69,7 @@ def _lock_is_stale() -> ColumnElement[bool]:
     )
 
 
-def _cluster_is() -> list[ColumnElement[bool]]:
+def cluster_is() -> list[ColumnElement[bool]]:
     return [
         cluster_locks.c.provider == bindparam("b_provider"),
         cluster_locks.c.project == bindparam("b_project"),
@@ -79,10 +77,7 @@ def _cluster_is() -> list[ColumnElement[bool]]:
     ]
 
 
-DialectInsert: TypeAlias = postgresql.Insert | sqlite.Insert  # both have ON CONFLICT
-
-
-def _take_lease(insert: DialectInsert) -> ReturningInsert[tuple[object, ...]]:
+def _take_lease(insert: DialectInsert) -> Upsert:
     statement = insert.values(
         name=bindparam("b_name"),
         holder=bindparam("b_holder"),
@@ -101,9 +96,7 @@ def _take_lease(insert: DialectInsert) -> ReturningInsert[tuple[object, ...]]:
     ).returning(leases)
 
 
-def _lock_cluster(
-    insert: DialectInsert, after: CTE | None = None
-) -> ReturningInsert[tuple[object, ...]]:
+def _lock_cluster(insert: DialectInsert, after: CTE | None = None) -> Upsert:
     """The lock's upsert; with ``after`` (a CTE), it writes only if that returned a row
     (the execution lease, taken in the same statement), and after it."""
     binds = {
@@ -157,35 +150,6 @@ def postgres_lease_cte() -> CTE:
     return lease
 
 
-def postgres_unlock_cte(after: CTE) -> CTE:
-    """Free the cluster (``b_*``) from ``b_request_id`` once ``after`` returned a row."""
-    return (
-        delete(cluster_locks)
-        .where(
-            *_cluster_is(),
-            cluster_locks.c.request_id == bindparam("b_request_id"),
-            select(1).select_from(after).exists(),
-        )
-        .returning(cluster_locks.c.request_id)
-        .cte("unlocked")
-    )
-
-
-def postgres_release_cte(after: CTE) -> CTE:
-    """Give lease ``b_name`` of ``b_holder`` up once ``after`` returned a row."""
-    return (
-        update(leases)
-        .where(
-            leases.c.name == bindparam("b_name"),
-            leases.c.holder == bindparam("b_holder"),
-            select(1).select_from(after).exists(),
-        )
-        .values(expires_at=RELEASED)
-        .returning(leases.c.name)
-        .cte("released")
-    )
-
-
 _TAKE_LEASE = {
     "postgresql": _take_lease(postgresql.insert(leases)),
     "sqlite": _take_lease(sqlite.insert(leases)),
@@ -213,23 +177,23 @@ _RELEASE: Update = (
 _GET_LEASE = select(leases).where(leases.c.name == bindparam("b_name"), leases.c.expires_at > _NOW)
 _BEGIN_CALL: Update = (
     update(cluster_locks)
-    .where(*_cluster_is(), cluster_locks.c.lease_name == bindparam("fence_name"), fence_holds())
+    .where(*cluster_is(), cluster_locks.c.lease_name == bindparam("fence_name"), fence_holds())
     .values(calls_until=bindparam("b_calls_until", type_=cluster_locks.c.calls_until.type))
     .returning(cluster_locks.c.request_id)
 )
 _UNLOCK: Delete = delete(cluster_locks).where(
-    *_cluster_is(), cluster_locks.c.request_id == bindparam("b_request_id")
+    *cluster_is(), cluster_locks.c.request_id == bindparam("b_request_id")
 )
 _FREE_STALE = (
     delete(cluster_locks)
-    .where(*_cluster_is(), _lock_is_stale())
+    .where(*cluster_is(), _lock_is_stale())
     .returning(cluster_locks.c.request_id)
 )
-_HOLDER = select(cluster_locks.c.request_id).where(*_cluster_is())
+_HOLDER = select(cluster_locks.c.request_id).where(*cluster_is())
 _RELEASE_ENDED = (
     delete(cluster_locks)
     .where(
-        *_cluster_is(),
+        *cluster_is(),
         cluster_locks.c.request_id == bindparam("b_request_id"),
         or_(cluster_locks.c.lease_name.is_(None), _lock_is_stale()),
     )

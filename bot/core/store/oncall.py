@@ -6,16 +6,15 @@ noted, so that a decision edits every copy), and each escalation to a further le
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import Table, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from bot.core.store.engine import StoreBase, utcnow
+from bot.core.store.engine import StoreBase, Upsert, utcnow
 from bot.core.store.tables import approval_copies, escalations
 
 
-def _claims(table: Table) -> dict[str, Any]:
+def _claims(table: Table) -> dict[str, Upsert]:
     """An insert that is a claim: a row only the first caller writes, across replicas."""
     keys = [c for c in table.primary_key.columns]
     return {
@@ -70,6 +69,10 @@ class OnCallMixin(StoreBase):
             ApprovalCopy(r["request_id"], r["user_id"], r["level"], r["channel"], r["ts"])
             for r in rows
         ]
+
+    async def approval_copy_refs(self, request_id: str) -> list[tuple[str, str]]:
+        """Where the request's prompt was copied: (channel, ts) of each DM copy."""
+        return [(c.channel, c.ts) for c in await self.approval_copies(request_id)]
 
     async def claim_escalation(self, request_id: str, level: int) -> bool:
         """True for the one caller (across replicas) that escalates the request to ``level``."""

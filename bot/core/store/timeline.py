@@ -4,9 +4,11 @@ the watcher's posts for the projects that notify there."""
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import islice
 
 from sqlalchemy import Select, and_, func, not_, or_, select
 
@@ -102,11 +104,18 @@ class TimelineMixin(StoreBase):
         require_aware("until", until)
         if not projects:
             return []
-        statement = _channel_statement(channel, projects, notify_projects, since, until, after)
-        statement = statement.order_by(audit.c.at, audit.c.id).limit(limit)
+        # Where requests are mirrored, one statement per project, each walking the (project,
+        # at, id) index in order and stopping at ``limit``, merged here: one statement with
+        # an IN of projects reads and sorts the whole window of all of them for every page.
+        each = [[p] for p in sorted(projects)] if notify_projects else [list(projects)]
+        found: list[list[ChannelEvent]] = []
         async with self._begin() as conn:
-            rows = (await conn.execute(statement)).mappings().all()
-        return [_event(dict(row)) for row in rows]
+            for some in each:
+                statement = _channel_statement(channel, some, notify_projects, since, until, after)
+                statement = statement.order_by(audit.c.at, audit.c.id).limit(limit)
+                rows = (await conn.execute(statement)).mappings().all()
+                found.append([_event(dict(row)) for row in rows])
+        return list(islice(heapq.merge(*found, key=lambda e: e.key), limit))
 
     async def count_channel_events(
         self,

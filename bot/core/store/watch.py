@@ -24,6 +24,7 @@ from sqlalchemy import ColumnElement, Delete, delete, select, update
 from sqlalchemy.sql.dml import ReturningInsert, ReturningUpdate
 
 from bot.core.store.db import Store
+from bot.core.store.engine import Upsert
 from bot.core.store.records import REQUEST_ID_PREFIX, new_request_id
 from bot.core.store.tables import change_requests
 from bot.core.store.watch_records import REMEDIATION_ID_PREFIX as REMEDIATION_ID_PREFIX
@@ -174,7 +175,7 @@ class WatchStore:
 
     # ---- remediations -----------------------------------------------------------------
 
-    def _new_remediation(self, new: NewRemediationRecord) -> ReturningInsert[tuple[object, ...]]:
+    def _new_remediation(self, new: NewRemediationRecord) -> Upsert:
         """Store a newly seen remediation (returning it), unless it is stored already."""
         now = _now()
         return (

@@ -91,27 +91,6 @@ class Held(enum.Enum):
     PENDING = "pending"  # claimed recently and not posted yet: a post may be under way
 
 
-class RemediationRecord(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    id: str
-    project: str
-    cluster_id: str
-    cluster_name: str
-    instance_id: str
-    remediation_id: str
-    node: str
-    channel: str
-    ts: str | None
-    decision: RemediationDecision
-    provider_state: str
-    decided_by: str | None
-    comment: str | None
-    created_at: datetime
-    updated_at: datetime
-    version: int
-
-
 class NewRemediationRecord(BaseModel):
     """What the watcher knows of a remediation when it first posts it."""
 
@@ -123,3 +102,18 @@ class NewRemediationRecord(BaseModel):
     node: str
     channel: str
     provider_state: str
+
+
+class RemediationRecord(NewRemediationRecord):
+    """A remediation as stored: what was first known of it, and how it was decided."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    ts: str | None
+    decision: RemediationDecision
+    decided_by: str | None
+    comment: str | None
+    created_at: datetime
+    updated_at: datetime
+    version: int

@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
-from bot.core.access import Access
 from bot.core.notifier import NotDelivered
 from bot.core.store import RequestState
-from bot.core.store.watch import AlertClaim, Held, WatchStore
-from bot.core.watch.backlog import StoreBacklog
+from bot.core.store.watch import AlertClaim, Held
+from bot.core.watch.desk import WatchDesk
 from bot.core.watch.health import ClusterHealth, EventKind, HealthEvent, observe
 from bot.core.watch.keys import incident_key, recovery_key
-from bot.core.watch.notifier import WatchNotifier
 from bot.metrics import WATCH_ALERTS
 from bot.providers.base import ClusterSummary
 
@@ -41,14 +40,8 @@ def memory_name(project: str) -> str:
     return f"health:{project}"
 
 
-class IncidentDesk:
+class IncidentDesk(WatchDesk):
     """Health transitions of the watched projects' clusters, as messages."""
-
-    def __init__(self, *, access: Access, store: WatchStore, notifier: WatchNotifier) -> None:
-        self.access = access
-        self.store = store
-        self.notifier = notifier
-        self.backlog = StoreBacklog()
 
     async def poll(self, project: str, channel: str, clusters: list[ClusterSummary]) -> None:
         await self.backlog.flush()
@@ -90,36 +83,47 @@ class IncidentDesk:
             await self.notifier.incident_changed(project, channel, root_ts, event)
             return True
         reply_key = recovery_key(project, event.cluster_id, event.incident)
-        claim = await self.store.claim_alert(reply_key, channel)
-        if isinstance(claim, Held):
-            return claim is Held.POSTED
-        try:
-            ts = await self.notifier.incident_recovered(project, channel, root_ts, event)
-        except NotDelivered as exc:
-            log.warning("could not post a recovery of %s: %s", event.cluster_id, exc.reason)
-            await self._give_back(claim)
-            return False
-        await self._posted(claim, ts)
-        WATCH_ALERTS.labels("recovery").inc()
-        await self._audit(project, event, "recovered")
-        return True
+        recovered = functools.partial(
+            self.notifier.incident_recovered, project, channel, root_ts, event
+        )
+        return await self._post_once(
+            project, channel, reply_key, event, recovered, ("a recovery", "recovery", "recovered")
+        )
 
     async def _open(self, project: str, channel: str, key: str, event: HealthEvent) -> bool:
         """Post an incident's root once. A claim held but never posted is tried again at
         the next poll (False: the cluster's memory stays), until it is posted or taken
         over."""
+        opened = functools.partial(self.notifier.incident_opened, project, channel, event)
+        return await self._post_once(
+            project, channel, key, event, opened, ("an incident", "health", "opened")
+        )
+
+    async def _post_once(
+        self,
+        project: str,
+        channel: str,
+        key: str,
+        event: HealthEvent,
+        post: Callable[[], Awaitable[str]],
+        said: tuple[str, str, str],
+    ) -> bool:
+        """Post one alert under its key's claim (``post``: the message's ts), counted and
+        audited; True when it is posted, here or before, False when it must be tried again
+        next poll. ``said``: what it is in the log, its alert label, its audit outcome."""
+        what, label, outcome = said
         claim = await self.store.claim_alert(key, channel)
         if isinstance(claim, Held):
             return claim is Held.POSTED
         try:
-            ts = await self.notifier.incident_opened(project, channel, event)
+            ts = await post()
         except NotDelivered as exc:
-            log.warning("could not post an incident of %s: %s", event.cluster_id, exc.reason)
+            log.warning("could not post %s of %s: %s", what, event.cluster_id, exc.reason)
             await self._give_back(claim)
             return False
         await self._posted(claim, ts)
-        WATCH_ALERTS.labels("health").inc()
-        await self._audit(project, event, "opened")
+        WATCH_ALERTS.labels(label).inc()
+        await self._audit(project, event, outcome)
         return True
 
     async def _give_back(self, claim: AlertClaim) -> None:

@@ -20,6 +20,7 @@ from bot.core.policy import Role
 from bot.core.store import StoreUnavailable
 from bot.core.store.watch import RemediationDecision, RemediationRecord, WatchStore
 from bot.core.watch.backlog import StoreBacklog
+from bot.core.watch.desk import WatchDesk
 from bot.core.watch.notifier import DecisionOutcome, WatchNotifier
 from bot.metrics import REMEDIATION_DECISIONS
 from bot.providers.base import RemediationDecisions
@@ -40,7 +41,7 @@ _KEPT = "gpuops lost contact with its database meanwhile; the decision is record
 _UNKNOWN = error("I do not know that remediation (was it posted by another gpuops?).")
 
 
-class RemediationClicks:
+class RemediationClicks(WatchDesk):
     """An approver's approve or reject of a posted remediation, sent to its provider once."""
 
     def __init__(
@@ -50,17 +51,10 @@ class RemediationClicks:
         store: WatchStore,
         notifier: WatchNotifier,
         remediations_for: RemediationsFor,
-        backlog: StoreBacklog,
+        backlog: StoreBacklog | None = None,
     ) -> None:
-        self.access = access
-        self.store = store
-        self.notifier = notifier
+        super().__init__(access=access, store=store, notifier=notifier, backlog=backlog)
         self.remediations_for = remediations_for
-        self.backlog = backlog
-
-    def _title(self, project: str) -> str:
-        """How people name the project's provider (its descriptor's title)."""
-        return self.access.policy.provider_title(project)
 
     async def may_decide(
         self, *, user: str, channel: str, record_id: str, verb: Verb

@@ -17,7 +17,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from bot.core.access import Access
-from bot.core.answers import Reply
 from bot.core.lifecycle import remediations as lifecycle
 from bot.core.lifecycle.remediations import Move
 from bot.core.notifier import NotDelivered
@@ -27,10 +26,9 @@ from bot.core.store.watch import (
     RemediationRecord,
     WatchStore,
 )
-from bot.core.watch.backlog import StoreBacklog
 from bot.core.watch.keys import remediation_key
 from bot.core.watch.notifier import WatchNotifier
-from bot.core.watch.remediation_clicks import RemediationClicks, RemediationsFor, Verb
+from bot.core.watch.remediation_clicks import RemediationClicks, RemediationsFor
 from bot.metrics import REMEDIATION_DECISIONS, WATCH_ALERTS
 from bot.providers.base import ClusterSummary, RemediationDecisions
 from bot.providers.errors import (
@@ -57,9 +55,9 @@ LISTINGS_PER_POLL = 200
 STALE_DECISION = timedelta(minutes=5)
 
 
-class RemediationDesk:
+class RemediationDesk(RemediationClicks):
     """Posting, following and deciding the remediations of watched projects whose
-    provider has them."""
+    provider has them (deciding a click: RemediationClicks)."""
 
     def __init__(
         self,
@@ -69,24 +67,11 @@ class RemediationDesk:
         notifier: WatchNotifier,
         remediations_for: RemediationsFor,
     ) -> None:
-        self.access = access
-        self.store = store
-        self.notifier = notifier
-        self.remediations_for = remediations_for
-        self.backlog = StoreBacklog()
-        self.clicks = RemediationClicks(
-            access=access,
-            store=store,
-            notifier=notifier,
-            remediations_for=remediations_for,
-            backlog=self.backlog,
+        super().__init__(
+            access=access, store=store, notifier=notifier, remediations_for=remediations_for
         )
         self.listings_per_poll = LISTINGS_PER_POLL
         self._next_cluster: dict[str, str] = {}  # per project: where the next poll goes on
-
-    def _title(self, project: str) -> str:
-        """How people name the project's provider (its descriptor's title)."""
-        return self.access.policy.provider_title(project)
 
     # ---- polling -----------------------------------------------------------------------
 
@@ -274,25 +259,6 @@ class RemediationDesk:
             detail={"remediation": record.remediation_id, **detail},
         )
         return await lifecycle.apply(self.store, record, move)
-
-    # ---- deciding (bot.core.watch.remediation_clicks) ---------------------------------
-
-    async def may_decide(
-        self, *, user: str, channel: str, record_id: str, verb: Verb
-    ) -> Reply | None:
-        """None if ``user`` may decide it here (and it still awaits a decision); else the
-        refusal (audited) to show them — before a reject form is opened for nothing."""
-        return await self.clicks.may_decide(
-            user=user, channel=channel, record_id=record_id, verb=verb
-        )
-
-    async def decide(
-        self, *, user: str, channel: str, record_id: str, verb: Verb, comment: str | None = None
-    ) -> Reply:
-        """One click on approve or reject; the answer is for the person who clicked."""
-        return await self.clicks.decide(
-            user=user, channel=channel, record_id=record_id, verb=verb, comment=comment
-        )
 
 
 def _answer_lost(record: RemediationRecord) -> bool:

@@ -14,13 +14,12 @@ import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from bot.core.access import Access
 from bot.core.notifier import NotDelivered
 from bot.core.policy.watch import Horizon
-from bot.core.store.watch import Held, WatchStore
-from bot.core.watch.backlog import StoreBacklog
+from bot.core.store.watch import Held
+from bot.core.watch.desk import WatchDesk
 from bot.core.watch.keys import reminder_key
-from bot.core.watch.notifier import ReservationReminder, WatchNotifier
+from bot.core.watch.notifier import ReservationReminder
 from bot.core.watch.reminders import due, remaining_text
 from bot.metrics import WATCH_ALERTS
 from bot.providers.base import ClusterSummary
@@ -40,14 +39,8 @@ def reservation_end(summary: ClusterSummary, field: str) -> datetime | None:
     return end if end.tzinfo is not None else end.replace(tzinfo=UTC)
 
 
-class ReminderDesk:
-    def __init__(self, *, access: Access, store: WatchStore, notifier: WatchNotifier) -> None:
-        self.access = access
-        self.store = store
-        self.notifier = notifier
-        # Where a reminder went, written before the next poll if the store missed it: a
-        # claim left without its ts would be taken over and the reminder posted again.
-        self.backlog = StoreBacklog()
+class ReminderDesk(WatchDesk):
+    """Reminders before a watched cluster's reservation ends, as messages."""
 
     async def poll(
         self,

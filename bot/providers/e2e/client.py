@@ -13,6 +13,7 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Unpack
 
 import httpx
 from pydantic import (
@@ -41,6 +42,7 @@ from bot.providers.http import (
     ProviderTransport,
     QueryValue,
     RetryMode,
+    Sent,
     parse_retry_after,
 )
 
@@ -222,8 +224,7 @@ class E2EClient:
         *,
         operation: Operation,
         mode: RetryMode,
-        params: Mapping[str, QueryValue] | None = None,
-        json: object = None,
+        **sent: Unpack[Sent],
     ) -> dict[str, object]:
         is_action = mode is RetryMode.UNSAFE_WRITE
         try:
@@ -232,8 +233,8 @@ class E2EClient:
                 path,
                 operation=operation,
                 mode=mode,
-                params={**self._scope(), **(params or {})},
-                json=json,
+                params={**self._scope(), **(sent.get("params") or {})},
+                json=sent.get("json"),
             )
             return check_reply(response, is_action=is_action)
         except ProviderError as exc:

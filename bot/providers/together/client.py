@@ -6,8 +6,7 @@ import asyncio
 import http
 import json
 import math
-from collections.abc import Mapping
-from typing import TypeVar
+from typing import TypeVar, Unpack
 from urllib.parse import quote
 
 import httpx
@@ -24,8 +23,8 @@ from bot.providers.http import (
     ClientSettings,
     Operation,
     ProviderTransport,
-    QueryValue,
     RetryMode,
+    Sent,
     parse_retry_after,
 )
 from bot.providers.together.models import PROVIDER, ClusterList, ClusterUpdate, TogetherCluster
@@ -121,14 +120,12 @@ class TogetherCalls:
         path: str,
         operation: Operation,
         mode: RetryMode,
-        *,
-        params: Mapping[str, QueryValue] | None = None,
-        json_body: object = None,
+        **sent: Unpack[Sent],
     ) -> httpx.Response:
         """The answer to one call, a success (anything else raised as its error)."""
         try:
             response = await self.transport.request(
-                method, path, operation=operation, mode=mode, params=params, json=json_body
+                method, path, operation=operation, mode=mode, **sent
             )
         except ProviderError as exc:
             raise self._count(operation, exc) from None
@@ -143,14 +140,10 @@ class TogetherCalls:
         path: str,
         operation: Operation,
         mode: RetryMode,
-        *,
-        params: Mapping[str, QueryValue] | None = None,
-        json_body: object = None,
+        **sent: Unpack[Sent],
     ) -> object:
         """The JSON body of a successful answer."""
-        response = await self._reply(
-            method, path, operation, mode, params=params, json_body=json_body
-        )
+        response = await self._reply(method, path, operation, mode, **sent)
         try:
             return response.json()
         except ValueError:
@@ -263,7 +256,7 @@ class TogetherClient(TogetherCalls):
     async def update_cluster(self, cluster_id: str, update: ClusterUpdate) -> TogetherCluster:
         mode = RetryMode.IDEMPOTENT_WRITE
         response = await self._reply(
-            "PUT", self._path(cluster_id, CHANGE), CHANGE, mode, json_body=update.to_body()
+            "PUT", self._path(cluster_id, CHANGE), CHANGE, mode, json=update.to_body()
         )
         return self._parsed(response, TogetherCluster, CHANGE, mode)
 

@@ -181,7 +181,7 @@ class RemediationClient(TogetherCalls):
             decision_path(remediation, verb),
             operation,
             RetryMode.UNSAFE_WRITE,
-            json_body=body,
+            json=body,
         )
         return self._remediation(reply, operation, may_have_applied=True)
 

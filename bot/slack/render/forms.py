@@ -103,26 +103,36 @@ def _run_at_block() -> Block:
     }
 
 
-def loading_modal(callback_id: str, title: str, metadata: Mapping[str, object]) -> Block:
-    return {
+def _modal(
+    callback_id: str,
+    title: str,
+    metadata: Mapping[str, object],
+    blocks: list[Block],
+    *,
+    submit: str | None = None,
+    close: str = "Close",
+) -> Block:
+    """A modal view: ``metadata`` goes along as its private metadata."""
+    view: Block = {
         "type": "modal",
         "callback_id": callback_id,
-        "title": {"type": "plain_text", "text": _clip(title, 24)},
-        "close": {"type": "plain_text", "text": "Close"},
-        "private_metadata": json.dumps(dict(metadata)),
-        "blocks": [section(":hourglass_flowing_sand: Fetching the cluster…")],
+        "title": {"type": "plain_text", "text": title},
     }
+    if submit is not None:
+        view["submit"] = {"type": "plain_text", "text": submit}
+    view["close"] = {"type": "plain_text", "text": close}
+    view["private_metadata"] = json.dumps(dict(metadata))
+    view["blocks"] = blocks
+    return view
+
+
+def loading_modal(callback_id: str, title: str, metadata: Mapping[str, object]) -> Block:
+    blocks = [section(":hourglass_flowing_sand: Fetching the cluster…")]
+    return _modal(callback_id, _clip(title, 24), metadata, blocks)
 
 
 def message_modal(callback_id: str, title: str, text: str, metadata: Mapping[str, object]) -> Block:
-    return {
-        "type": "modal",
-        "callback_id": callback_id,
-        "title": {"type": "plain_text", "text": _clip(title, 24)},
-        "close": {"type": "plain_text", "text": "Close"},
-        "private_metadata": json.dumps(dict(metadata)),
-        "blocks": [section(escape(text))],
-    }
+    return _modal(callback_id, _clip(title, 24), metadata, [section(escape(text))])
 
 
 def reply_modal(callback_id: str, message: SlackMessage, metadata: Mapping[str, object]) -> Block:
@@ -192,15 +202,8 @@ FORM_SUBMIT_SAYS = (
 def _form(
     callback_id: str, title: str, blocks: list[Block], metadata: Mapping[str, object]
 ) -> Block:
-    return {
-        "type": "modal",
-        "callback_id": callback_id,
-        "title": {"type": "plain_text", "text": title},
-        "submit": {"type": "plain_text", "text": FORM_SUBMIT},
-        "close": {"type": "plain_text", "text": "Cancel"},
-        "private_metadata": json.dumps(dict(metadata)),
-        "blocks": [*blocks, context(FORM_SUBMIT_SAYS)],
-    }
+    shown = [*blocks, context(FORM_SUBMIT_SAYS)]
+    return _modal(callback_id, title, metadata, shown, submit=FORM_SUBMIT, close="Cancel")
 
 
 # Each form kind's callback id: SPEC's names, kept as Slack knows them.
@@ -260,15 +263,8 @@ def reason_modal(
         asking["optional"] = True
     else:
         element["min_length"] = min_length
-    return {
-        "type": "modal",
-        "callback_id": callback_id,
-        "title": {"type": "plain_text", "text": title},
-        "submit": {"type": "plain_text", "text": submit},
-        "close": {"type": "plain_text", "text": "Cancel"},
-        "private_metadata": json.dumps(dict(metadata)),
-        "blocks": [*([section(intro)] if intro else []), asking],
-    }
+    blocks = [*([section(intro)] if intro else []), asking]
+    return _modal(callback_id, title, metadata, blocks, submit=submit, close="Cancel")
 
 
 def deny_modal(request_id: str, channel: str, thread_ts: str | None) -> Block:

@@ -83,6 +83,8 @@ async def test_a_change_needing_no_approval_waits_for_its_requesters_confirm(
         assert done.confirm == "confirmed" and len(provider_writes(stack)) == 1
         status = answer_of(await client.call_tool("request_status", {"request_id": request_id}))
         assert status["state"] == "succeeded" and status["awaiting_confirm"] is False
+        late = await client.call_tool("cancel_request", {"request_id": request_id})
+        assert "already" in error_of(late)
 
     trail = await stack.runtime.store.list_audit(request_id=request_id, limit=50)
     events = [(e.actor, e.event) for e in reversed(trail)]
@@ -95,7 +97,11 @@ async def test_a_change_needing_no_approval_waits_for_its_requesters_confirm(
         e.actor == DAVE and e.detail["via"] == "mcp" and e.detail["client"] == "claude-code"
         for e in calls
     )
-    assert {e.detail["tool"] for e in calls} == {"propose_change", "request_status"}
+    assert {e.detail["tool"] for e in calls} == {
+        "propose_change",
+        "request_status",
+        "cancel_request",
+    }
 
 
 async def test_a_confirmed_proposal_then_waits_for_the_approvals_the_policy_asks(

@@ -118,6 +118,23 @@ async def test_channel_timeline_walks_the_project_time_index(store: Store) -> No
     )
 
 
+async def test_a_notify_timeline_of_several_projects_walks_each_projects_index(
+    store: Store,
+) -> None:
+    """One statement per project, each in index order up to the page: an IN of projects
+    would read and sort the whole window of every project for every page."""
+    call = lambda: store.channel_events(  # noqa: E731
+        channel="C1",
+        projects=["together-prod", "e2e-delhi"],
+        notify_projects=["together-prod", "e2e-delhi"],
+        since=NOW - timedelta(days=7),
+        until=NOW,
+        after=(NOW - timedelta(days=1), 7),
+    )
+    assert len(await _statements(store, call)) == 2
+    await _assert_indexed(store, call)
+
+
 async def test_a_timelines_count_of_what_it_left_out_is_bounded_and_indexed(
     store: Store,
 ) -> None:

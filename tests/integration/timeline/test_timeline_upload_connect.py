@@ -50,7 +50,7 @@ async def test_a_refused_upload_connection_is_tried_again_and_the_file_is_shared
     await request(stack, DAVE, "action e2e-delhi 101 restart_workers")
     upload_proxy.refuse()  # the first connection: ECONNREFUSED, nothing sent
     handler = _ListenOnRefusal(upload_proxy)
-    messenger_log = logging.getLogger("bot.slack.messenger")
+    messenger_log = logging.getLogger("bot.slack.upload_bytes")
     messenger_log.addHandler(handler)
     try:
         _, file, _ = await timeline_of(stack, BOB, CHANNEL)

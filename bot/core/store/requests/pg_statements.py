@@ -14,18 +14,18 @@ from __future__ import annotations
 
 import functools
 
-from sqlalchemy import CTE, Insert, Select, Update, bindparam, select, true
+from sqlalchemy import CTE, Insert, Select, Update, bindparam, delete, select, true, update
 from sqlalchemy.dialects import postgresql
 
 from bot.core.store.audit import append_params, postgres_append_ctes
 from bot.core.store.locks import (
+    RELEASED,
+    cluster_is,
     postgres_lease_cte,
     postgres_lock_cte,
-    postgres_release_cte,
-    postgres_unlock_cte,
 )
 from bot.core.store.records import AuditRow
-from bot.core.store.tables import change_requests
+from bot.core.store.tables import change_requests, cluster_locks, leases
 
 AUDIT_PREFIX = "a_"  # the audit entry's parameters, apart from the business rows'
 
@@ -89,3 +89,32 @@ def finish_statement(moved: Update, *, releases: bool) -> Select[tuple[object, .
     if releases:
         after.append(postgres_release_cte(gated))
     return _audited(gated, *after)
+
+
+def postgres_unlock_cte(after: CTE) -> CTE:
+    """Free the cluster (``b_*``) from ``b_request_id`` once ``after`` returned a row."""
+    return (
+        delete(cluster_locks)
+        .where(
+            *cluster_is(),
+            cluster_locks.c.request_id == bindparam("b_request_id"),
+            select(1).select_from(after).exists(),
+        )
+        .returning(cluster_locks.c.request_id)
+        .cte("unlocked")
+    )
+
+
+def postgres_release_cte(after: CTE) -> CTE:
+    """Give lease ``b_name`` of ``b_holder`` up once ``after`` returned a row."""
+    return (
+        update(leases)
+        .where(
+            leases.c.name == bindparam("b_name"),
+            leases.c.holder == bindparam("b_holder"),
+            select(1).select_from(after).exists(),
+        )
+        .values(expires_at=RELEASED)
+        .returning(leases.c.name)
+        .cte("released")
+    )

@@ -142,6 +142,14 @@ class Where(TypedDict, total=False):
     expected_version: int | None
 
 
+class UpdateCall(Where, total=False):
+    """An update's ``Where``, its time (``updated_at``; default now), and the lease whose
+    token it returns (``lease_of``)."""
+
+    now: datetime | None
+    lease_of: str | None
+
+
 async def update_in(
     conn: AsyncConnection, request_id: str, values: Mapping[str, object], **where: Unpack[Where]
 ) -> ChangeRequestRecord | None:
@@ -152,38 +160,22 @@ async def update_row_in(
     conn: AsyncConnection,
     request_id: str,
     values: Mapping[str, object],
-    *,
-    from_states: Collection[RequestState] | None = None,
-    fence: Lease | None = None,
-    expected_version: int | None = None,
-    now: datetime | None = None,
-    lease_of: str | None = None,
+    **call: Unpack[UpdateCall],
 ) -> RowMapping | None:
     """The row as the update left it (with ``lease_of``: and that lease's token), or None."""
-    statement, params = update_call(
-        request_id,
-        values,
-        from_states=from_states,
-        fence=fence,
-        expected_version=expected_version,
-        now=now,
-        lease_of=lease_of,
-    )
+    statement, params = update_call(request_id, values, **call)
     return (await conn.execute(statement, params)).mappings().first()
 
 
 def update_call(
-    request_id: str,
-    values: Mapping[str, object],
-    *,
-    from_states: Collection[RequestState] | None = None,
-    fence: Lease | None = None,
-    expected_version: int | None = None,
-    now: datetime | None = None,
-    lease_of: str | None = None,
+    request_id: str, values: Mapping[str, object], **call: Unpack[UpdateCall]
 ) -> tuple[Update, dict[str, object]]:
     """The request row's update (``update_statement``) and its parameters."""
-    fields = {**values, "updated_at": now or utcnow()}
+    from_states = call.get("from_states")
+    fence = call.get("fence")
+    expected_version = call.get("expected_version")
+    lease_of = call.get("lease_of")
+    fields = {**values, "updated_at": call.get("now") or utcnow()}
     statement = update_statement(
         tuple(sorted(fields)),
         states=None if from_states is None else state_values(from_states),
