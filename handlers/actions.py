@@ -1,5 +1,6 @@
 """Buttons: approve_request, deny_request, cancel_request, revert_request, confirm_request
-(an agent's proposal, by its requester); and the action select in the gpu_action modal."""
+(an agent's proposal, by its requester), a staged plan's plan_pause, plan_resume,
+plan_abort and plan_revert; and the action select in the gpu_action modal."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from slack_bolt.async_app import AsyncApp
 from slack_bolt.context.ack.async_ack import AsyncAck
 from slack_bolt.context.async_context import AsyncBoltContext
 
-from bot.core.api import CommandService, NeedsBreakGlass, Reply
+from bot.core.api import CommandService, NeedsBreakGlass, PlanVerb, Reply
 from bot.slack.bolt_context import Services, services
 from bot.slack.interactions import ResponseUrl
 from bot.slack.messenger import SlackDeliveryError
@@ -25,6 +26,8 @@ def register(app: AsyncApp) -> None:
         app.action(action_id)(handle_decision)
     app.action("revert_request")(handle_revert)
     app.action("confirm_request")(handle_confirm)
+    for action_id in PLAN_BUTTONS:
+        app.action(action_id)(handle_plan)
     app.action("action")(handle_action_select)
 
 
@@ -65,6 +68,25 @@ async def handle_confirm(click: Click, services: Services) -> None:
         user=click.user, channel=click.channel, request_id=click.value
     )
     await click.answer(reply, about="a confirmation's answer")
+
+
+PLAN_BUTTONS: dict[str, PlanVerb] = {
+    "plan_pause": "pause",
+    "plan_resume": "resume",
+    "plan_abort": "abort",
+    "plan_revert": "revert",
+}
+
+
+@on_click
+async def handle_plan(click: Click, services: Services) -> None:
+    reply = await services.ops.steer_plan(
+        user=click.user,
+        channel=click.channel,
+        request_id=click.value,
+        verb=PLAN_BUTTONS[click.action_id],
+    )
+    await click.answer(reply, about="a plan's button")
 
 
 async def _ask_why_deny(ops: CommandService, click: Click) -> None:

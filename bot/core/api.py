@@ -60,6 +60,7 @@ from bot.core.requests.view import RequestView as RequestView
 from bot.core.requests.view import revertible as revertible
 from bot.core.requests.view import view_of as view_of
 from bot.core.service import CommandService as CommandService
+from bot.core.staged.controls import PlanVerb as PlanVerb
 from bot.core.store import TERMINAL_STATES as TERMINAL_STATES
 from bot.core.store import ChangeRequestRecord as ChangeRequestRecord
 from bot.core.store import RequestState as RequestState

@@ -34,6 +34,7 @@ from bot.core.queries import Queries
 from bot.core.requests.deciders import DecisionClick
 from bot.core.requests.decisions import NeedsBreakGlass
 from bot.core.requests.workflow import ChangeWorkflow
+from bot.core.staged.controls import PlanVerb
 from bot.core.store import StoreUnavailable
 from bot.core.store.tokens import TokenStore
 from bot.core.timeline import Timeline, TimelineRequest
@@ -137,6 +138,16 @@ class CommandService:
                 return await self.workflow.revert(user=user, channel=channel, request_id=request_id)
         except StoreUnavailable as exc:
             return _store_down("a revert", exc)
+
+    async def steer_plan(
+        self, *, user: str, channel: str, request_id: str, verb: PlanVerb
+    ) -> Reply:  # Pause, Resume, Abort, Revert to start (ChangeWorkflow.steer_plan)
+        asked = {"user": user, "channel": channel, "request_id": request_id}
+        try:
+            with one_authorization():
+                return await self.workflow.steer_plan(**asked, verb=verb)
+        except StoreUnavailable as exc:
+            return _store_down("a plan's button", exc)
 
     # -- commands ---------------------------------------------------------------------
     def read(self, channel: str, text: str) -> ReadCommand:

@@ -61,6 +61,23 @@ def _cluster(event: ChannelEvent) -> str:
     return f"{md(event.cluster_name)} ({where})" if event.cluster_name else f"{where}"
 
 
+PLAN_WORDS = {
+    "plan_begin": "started",
+    "plan_sent": "sent",
+    "plan_send_failed": "failed",
+    "plan_send_unknown": "outcome unknown",
+    "plan_resolved_applied": "found applied",
+    "plan_pass": "passed its soak",
+    "plan_complete": "passed its soak, plan complete",
+    "plan_hold": "stopped",
+    "plan_stop": "stopped",
+    "plan_pause": "paused",
+    "plan_resume": "resumed",
+    "plan_abort": "aborted",
+    "plan_revert": "ended by a revert to its start",
+}
+
+
 def _request_text(event: ChannelEvent, who: str) -> str | None:
     entry, detail = event.entry, event.entry.detail
     rid = f"**{md(entry.request_id)}**"
@@ -93,6 +110,13 @@ def _request_text(event: ChannelEvent, who: str) -> str | None:
         return (
             f"{rid} break glass by {who}: their own request, one approval "
             f"({md(entry.outcome or '?')}){reason}"
+        )
+    if event_name in PLAN_WORDS:  # a staged plan's steps (SPEC §14)
+        known = {"step", "steps"} <= set(detail)
+        step = f" step {detail['step']}/{detail['steps']}" if known else ""
+        said = detail.get("why") or detail.get("message")
+        return f"{rid} plan{step} {PLAN_WORDS[event_name]} by {who}" + (
+            f": {md(said)}" if said else ""
         )
     why = f" · reason: {md(detail['reason'])}" if detail.get("reason") else ""
     simple = {

@@ -22,6 +22,7 @@ from bot.providers.base import (
     ProviderChanges,
 )
 from bot.providers.http import ClientSettings, ProviderTransport
+from bot.providers.stepping import Stepping
 
 
 class SizeChange(BaseModel):
@@ -124,6 +125,8 @@ class ProviderDescriptor:
     form_title: str = "Change cluster"  # its change form's title ("Update cluster")
     # The statuses (lower case) its actions run in; None when its adapter refuses none.
     actionable_statuses: frozenset[str] | None = None
+    # How its size change is sent in steps (``step=``, SPEC §14); None: it cannot be.
+    stepping: Stepping | None = None
 
     @property
     def verb(self) -> str:

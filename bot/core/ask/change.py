@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from bot.core.ask.grammar import ChangeCommand
 from bot.core.requests.schedule import Schedule
+from bot.core.staged.plan import Staging
 
 # Where a change was asked: its audit rows, metrics and answers do not depend on it, but
 # reading a trail or a log is easier with it.
@@ -48,6 +49,7 @@ class ChangeAsk(BaseModel):
     via: str | None = None
     client: str | None = None
     token: str | None = None
+    staging: Staging | None = None  # step= and soak=: sent in steps (SPEC §14)
 
     @classmethod
     def of_command(
@@ -71,6 +73,7 @@ class ChangeAsk(BaseModel):
             override=command.override,
             schedule=command.schedule,
             origin="agent" if agent else "command" if step is None else "step",
+            staging=command.staging,
             command=f"{command.name} {command.project} {command.cluster_id}",
             step=step,
             **(agent.model_dump() if agent else {}),

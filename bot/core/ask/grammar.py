@@ -14,6 +14,8 @@ for E2E); a provider with several actions takes the action's name after the clus
 and shown; so may an admin's ``override="…"`` of a change freeze (SPEC §8), in 10 to 500
 characters as a break glass's reason;
 ``at=<RFC 3339>`` or ``in=<N>m|<N>h|<N>d`` schedules the change (SPEC §9).
+``step=N`` sends a size change in steps of N (GPUs or nodes), each held steady for
+``soak=<N>s|<N>m|<N>h`` (SPEC §14).
 ``page=N`` asks for a further page of a long answer.
 """
 
@@ -28,6 +30,7 @@ from pydantic import BaseModel, Field
 
 from bot.core.ask.justification import justification_problem
 from bot.core.requests.schedule import Schedule, ScheduleError, parse_at, parse_in
+from bot.core.staged.plan import Staging, StagingError, staging_of
 from bot.errors import GpuopsError
 from bot.providers.catalog import Catalog
 from bot.providers.descriptor import ProviderDescriptor
@@ -103,6 +106,7 @@ class ChangeCommand(BaseModel):
     reason: str | None = None
     override: str | None = None  # an admin's reason to go ahead during a freeze
     schedule: Schedule | None = None
+    staging: Staging | None = None  # step= (and soak=): sent in steps (SPEC §14)
 
 
 class AuditCommand(BaseModel):
@@ -159,12 +163,15 @@ def _token(value: str, what: str, usage: str) -> str:
 _TEXTS = ("reason", "override")  # free text, not a provider field
 
 
+_STAGING = ("step", "soak")  # a staged change's step and soak, not provider fields
+
+
 def _assignments(
     words: list[str], usage: str
 ) -> tuple[dict[str, str], dict[str, str | None], Schedule | None]:
-    """The provider fields, the texts (reason, override) and the run time given."""
+    """The provider fields, the texts (reason, override, step, soak) and the run time."""
     fields: dict[str, str] = {}
-    texts: dict[str, str | None] = dict.fromkeys(_TEXTS)
+    texts: dict[str, str | None] = dict.fromkeys(_TEXTS + _STAGING)
     schedule: Schedule | None = None
     for word in words:
         name, sep, value = word.partition("=")
@@ -175,6 +182,11 @@ def _assignments(
             continue
         if name in _TEXTS:
             texts[name] = _reason(value)
+            continue
+        if name in _STAGING:
+            if texts[name] is not None:
+                raise UsageError(f"`{name}=` is given twice; give it once.")
+            texts[name] = value
             continue
         if name in ("at", "in"):
             if schedule is not None:
@@ -344,6 +356,10 @@ def _parse_change(provider: ProviderDescriptor, args: list[str]) -> ChangeComman
         action = _token(rest[0], "action", usage)
         rest = rest[1:]
     fields, texts, schedule = _assignments(rest, usage)
+    try:
+        staging = staging_of(texts.pop("step"), texts.pop("soak"))
+    except StagingError as exc:
+        raise UsageError(str(exc)) from None
     return ChangeCommand(
         name=verb,
         project=project,
@@ -351,6 +367,7 @@ def _parse_change(provider: ProviderDescriptor, args: list[str]) -> ChangeComman
         action=action,
         fields=fields,
         schedule=schedule,
+        staging=staging,
         **texts,
     )
 

@@ -33,6 +33,7 @@ from pydantic_core import PydanticCustomError
 from bot.config import check_http_url
 from bot.core.policy.guardrails import ApprovalRule, Freeze, Limits, Prices
 from bot.core.policy.oncall import OnCallConfig
+from bot.core.policy.staged import StagedDefaults
 from bot.core.policy.watch import WatchConfig
 from bot.providers.catalog import Catalog, CatalogError
 from bot.providers.descriptor import ProviderDescriptor, ProviderSection
@@ -292,6 +293,8 @@ class Policy(_Strict):
                 "unknown_schedule", "{problems}", {"problems": "\n".join(problems)}
             )
         return self
+
+    staged: StagedDefaults = Field(default_factory=StagedDefaults)  # SPEC §14
 
     @model_validator(mode="after")
     def _grants_name_known_projects(self) -> Policy:

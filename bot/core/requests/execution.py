@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,8 +72,15 @@ def lease_name(request_id: str) -> str:
 class Execution:
     """Sends approved changes, each exactly once across replicas."""
 
-    def __init__(self, deps: RequestDeps, follow_up: FollowUp, presend: PreSend) -> None:
+    def __init__(
+        self,
+        deps: RequestDeps,
+        follow_up: FollowUp,
+        presend: PreSend,
+        staged: Callable[[ChangeRequestRecord], Awaitable[Result]],
+    ) -> None:
         self.deps = deps
+        self.staged = staged  # runs a staged change's plan in place of one call (SPEC §14)
         self.follow_up = follow_up
         self.presend = presend
         self.recorder = Recorder(deps, follow_up)
@@ -91,8 +99,20 @@ class Execution:
         are); the result this executor knows (recorded or kept for the store), None when
         it did not run it (not approved, another sender, or the store failed before
         anything was held)."""
+        if record is not None and "staged" in record.plan:
+            # A plan runs for its steps' soaks: in the background, not in the click or
+            # command that approved it (which is answered now; the thread tells the rest).
+            run = self._logged(request_id, actor, record, posted or Posted({}))
+            self.deps.tasks.spawn(run, f"plan-{request_id}")
+            return None
         with log_context(request_id=request_id):  # every line logged while sending names it
             return await self._execute(request_id, actor, record, posted or Posted({}))
+
+    async def _logged(
+        self, request_id: str, actor: str, record: ChangeRequestRecord, posted: Posted
+    ) -> None:
+        with log_context(request_id=request_id):
+            await self._execute(request_id, actor, record, posted)
 
     async def _execute(
         self, request_id: str, actor: str, record: ChangeRequestRecord | None, posted: Posted
@@ -196,8 +216,10 @@ class Execution:
     async def _sent_and_recorded(
         self, running: ChangeRequestRecord, keeper: LeaseKeeper, heartbeat: asyncio.Task[None]
     ) -> _Ran:
-        """Send and record; kept when the result waits for the store."""
-        result = await self._send(running)
+        """Send (a staged change: run its plan) and record; kept when the result waits for
+        the store."""
+        staged = "staged" in running.plan
+        result = await (self.staged(running) if staged else self._send(running))
         try:
             released = await self.recorder.record(running, keeper, result, late=False)
         except StoreUnavailable as exc:

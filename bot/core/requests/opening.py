@@ -25,6 +25,8 @@ from bot.core.requests.outcomes import Result
 from bot.core.requests.schedule import Schedule, ScheduleError, when_text
 from bot.core.requests.transitions import Change, mirror, settle
 from bot.core.requests.view import STALE_AT_APPROVAL, state_words
+from bot.core.staged.asking import plan_staged, run_staged, staged_preview
+from bot.core.staged.plan import StagedPlan
 from bot.core.store import ChangeRequestRecord, OpenBeside, RequestState, StoreUnavailable
 from bot.metrics import APPROVALS_PENDING, CHANGE_REQUESTS
 from bot.providers.base import ChangePlan
@@ -85,6 +87,7 @@ class Opening:
                 user, channel, project, plan.kinds, now, ask.override
             )
             self.guard.check(project, plan.kinds, size, now, overridden=overridden is not None)
+            staged = ask.staging and plan_staged(ask.staging, access, state, plan, ask.inputs, size)
         except Refusal as refusal:
             CHANGE_REQUESTS.labels(access.provider_of(project), "refused").inc()
             return await access.refuse(
@@ -102,6 +105,7 @@ class Opening:
         stored["guard"] = guard_json(size, overridden)
         if ask.via is not None:  # shown verbatim in Slack before anyone confirms
             stored["proposed"] = {str(k): str(v) for k, v in ask.inputs.items()}
+        stored.update({"staged": staged.to_json()} if isinstance(staged, StagedPlan) else {})
         return await self._open(ask, plan, stored, overridden, run_at)
 
     async def _approvals(
@@ -183,7 +187,7 @@ class Opening:
             user,
             outcome=str(RequestState.PENDING if held else RequestState.APPROVED),
             detail={
-                "preview": plan.preview_text(),
+                "preview": staged_preview(stored, plan),
                 "kinds": plan.kinds,
                 "reason": reason or "",
                 "channel": channel,
@@ -270,11 +274,12 @@ class Opening:
             await mirror(deps, record, "Change requested", its_copy=True)
             return notice(
                 f"Request {record.id} is waiting for approval in the thread{when}: "
-                f"{plan.preview_text()}{also}"
+                f"{staged_preview(stored, plan)}{also}"
             )
         if run_at is not None:
             await mirror(deps, record, "Change requested (no approval needed)", its_copy=True)
-            return notice(f"Request {record.id} is approved{when}: {plan.preview_text()}{also}")
+            preview = staged_preview(stored, plan)
+            return notice(f"Request {record.id} is approved{when}: {preview}{also}")
         # Run now: the notify channel hears of it once, when it has ended (every way it
         # can end is mirrored).
         return await self._run(record, user, beside)
@@ -285,6 +290,8 @@ class Opening:
         of it: never "nothing was changed" because the store went away afterwards."""
         result: Result | None = None
         posted = Posted({"root_ts": record.root_ts})
+        if "staged" in record.plan:  # its plan runs in the background: the thread tells
+            return await run_staged(self.execution.execute, record, user, posted, beside)
         try:
             result = await self.execution.execute(
                 record.id, actor=user, record=record, posted=posted

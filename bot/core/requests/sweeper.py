@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 from bot.core.requests import table, transitions
@@ -37,7 +38,13 @@ _STOPPED_BEFORE_SENDING = (
 class Sweeper:
     """Expiry, recovery of interrupted and orphaned requests, and the periodic sweep."""
 
-    def __init__(self, deps: RequestDeps, follow_up: FollowUp) -> None:
+    def __init__(
+        self,
+        deps: RequestDeps,
+        follow_up: FollowUp,
+        end_plan: Callable[[ChangeRequestRecord], Awaitable[None]],
+    ) -> None:
+        self.end_plan = end_plan  # a staged request interrupted: its plan ends (SPEC §14)
         self.deps = deps
         self.follow_up = follow_up
 
@@ -78,6 +85,8 @@ class Sweeper:
                 record, table.INTERRUPT, _STOPPED_WHILE_SENDING
             ):
                 recovered += 1
+                if "staged" in record.plan:  # its plan never goes on without it
+                    await self.end_plan(record)
         return recovered
 
     async def _fail_orphaned_approvals(self) -> int:

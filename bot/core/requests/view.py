@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from bot.core.pricing import change_price_line
+from bot.core.staged.asking import progress_of, staged_lines
 from bot.core.store import ChangeRequestRecord, RequestState
 from bot.providers.base import ChangePlan
 
@@ -106,6 +107,10 @@ class RequestView:
     def awaiting_confirm(self) -> bool:
         return self.confirm == "awaiting" and self.state == "pending"
 
+    # A staged plan under way (SPEC §14): its progress, and the buttons that steer it now.
+    plan_progress: str | None = None
+    plan_buttons: tuple[str, ...] = ()
+
     @property
     def counted(self) -> tuple[str, ...]:
         """The approvers whose approval counts."""
@@ -187,7 +192,7 @@ def view_of(record: ChangeRequestRecord) -> RequestView:
         cluster_id=record.cluster_id,
         cluster_name=record.cluster_name,
         action=record.action,
-        preview=plan_lines(plan),
+        preview=plan_lines(plan) + staged_lines(record.plan),
         requester=record.requester,
         channel=record.channel,
         needs_approval=record.needs_approval,
@@ -206,6 +211,8 @@ def view_of(record: ChangeRequestRecord) -> RequestView:
         client=record.client,
         proposed=tuple(f"{k}={v}" for k, v in (record.plan.get("proposed") or {}).items()),
         confirm=record.confirm,
+        plan_progress=progress_of(record)[0],
+        plan_buttons=progress_of(record)[1],
         **approval_state(record),
     )
 

@@ -8,6 +8,7 @@ re-run. This module assembles the parts; each lives in its own module of this pa
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -30,7 +31,12 @@ from bot.core.requests.revert import Reverts
 from bot.core.requests.schedule import Scheduler
 from bot.core.requests.sweeper import Sweeper
 from bot.core.requests.tasks import BackgroundTasks
+from bot.core.staged.controls import PlanControls, PlanVerb
+from bot.core.staged.ending import end_orphaned, execute_plan
+from bot.core.staged.runner import PlanRunner
 from bot.core.store import Store
+from bot.core.store.plans import PlanStore
+from bot.core.store.watch import WatchStore
 from bot.logs import log_context
 
 
@@ -69,8 +75,16 @@ class ChangeWorkflow:
         )
         self.follow_up = FollowUp(self.deps)
         self.presend = PreSend(self.deps)
-        self.execution = Execution(self.deps, self.follow_up, self.presend)
-        self.sweeper = Sweeper(self.deps, self.follow_up)
+        self.plans = PlanStore(store)
+        self.plan_runner = PlanRunner(self.deps, self.plans, WatchStore(store))
+        self.execution = Execution(
+            self.deps,
+            self.follow_up,
+            self.presend,
+            functools.partial(execute_plan, self.plan_runner),
+        )
+        end_plan = functools.partial(end_orphaned, self.plan_runner)
+        self.sweeper = Sweeper(self.deps, self.follow_up, end_plan)
         self.opening = Opening(self.deps, self.execution)
         self.decisions = Decisions(self.deps, self.execution, self.sweeper)
         self.decide = self.decisions.decide  # act on a decision (bot.core.requests.decisions)
@@ -80,6 +94,7 @@ class ChangeWorkflow:
         self.reverts = Reverts(self.deps, self.opening)
         self.scheduler = Scheduler(self.deps, self.execution)
         self.confirmations = Confirmations(self.deps, self.execution)
+        self.plan_controls = PlanControls(self.deps, self.plans, self.request_change)
 
     # Every line logged while a request is opened, decided or reverted names it.
 
@@ -100,6 +115,13 @@ class ChangeWorkflow:
         """Request the inverse of a change (bot.core.requests.revert)."""
         with log_context(request_id=request_id):
             return await self.reverts.revert(user=user, channel=channel, request_id=request_id)
+
+    async def steer_plan(
+        self, *, user: str, channel: str, request_id: str, verb: PlanVerb
+    ) -> Reply:
+        """Pause, resume, abort or revert a staged plan (bot.core.staged.controls)."""
+        with log_context(request_id=request_id):
+            return await self.plan_controls.steer(user, channel, request_id, verb)
 
     async def execute(self, request_id: str, *, actor: str) -> Result | None:
         """Send an approved change (bot.core.requests.execution)."""

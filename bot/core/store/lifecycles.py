@@ -1,11 +1,13 @@
-"""The writes of the remediation and Workflow Builder step lifecycles (their tables are in
-``bot.core.lifecycle``): each move is one transaction, the compare-and-set of the state and
-its audit entry together, so a crash between them leaves neither.
+"""The writes of the remediation, Workflow Builder step and staged plan lifecycles (their
+tables are in ``bot.core.lifecycle``): each move is one transaction, the compare-and-set of
+the state and its audit entry together, so a crash between them leaves neither.
 
 The tables pass in where a move may come from and where it goes; this module only knows how
 to write it. A remediation's move is one ``UPDATE … WHERE decision IN (…) RETURNING`` and,
 when it won, the audit entry appended in the same transaction. A step's move is one
 statement (a step keeps no audit entry of its own: the request it made carries the story).
+A staged plan's move is the plan's ``UPDATE … WHERE state IN (…)`` and, when it names one,
+its step's, with the audit entry, in one transaction: a step lost by either is no move.
 """
 
 from __future__ import annotations
@@ -16,8 +18,15 @@ from datetime import UTC, datetime
 from sqlalchemy import update
 
 from bot.core.store.builder_steps import StepRecord, StepState, StepStore
+from bot.core.store.plans import (
+    PlanRecord,
+    PlanState,
+    PlanStore,
+    StagedStepRecord,
+    StagedStepState,
+)
 from bot.core.store.records import AuditRow
-from bot.core.store.tables import workflow_steps
+from bot.core.store.tables import staged_plans, staged_steps, workflow_steps
 from bot.core.store.watch import (
     AlertClaim,
     RemediationDecision,
@@ -26,6 +35,7 @@ from bot.core.store.watch import (
     _log_taken_over,
     remediations,
 )
+from bot.errors import GpuopsError
 
 _REMEDIATION_FIELDS = frozenset({"ts", "provider_state", "decided_by", "comment"})
 
@@ -129,3 +139,93 @@ async def move_step(
     async with steps.store._begin() as conn:
         row = (await conn.execute(statement)).mappings().first()
     return None if row is None else StepRecord.model_validate(dict(row))
+
+
+class _StepMoved(GpuopsError):
+    """The plan's move won but its step had moved: the transaction is rolled back."""
+
+
+async def new_plan(
+    plans: PlanStore,
+    plan: PlanRecord,
+    steps: list[StagedStepRecord],
+    audit: AuditRow,
+) -> PlanRecord | None:
+    """Store a plan not known yet with its steps and ``audit``, in one transaction: the plan
+    for the one caller that wins, None when the request's plan is stored already."""
+    insert = (
+        plans.store._insert(staged_plans)
+        .values(**plan.model_dump(mode="python"))
+        .on_conflict_do_nothing(index_elements=[staged_plans.c.request_id])
+        .returning(*staged_plans.c)
+    )
+    async with plans.store._begin() as conn:
+        row = (await conn.execute(insert)).mappings().first()
+        if row is None:
+            return None
+        for step in steps:
+            await conn.execute(staged_steps.insert().values(**step.model_dump(mode="python")))
+        await plans.store._append(conn, audit)
+    return PlanRecord.model_validate(dict(row))
+
+
+async def move_plan(
+    plans: PlanStore,
+    request_id: str,
+    *,
+    plan_from: Collection[PlanState],
+    plan_to: PlanState | None,
+    audit: AuditRow,
+    idx: int | None = None,
+    step_from: Collection[StagedStepState] = (),
+    step_to: StagedStepState | None = None,
+    plan_fields: dict[str, object] | None = None,
+    step_fields: dict[str, object] | None = None,
+) -> tuple[PlanRecord, StagedStepRecord | None] | None:
+    """Move the plan to ``plan_to`` (None: it stays) if it is in one of ``plan_from`` (and,
+    with ``idx``, at that step), and that step to ``step_to`` if it is in one of
+    ``step_from``, with ``audit``, in one transaction: the plan and step as moved for the
+    one winner; None for everyone else, and then nothing is written."""
+    now = _now()
+    statement = update(staged_plans).where(
+        staged_plans.c.request_id == request_id,
+        staged_plans.c.state.in_([s.value for s in plan_from]),
+    )
+    if idx is not None:
+        statement = statement.where(staged_plans.c.step == idx)
+    values = dict(plan_fields or {})
+    if plan_to is not None:
+        values["state"] = plan_to.value
+    statement = statement.values(
+        updated_at=now, version=staged_plans.c.version + 1, **values
+    ).returning(*staged_plans.c)
+    try:
+        async with plans.store._begin() as conn:
+            row = (await conn.execute(statement)).mappings().first()
+            if row is None:
+                return None
+            step: StagedStepRecord | None = None
+            if idx is not None and step_to is not None:
+                moved = (
+                    (
+                        await conn.execute(
+                            update(staged_steps)
+                            .where(
+                                staged_steps.c.request_id == request_id,
+                                staged_steps.c.idx == idx,
+                                staged_steps.c.state.in_([s.value for s in step_from]),
+                            )
+                            .values(state=step_to.value, updated_at=now, **(step_fields or {}))
+                            .returning(*staged_steps.c)
+                        )
+                    )
+                    .mappings()
+                    .first()
+                )
+                if moved is None:
+                    raise _StepMoved
+                step = StagedStepRecord.model_validate(dict(moved))
+            await plans.store._append(conn, audit)
+    except _StepMoved:
+        return None
+    return PlanRecord.model_validate(dict(row)), step

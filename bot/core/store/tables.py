@@ -204,6 +204,44 @@ escalations = Table(
     PrimaryKeyConstraint("request_id", "level", name="pk_gpuops_escalations"),
 )
 
+# A change request sent in steps (SPEC §14): the plan's state and each step's; every move
+# writes them in one transaction with its audit entry (bot.core.lifecycle.plans).
+staged_plans = Table(
+    "gpuops_staged_plans",
+    metadata,
+    Column("request_id", String(16), primary_key=True),
+    Column("project", Text(), nullable=False),
+    Column("cluster_id", Text(), nullable=False),
+    Column("requester", Text(), nullable=False),
+    Column("channel", Text(), nullable=False),
+    Column("state", String(16), nullable=False),  # running, paused, stopped, aborted, …
+    Column("step", Integer(), nullable=False),  # the step under way or next, from 1
+    Column("steps", Integer(), nullable=False),
+    Column("cause", String(16)),  # why it stopped
+    Column("cause_text", Text()),
+    Column("revert_id", String(16)),  # the request that reverts it to its start
+    Column("version", Integer(), nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    Index("ix_gpuops_staged_plans_state", "state", "updated_at"),
+)
+
+staged_steps = Table(
+    "gpuops_staged_steps",
+    metadata,
+    Column("request_id", String(16), nullable=False),
+    Column("idx", Integer(), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("size_before", Integer(), nullable=False),
+    Column("size_after", Integer(), nullable=False),
+    Column("inputs", json_type(), nullable=False),
+    Column("calls_until", UTCDateTime()),  # a sent call may still arrive until then
+    Column("deadline", UTCDateTime()),  # following: steady by then; soaking: held until then
+    Column("result", Text()),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    PrimaryKeyConstraint("request_id", "idx", name="pk_gpuops_staged_steps"),
+)
+
 __all__ = [
     "approval_copies",
     "audit",
@@ -214,6 +252,8 @@ __all__ = [
     "escalations",
     "leases",
     "metadata",
+    "staged_plans",
+    "staged_steps",
     "tokens",
     "workflow_steps",
 ]

@@ -34,6 +34,20 @@ REQUEST_EVENTS = frozenset(
         "refused",
         "status",
         "freeze_override",  # an admin's override of a freeze, with its justification
+        # A staged plan's steps and the people steering it (SPEC §14).
+        "plan_begin",
+        "plan_sent",
+        "plan_send_failed",
+        "plan_send_unknown",
+        "plan_resolved_applied",
+        "plan_pass",
+        "plan_complete",
+        "plan_hold",
+        "plan_stop",
+        "plan_pause",
+        "plan_resume",
+        "plan_abort",
+        "plan_revert",
     }
 )
 # What the watcher posts in a project's notify channel, and the decisions taken there.

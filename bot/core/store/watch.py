@@ -301,3 +301,32 @@ class WatchStore:
         async with self.store._begin() as conn:
             row = (await conn.execute(statement)).mappings().first()
         return None if row is None else RemediationRecord.model_validate(dict(row))
+
+    # ---- signals on a cluster (a staged plan's soak, SPEC §14) ------------------------
+
+    async def signals_since(
+        self, project: str, cluster_id: str, alert_prefix: str, since: datetime
+    ) -> list[str]:
+        """What the watcher raised on a cluster since ``since``: each remediation it posted
+        (its node) and each health alert (its key, under ``alert_prefix``), oldest first."""
+        found = (
+            select(remediations.c.node, remediations.c.created_at)
+            .where(
+                remediations.c.project == project,
+                remediations.c.cluster_id == cluster_id,
+                remediations.c.created_at >= since,
+            )
+            .order_by(remediations.c.created_at)
+        )
+        raised = (
+            select(alerts.c.key, alerts.c.posted_at)
+            .where(alerts.c.key.startswith(alert_prefix, autoescape=True))
+            .where(alerts.c.posted_at >= since)
+            .order_by(alerts.c.posted_at)
+        )
+        async with self.store._begin() as conn:
+            nodes = (await conn.execute(found)).all()
+            keys = (await conn.execute(raised)).all()
+        said = [(at, f"a remediation on node {node}") for node, at in nodes]
+        said += [(at, "a health alert") for key, at in keys if not key.endswith(":recovered")]
+        return [text for _, text in sorted(said)]

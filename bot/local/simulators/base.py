@@ -41,6 +41,9 @@ class FaultKind(enum.StrEnum):
     APPLY_THEN_DROP = "apply_then_drop"  # apply the change, then close without an answer
     ERRORS_TRUE = "errors_true"  # HTTP 200 with {"errors": true, ...} (E2E), not applied
     FIELD_ERROR = "field_error"  # `status` (400/422) naming request field `field`, not applied
+    # Together updates, applied and answered as usual; what follows goes wrong (SPEC §14):
+    NEW_NODES_UNHEALTHY = "new_nodes_unhealthy"  # the nodes it adds stay NotReady once Ready
+    REMEDIATION_IN_SOAK = "remediation_in_soak"  # `seconds` after Ready, a remediation on one
 
 
 FAULT_KINDS = tuple(kind.value for kind in FaultKind)
@@ -101,9 +104,13 @@ def json_response(status: int, body: Any, headers: dict[str, str] | None = None)
     )
 
 
+# Faults that leave the call alone and act on what the change does afterwards.
+EFFECTS = frozenset({FaultKind.NEW_NODES_UNHEALTHY, FaultKind.REMEDIATION_IN_SOAK})
+
+
 async def fault_before(fault: Fault | None, error_body: ErrorBody) -> web.StreamResponse | None:
     """Answer for a fault that strikes before the change is applied, or None to go on."""
-    if fault is None or fault.kind in _AFTER:
+    if fault is None or fault.kind in _AFTER or fault.kind in EFFECTS:
         return None
     if fault.kind is FaultKind.LATENCY:
         await asyncio.sleep(fault.seconds)

@@ -26,6 +26,8 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from bot.local.simulators.base import (
+    EFFECTS,
+    FaultKind,
     SimulatorServer,
     fault_after,
     fault_before,
@@ -124,6 +126,14 @@ class _Transition:
     started: float  # monotonic
     started_at: datetime
     reached: int = -1  # index into _PROGRESS already recorded
+
+
+@dataclass
+class _Effect:
+    kind: FaultKind
+    seconds: float
+    nodes: list[str]  # the node ids the change added
+    settled: float | None = None  # monotonic, once the cluster was Ready again
 
 
 # -- seed data -----------------------------------------------------------------------------
@@ -575,6 +585,7 @@ class TogetherSimulator(SimulatorServer):
         self.clusters: dict[str, dict[str, Any]] = {}
         self._transitions: dict[str, _Transition] = {}
         self._healthy_status: dict[str, str] = {}
+        self._effects: dict[str, _Effect] = {}  # a change's fault, acted on once it settles
         self.remediations = RemediationDesk(
             transition_seconds if remediation_seconds is None else remediation_seconds
         )
@@ -608,6 +619,7 @@ class TogetherSimulator(SimulatorServer):
         self.clusters = seed_clusters(datetime.now(UTC))
         self._transitions = {}
         self._healthy_status = {}
+        self._effects = {}
         self.remediations.clear()
 
     # -- controls (SimulatorServer hooks and the remediation ones) -----------------------
@@ -767,7 +779,9 @@ class TogetherSimulator(SimulatorServer):
             changes = validate_update(self.clusters[cluster_id], body, datetime.now(UTC))
         except UpdateRejected as rejected:
             return _error(400, rejected.message, rejected.code)
-        self._apply(cluster_id, changes)
+        added = self._apply(cluster_id, changes)
+        if fault is not None and fault.kind in EFFECTS:
+            self._effects[cluster_id] = _Effect(fault.kind, fault.seconds, added)
         late = fault_after(fault, error_body, request)
         if late is not None:
             return late
@@ -798,9 +812,11 @@ class TogetherSimulator(SimulatorServer):
         self._advance(cluster_id)
         return copy.deepcopy(self.clusters[cluster_id])
 
-    def _apply(self, cluster_id: str, changes: dict[str, Any]) -> None:
+    def _apply(self, cluster_id: str, changes: dict[str, Any]) -> list[str]:
+        """Apply a validated update; the node ids it added."""
         cluster = self.clusters[cluster_id]
         before = _shape(cluster)
+        had = {n["node_id"] for n in cluster.get("gpu_worker_nodes", [])}
         if "num_preemptible_gpus" in changes:
             changes["desired_preemptible_gpus"] = changes.pop("num_preemptible_gpus")
         cluster.update(changes)
@@ -808,6 +824,9 @@ class TogetherSimulator(SimulatorServer):
             self._resize_nodes(cluster, changes["num_gpus"])
         if _shape(cluster) != before:  # a new decommission time alone needs no provisioning
             self._transitions[cluster_id] = _Transition(time.monotonic(), datetime.now(UTC))
+        return [
+            n["node_id"] for n in cluster.get("gpu_worker_nodes", []) if n["node_id"] not in had
+        ]
 
     def _resize_nodes(self, cluster: dict[str, Any], num_gpus: int) -> None:
         nodes: list[dict[str, Any]] = cluster["gpu_worker_nodes"]
@@ -847,6 +866,7 @@ class TogetherSimulator(SimulatorServer):
     def _advance(self, cluster_id: str) -> None:
         transition = self._transitions.get(cluster_id)
         if transition is None:
+            self._act(cluster_id)
             return
         cluster = self.clusters[cluster_id]
         step = self.transition_seconds / (len(_PROGRESS) - 1)
@@ -865,6 +885,30 @@ class TogetherSimulator(SimulatorServer):
         if index == len(_PROGRESS) - 1:
             self._settle(cluster)
             del self._transitions[cluster_id]
+            self._act(cluster_id)
+
+    def _act(self, cluster_id: str) -> None:
+        """A settled change's fault (SPEC §14): its new nodes made unhealthy at once, or a
+        remediation proposed on one of them ``seconds`` after the cluster settled."""
+        effect = self._effects.get(cluster_id)
+        if effect is None:
+            return
+        cluster = self.clusters[cluster_id]
+        nodes = cluster.get("gpu_worker_nodes", [])
+        if effect.kind is FaultKind.NEW_NODES_UNHEALTHY:
+            for node in nodes:
+                if node["node_id"] in effect.nodes:
+                    node["status"] = "NotReady"
+            del self._effects[cluster_id]
+            return
+        if effect.settled is None:
+            effect.settled = time.monotonic()
+        if time.monotonic() - effect.settled < effect.seconds:
+            return
+        del self._effects[cluster_id]
+        ids = [n["node_id"] for n in nodes]
+        index = next((ids.index(i) for i in effect.nodes if i in ids), 0)
+        self.remediations.create(copy.deepcopy(cluster), NewRemediation(node=index))
 
     @staticmethod
     def _settle(cluster: dict[str, Any]) -> None:

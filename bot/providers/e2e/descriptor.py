@@ -20,6 +20,7 @@ from bot.providers.e2e.adapter import CHANGES, E2EAdapter
 from bot.providers.e2e.client import E2E_DEFAULT_BASE_URL, E2EClient, build_e2e_transport
 from bot.providers.e2e.models import ACTIONS, PROVIDER, RUNNING
 from bot.providers.http import ProviderTransport
+from bot.providers.stepping import Stepping
 
 KINDS = ACTIONS  # each action is its own change kind
 
@@ -89,4 +90,7 @@ DESCRIPTOR = ProviderDescriptor(
     size_limit="max_nodes",
     capabilities=frozenset({"probe"}),
     form_title="Cluster action",
+    stepping=Stepping(
+        action="scale_cluster", fields=("additional_nodes",), unit="nodes", additive=True
+    ),
 )

@@ -17,9 +17,10 @@ from bot.providers.descriptor import (
     whole,
 )
 from bot.providers.http import ProviderTransport
+from bot.providers.stepping import Stepping
 from bot.providers.together.adapter import CHANGES, TogetherAdapter
 from bot.providers.together.client import TogetherClient, build_together_transport
-from bot.providers.together.models import PROVIDER
+from bot.providers.together.models import GPU_COUNT_FIELDS, GPUS_PER_NODE, PROVIDER
 
 DEFAULT_BASE_URL = "https://api.together.ai/v1"
 
@@ -78,4 +79,7 @@ DESCRIPTOR = ProviderDescriptor(
     price_table=True,  # Together has no price API (SPEC §8)
     capabilities=frozenset({"remediations", "reservations", "probe"}),
     form_title="Update cluster",
+    stepping=Stepping(
+        action="update", fields=GPU_COUNT_FIELDS, unit="GPUs", multiple=GPUS_PER_NODE
+    ),
 )

@@ -31,6 +31,13 @@ def to_summary(cluster: TogetherCluster, project: str) -> ClusterSummary:
         "num_capacity_pool_gpus": cluster.num_capacity_pool_gpus,
         "capacity_pool_id": cluster.capacity_pool_id or None,
         "reservation_end_time": end_text,
+        # Worker nodes not Ready (deleted ones aside): a steady cluster with any is not
+        # proven healthy (a staged step waits for none, SPEC §14).
+        "nodes_not_ready": sum(
+            1
+            for node in cluster.gpu_worker_nodes
+            if node.status != "Ready" and node.deleted_at is None
+        ),
     }
     return ClusterSummary(
         provider=PROVIDER,

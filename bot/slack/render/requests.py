@@ -89,6 +89,11 @@ def request_root(r: RequestView) -> SlackMessage:
                 ],
             }
         )
+    if r.plan_progress:
+        blocks.append(section(f":stairs: {escape(r.plan_progress)}"))
+    if r.plan_buttons:
+        steer = [_button(PLAN_LABELS[b], f"plan_{b}", r.id, None) for b in r.plan_buttons]
+        blocks.append({"type": "actions", "block_id": "plan", "elements": steer})
     if r.result_message and r.state in ("failed", "unknown", "succeeded"):
         blocks.append(context(escape(r.result_message)))
     text = (
@@ -117,6 +122,15 @@ def _agent_blocks(r: RequestView) -> list[Block]:
             )
         )
     return blocks
+
+
+# The buttons that steer a staged plan (SPEC §14), by what they do: action_id plan_<verb>.
+PLAN_LABELS = {
+    "pause": "Pause",
+    "resume": "Resume",
+    "abort": "Abort",
+    "revert": "Revert to start",
+}
 
 
 def price_text(line: str) -> str:

@@ -47,6 +47,7 @@ from bot.core.store.migrations.tables import (
     v6_workflow_steps,
     v16_agent_tokens,
     v17_oncall_tables,
+    v18_staged_plans,
 )
 from bot.core.store.migrations.triggers import v11_single_statement_transitions
 from bot.core.store.migrations.types import Migration as Migration
@@ -89,6 +90,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(15, "change requests: index by channel", v15_channel_index),
     Migration(16, "agent tokens; change requests: via, client, confirm", v16_agent_tokens),
     Migration(17, "on-call approvers: DM copies of prompts, escalations", v17_oncall_tables),
+    Migration(18, "staged plans and their steps", v18_staged_plans),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

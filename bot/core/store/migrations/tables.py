@@ -1,5 +1,5 @@
 """Migrations that create tables: the initial schema (1), the watcher's (3), Workflow
-Builder steps (6), agents' tokens (16)."""
+Builder steps (6), agents' tokens (16), on-call tables (17), staged plans and their steps (18)."""
 
 from __future__ import annotations
 
@@ -227,5 +227,46 @@ def v17_oncall_tables(conn: Connection) -> None:
         Column("level", Integer(), nullable=False),
         Column("claimed_at", UTCDateTime(), nullable=False),
         PrimaryKeyConstraint("request_id", "level", name="pk_gpuops_escalations"),
+    )
+    metadata.create_all(conn)
+
+
+def v18_staged_plans(conn: Connection) -> None:
+    # Staged scale (SPEC §14): one plan per change request sent in steps, and each step's
+    # state; every move writes both in one transaction (bot.core.lifecycle.plans).
+    metadata = MetaData()
+    Table(
+        "gpuops_staged_plans",
+        metadata,
+        Column("request_id", String(16), primary_key=True),
+        Column("project", Text(), nullable=False),
+        Column("cluster_id", Text(), nullable=False),
+        Column("requester", Text(), nullable=False),
+        Column("channel", Text(), nullable=False),
+        Column("state", String(16), nullable=False),
+        Column("step", Integer(), nullable=False),
+        Column("steps", Integer(), nullable=False),
+        Column("cause", String(16)),
+        Column("cause_text", Text()),
+        Column("revert_id", String(16)),
+        Column("version", Integer(), nullable=False),
+        Column("created_at", UTCDateTime(), nullable=False),
+        Column("updated_at", UTCDateTime(), nullable=False),
+        Index("ix_gpuops_staged_plans_state", "state", "updated_at"),
+    )
+    Table(
+        "gpuops_staged_steps",
+        metadata,
+        Column("request_id", String(16), nullable=False),
+        Column("idx", Integer(), nullable=False),
+        Column("state", String(16), nullable=False),
+        Column("size_before", Integer(), nullable=False),
+        Column("size_after", Integer(), nullable=False),
+        Column("inputs", json_type(), nullable=False),
+        Column("calls_until", UTCDateTime()),
+        Column("deadline", UTCDateTime()),
+        Column("result", Text()),
+        Column("updated_at", UTCDateTime(), nullable=False),
+        PrimaryKeyConstraint("request_id", "idx", name="pk_gpuops_staged_steps"),
     )
     metadata.create_all(conn)
