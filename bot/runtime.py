@@ -30,6 +30,7 @@ from bot.core.policy.reload import PolicyRejected, PolicyReloader, ReloadResult
 from bot.core.registry import AdapterRegistry
 from bot.core.requests.workflow import ChangeWorkflow
 from bot.core.service import CommandService
+from bot.core.spend.ledger import Ledger
 from bot.core.store import Store
 from bot.core.store.builder_steps import StepStore
 from bot.core.store.watch import WatchStore
@@ -155,6 +156,7 @@ class Runtime:
             instance_id=instance,
             every_override=settings.gpuops_watch_every_seconds,
             fleet=access.fleet,
+            ledger=Ledger(access.spend.usage, lambda: holder.current),
         )
         bolt = build_bolt_app(
             client=web_client,

@@ -41,7 +41,12 @@ from bot.core.store.migrations.indexes import (
     v14_ordered_indexes,
     v15_channel_index,
 )
-from bot.core.store.migrations.tables import v1_initial_tables, v3_watch_tables, v6_workflow_steps
+from bot.core.store.migrations.tables import (
+    v1_initial_tables,
+    v3_watch_tables,
+    v6_workflow_steps,
+    v16_usage_ledger,
+)
 from bot.core.store.migrations.triggers import v11_single_statement_transitions
 from bot.core.store.migrations.types import Migration as Migration
 from bot.core.store.migrations.types import UTCDateTime as UTCDateTime
@@ -81,6 +86,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(13, "change requests: the notify channel's copy ts", v13_mirror_ts),
     Migration(14, "indexes in read order: timeline, Home, schedule", v14_ordered_indexes),
     Migration(15, "change requests: index by channel", v15_channel_index),
+    Migration(16, "usage ledger: cursors and 15-minute buckets", v16_usage_ledger),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version
