@@ -20,6 +20,7 @@ from bot.core.ask.grammar import (
     ListCommand,
     PolicyCommand,
     ShowCommand,
+    SpendCommand,
     TimelineCommand,
     UsageError,
     parse_command,
@@ -30,6 +31,7 @@ from bot.core.policy import Role
 from bot.core.queries import Queries
 from bot.core.requests.decisions import Decision, NeedsBreakGlass
 from bot.core.requests.workflow import ChangeWorkflow
+from bot.core.spend.report import SpendReport
 from bot.core.store import StoreUnavailable
 from bot.core.timeline import Timeline, TimelineRequest
 from bot.logs import log_context
@@ -57,6 +59,7 @@ class CommandService:
         self.forms = Forms(access, lambda: workflow.clock())
         self.reader = Reader(self.forms)
         self.timeline = Timeline(access)
+        self.spend = SpendReport(access, lambda: workflow.clock())
         # Commands' work after the ack, a few at a time (see bot.pacing).
         self.pacer = Pacer()
         self._late: set[asyncio.Task[bool]] = set()  # de-dup writes given up on
@@ -214,6 +217,8 @@ class CommandService:
         if isinstance(command, PolicyCommand):
             now = self.workflow.clock()
             return await self.queries.policy(user, channel, command.project, now)
+        if isinstance(command, SpendCommand):
+            return await self.spend.answer(user, channel, command.target, command.month)
         if isinstance(command, AuditCommand):
             return await self.queries.audit(
                 user, channel, command.project, command.limit, command.page

@@ -7,6 +7,7 @@
     /gpu audit [project] [limit] [page=N]
     /gpu timeline [since]
     /gpu policy [project]
+    /gpu spend [project|team] [month=YYYY-MM]
 
 Each provider has its change verb (its descriptor's: ``update`` for Together, ``action``
 for E2E); a provider with several actions takes the action's name after the cluster id.
@@ -57,6 +58,7 @@ USAGE = {
     "audit": "/gpu audit [project] [limit] [page=N]",
     "timeline": "/gpu timeline [since]",
     "policy": "/gpu policy [project]",
+    "spend": "/gpu spend [project|team] [month=YYYY-MM]",
 }
 _BEFORE_THE_VERBS = ("help", "list", "show")
 
@@ -121,6 +123,12 @@ class PolicyCommand(BaseModel):
     project: str | None = None
 
 
+class SpendCommand(BaseModel):
+    name: Literal["spend"] = "spend"
+    target: str | None = None  # a project or a team
+    month: str | None = None  # YYYY-MM, read by bot.core.spend.months
+
+
 Command = (
     HelpCommand
     | ListCommand
@@ -129,6 +137,7 @@ Command = (
     | AuditCommand
     | TimelineCommand
     | PolicyCommand
+    | SpendCommand
 )
 
 
@@ -258,7 +267,20 @@ def parse_command(text: str, catalog: Catalog) -> Command:
             raise UsageError(f"`policy` takes at most a project. Usage: `{USAGE['policy']}`")
         project = _token(args[0], "project", USAGE["policy"]) if args else None
         return PolicyCommand(project=project)
+    if verb == "spend":
+        return _parse_spend(args)
     raise _unknown_verb(verb, usage(catalog))
+
+
+def _parse_spend(args: list[str]) -> SpendCommand:
+    usage = USAGE["spend"]
+    months = [a for a in args if a.lower().startswith("month=")]
+    rest = [a for a in args if not a.lower().startswith("month=")]
+    if len(months) > 1 or len(rest) > 1:
+        raise UsageError(f"`spend` takes at most a project or team and a month. Usage: `{usage}`")
+    month = months[0].partition("=")[2] if months else None
+    target = _token(rest[0], "project or team", usage) if rest else None
+    return SpendCommand(target=target, month=month)
 
 
 def _extra_words(extra: list[str]) -> str:

@@ -106,6 +106,8 @@ def help_message(card: HelpCard) -> SlackMessage:
         " event (`30m`, `2h`, `1d` or an RFC 3339 time; default 24 h, at most 7 days);"
         " `@gpuops timeline` in a thread puts it there",
         "• `/gpu policy [project]` — approvals, limits, prices and freezes that apply to you",
+        "• `/gpu spend [project|team] [month=YYYY-MM]` — spend this month against the budget,"
+        " projected to the month's end, per cluster",
     ]
     if top >= Role.operator:
         lines += [_change_help(changes) for changes in card.changes]
