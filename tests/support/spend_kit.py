@@ -51,9 +51,15 @@ async def sums(stack: LocalStack, project: str = TOGETHER) -> dict[str, UsageSum
 
 async def assert_accrued_once(stack: LocalStack, project: str = TOGETHER) -> None:
     """Every cluster's accrued time is exactly its span from first seen to its cursor:
-    no interval counted twice, none left out."""
-    found = await sums(stack, project)
-    spans = await cursors(stack, project)
+    no interval counted twice, none left out. Read between two equal reads of the cursors
+    (a poller may be accruing meanwhile: a cursor moves with its buckets, in one commit)."""
+    for _ in range(200):
+        spans = await cursors(stack, project)
+        found = await sums(stack, project)
+        if await cursors(stack, project) == spans:
+            break
+    else:
+        raise AssertionError("the ledger never held still between two reads")
     assert spans, "nothing recorded"
     for cursor in spans:
         covered = found[cursor.cluster_id].covered_ms if cursor.cluster_id in found else 0

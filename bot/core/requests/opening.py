@@ -16,8 +16,10 @@ from bot.core.access import Refusal
 from bot.core.answers import Reply, error, notice
 from bot.core.ask.change import ChangeAsk
 from bot.core.guardrails.approvals import Requirement, requirement_for, who_to_ask
+from bot.core.guardrails.budget import BudgetCall, BudgetGuard
 from bot.core.guardrails.guard import Guard, Override, guard_json
 from bot.core.notifier import NotDelivered
+from bot.core.policy import Role
 from bot.core.requests import transitions
 from bot.core.requests.deps import RequestDeps
 from bot.core.requests.execution import Execution, Posted
@@ -67,6 +69,19 @@ class Opening:
         self.deps = deps
         self.execution = execution
         self.guard = Guard(deps.access)
+        self.budget = BudgetGuard(deps.access)
+
+    async def _over_budget(self, ask: ChangeAsk, budget: BudgetCall) -> dict[str, Any] | None:
+        """Past a budget's ``deny_at``: refused, unless an admin gave ``override=``
+        (returned as stored with the request, to audit and announce once it is made)."""
+        if budget.band != "deny":
+            return None
+        if ask.override is None:
+            raise BudgetGuard.refusal(budget)
+        await self.deps.access.require(
+            ask.user, ask.project, ask.channel, Role.admin, doing="overriding a budget"
+        )
+        return {"by": ask.user, "reason": ask.override, "figures": list(budget.lines)}
 
     async def request_change(self, ask: ChangeAsk) -> Reply:
         """Check at request (the run time, the plan against the cluster as it is now, the
@@ -81,8 +96,17 @@ class Opening:
             state = await access.fetch(project, ask.cluster_id)
             plan = access.make_plan(project, state, ask.action, ask.inputs)
             size = self.guard.size(state, plan, now)
+            self.guard.check(project, plan.kinds, size, now, overridden=True)  # limits first
+            budget = await self.budget.judge(project, size, now)
+            over_budget = await self._over_budget(ask, budget)
             overridden = await self.guard.override(
-                user, channel, project, plan.kinds, now, ask.override
+                user,
+                channel,
+                project,
+                plan.kinds,
+                now,
+                ask.override,
+                budget_overridden=bool(over_budget),
             )
             self.guard.check(project, plan.kinds, size, now, overridden=overridden is not None)
         except Refusal as refusal:
@@ -97,6 +121,8 @@ class Opening:
             )
         stored = {"plan": plan.model_dump(mode="json"), "inputs": dict(plan.body)}
         stored["guard"] = guard_json(size, overridden)
+        if over_budget:
+            stored["guard"]["budget_override"] = over_budget
         return await self._open(ask, plan, stored, overridden, run_at)
 
     def _approvals(
@@ -208,6 +234,9 @@ class Opening:
             )
         if overridden is not None:
             await self._overridden(record, overridden)
+        over_budget = stored["guard"].get("budget_override")
+        if over_budget:
+            await self._over_budget_announced(record, over_budget)
         beside = _beside_note(record, others)
         try:
             root_ts = await deps.notifier.request_opened(record)
@@ -307,6 +336,27 @@ class Opening:
         headline = (
             f"Freeze override: <@{overridden.by}> overrode {overridden.freeze} "
             f"(until {overridden.until}). Reason: {overridden.reason}"
+        )
+        await mirror(self.deps, record, headline)
+
+    async def _over_budget_announced(
+        self, record: ChangeRequestRecord, over: dict[str, Any]
+    ) -> None:
+        """Audit an admin's budget override and announce it in the notify channel."""
+        figures = "; ".join(over["figures"])
+        await self.deps.access.audit(
+            over["by"],
+            "budget_override",
+            project=record.project,
+            cluster_id=record.cluster_id,
+            request_id=record.id,
+            outcome="deny_at",
+            reason=over["reason"],
+            figures=figures,
+        )
+        headline = (
+            f"Budget override: <@{over['by']}> went past the budget ({figures}). "
+            f"Reason: {over['reason']}"
         )
         await mirror(self.deps, record, headline)
 

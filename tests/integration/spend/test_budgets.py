@@ -1,0 +1,95 @@
+"""Budgets and team quotas over real HTTP (SPEC §13): a change whose projected month-end
+spend passes ``deny_at`` is refused at request with the figures; an admin's override goes
+through, audited as ``budget_override`` and announced in the notify channel; a price table
+raised between request and approval refuses it just before sending; a team's GPU quota
+holds across its Together and E2E projects."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+
+from bot.core.spend.book import team_scope
+from bot.core.spend.months import month_at
+from bot.core.store import RequestState
+from bot.local.demo.stack import LocalStack
+from tests.conftest import StackFactory
+from tests.support.guard_kit import answer_to
+from tests.support.spend_kit import PRICES, TOGETHER, spend_policy
+from tests.support.watch_kit import NOTIFY
+from tests.support.workflow_kit import ALICE, BOB, DAVE, click, readable_text, request, wait_state
+
+RATE = Decimal("325.92")  # together-prod's clusters now, at the test's price table
+CLUSTER = "tc-h100-reserved"  # 16 H100_SXM
+
+
+def half_spent_budget() -> str:
+    """A budget that the fleet's rate now projects to 50% of by the month's end."""
+    now = datetime.now(UTC)
+    monthly = (2 * RATE * month_at(now, "UTC").hours_left(now)).quantize(Decimal(1))
+    return f"{{monthly_usd: {monthly}, warn_at: [40], deny_at: 100}}"
+
+
+async def test_past_deny_at_a_change_is_refused_and_an_admin_may_override(
+    make_stack: StackFactory,
+) -> None:
+    stack = await make_stack(policy_yaml=spend_policy(half_spent_budget()))
+    # +120 H100 at $2.99: $358.80/h more, about 105% of the budget by the month's end
+    text = await answer_to(stack, DAVE, f"update {TOGETHER} {CLUSTER} num_gpus=136")
+    assert "over budget: together-prod: projected month-end $" in text, text
+    assert "$684.72/h x " in text and 'An admin may add override="why"' in text, text
+    assert stack.together.calls("update") == []
+    text = await answer_to(
+        stack,
+        ALICE,
+        f'update {TOGETHER} {CLUSTER} num_gpus=136 override="incident 42 needs the capacity"',
+    )
+    assert "ran" in text, text
+    events = await stack.runtime.store.list_audit(limit=100)
+    (override,) = [e for e in events if e.event == "budget_override"]
+    assert override.actor == ALICE and override.detail["reason"].startswith("incident 42")
+    announced = [readable_text(m) for m in stack.slack.messages.get(NOTIFY, [])]
+    assert any("Budget override" in t and "incident 42" in t for t in announced), announced
+    # Below the bands: no refusal, nothing said of budgets
+    text = await answer_to(stack, DAVE, f"update {TOGETHER} tc-h200-ondemand num_gpus=8")
+    assert "over budget" not in text
+
+
+async def test_a_price_table_raised_before_approval_refuses_it_just_before_sending(
+    make_stack: StackFactory,
+) -> None:
+    policy = spend_policy(half_spent_budget()).replace(
+        PRICES, PRICES + "    require_approval: [scale_up]\n", 1
+    )
+    stack = await make_stack(policy_yaml=policy)
+    opened = await request(stack, DAVE, f"update {TOGETHER} {CLUSTER} num_gpus=24")
+    dearer = policy.replace("H100_SXM: 2.99", "H100_SXM: 29.90")
+    stack.runtime.settings.gpuops_policy.write_text(dearer)
+    assert await stack.runtime.reload_policy() == "reloaded"
+    await click(stack, opened, BOB)
+    record = await wait_state(stack.runtime.store, opened.id, RequestState.FAILED)
+    assert record.result_message is not None
+    assert "not sent: over budget: together-prod: projected month-end" in record.result_message
+    assert stack.together.calls("update") == []
+
+
+async def team_gpus(stack: LocalStack) -> int:
+    scope = team_scope(stack.runtime.policy, "research")
+    return (await stack.runtime.ops.access.spend.standing(scope, datetime.now(UTC))).gpus
+
+
+async def test_a_team_quota_counts_the_gpus_of_both_providers(make_stack: StackFactory) -> None:
+    teams = "  research:\n    projects: [together-prod, e2e-delhi]\n    quota: {max_gpus: 100000}\n"
+    stack = await make_stack(policy_yaml=spend_policy(teams=teams))
+    now_gpus = await team_gpus(stack)
+    assert now_gpus > 80  # Together's 80 and E2E's
+    path = stack.runtime.settings.gpuops_policy
+    path.write_text(path.read_text().replace("max_gpus: 100000", f"max_gpus: {now_gpus + 4}"))
+    assert await stack.runtime.reload_policy() == "reloaded"
+    text = await answer_to(stack, DAVE, f"update {TOGETHER} {CLUSTER} num_gpus=24")
+    assert f"{now_gpus + 8} GPUs is over team research's quota of {now_gpus + 4} GPUs" in text
+    text = await answer_to(stack, DAVE, "action e2e-delhi 101 scale_cluster additional_nodes=1")
+    assert f"over team research's quota of {now_gpus + 4} GPUs" in text, text
+    assert stack.together.calls("update") == [] and stack.e2e.calls("action", "PUT") == []
+    text = await answer_to(stack, DAVE, f"update {TOGETHER} {CLUSTER} num_gpus=8")
+    assert "waiting for approval" in text and "quota" not in text, text  # fewer GPUs
