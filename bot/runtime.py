@@ -31,6 +31,7 @@ from bot.core.registry import AdapterRegistry
 from bot.core.requests.workflow import ChangeWorkflow
 from bot.core.service import CommandService
 from bot.core.spend.ledger import Ledger
+from bot.core.spend.warnings import BudgetWarnings
 from bot.core.store import Store
 from bot.core.store.builder_steps import StepStore
 from bot.core.store.watch import WatchStore
@@ -50,6 +51,7 @@ from bot.slack.home import HomePublisher
 from bot.slack.http_server import HttpLimits, limit_middlewares
 from bot.slack.messenger import Messenger, build_web_client, slack_http_session
 from bot.slack.notifier import SlackNotifier
+from bot.slack.spend_notifier import SlackSpendNotifier
 from bot.slack.startup import Backoff, BotIdentity, Readiness, check_bot_token
 from bot.slack.usergroups import SlackUserGroupResolver
 from bot.slack.watch_notifier import SlackWatchNotifier
@@ -157,6 +159,9 @@ class Runtime:
             every_override=settings.gpuops_watch_every_seconds,
             fleet=access.fleet,
             ledger=Ledger(access.spend.usage, lambda: holder.current),
+            after_poll=BudgetWarnings(
+                access, watch_store, SlackSpendNotifier(messenger), workflow.clock
+            ).after_poll,
         )
         bolt = build_bolt_app(
             client=web_client,

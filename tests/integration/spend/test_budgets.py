@@ -13,10 +13,11 @@ from bot.core.spend.book import team_scope
 from bot.core.spend.months import month_at
 from bot.core.store import RequestState
 from bot.local.demo.stack import LocalStack
+from bot.metrics import REGISTRY
 from tests.conftest import StackFactory
 from tests.support.guard_kit import answer_to
 from tests.support.spend_kit import PRICES, TOGETHER, spend_policy
-from tests.support.watch_kit import NOTIFY
+from tests.support.watch_kit import NOTIFY, until, watched_stack
 from tests.support.workflow_kit import ALICE, BOB, DAVE, click, readable_text, request, wait_state
 
 RATE = Decimal("325.92")  # together-prod's clusters now, at the test's price table
@@ -93,3 +94,36 @@ async def test_a_team_quota_counts_the_gpus_of_both_providers(make_stack: StackF
     assert stack.together.calls("update") == [] and stack.e2e.calls("action", "PUT") == []
     text = await answer_to(stack, DAVE, f"update {TOGETHER} {CLUSTER} num_gpus=8")
     assert "waiting for approval" in text and "quota" not in text, text  # fewer GPUs
+
+
+def polls() -> float:
+    labels = {"provider": "together", "outcome": "ok"}
+    return REGISTRY.get_sample_value("gpuops_watch_polls_total", labels) or 0.0
+
+
+def warnings_in(stack: LocalStack) -> list[str]:
+    return [
+        readable_text(m)
+        for m in stack.slack.messages.get(NOTIFY, [])
+        if "Budget warning" in readable_text(m)
+    ]
+
+
+async def test_each_warn_at_reached_is_announced_once_across_polls_and_a_restart(
+    make_stack: StackFactory,
+) -> None:
+    budget = half_spent_budget().replace("warn_at: [40]", "warn_at: [40, 49, 99]")
+    stack = await watched_stack(make_stack, policy_yaml=spend_policy(budget))
+    await stack.slack.wait_for(lambda: len(warnings_in(stack)) >= 2)
+    polled = polls()
+    await until(lambda: polls() >= polled + 4)
+    await stack.restart_bot()
+    polled = polls()
+    await until(lambda: polls() >= polled + 4)
+    said = warnings_in(stack)
+    assert len(said) == 2, said
+    assert any("40% of together-prod's budget" in t for t in said), said
+    assert any("49% of together-prod's budget" in t for t in said), said
+    assert "projected month-end $" in said[0] and "h left" in said[0], said
+    events = await stack.runtime.store.list_audit(limit=200)
+    assert sorted(e.outcome or "" for e in events if e.event == "budget_warning") == ["40", "49"]
