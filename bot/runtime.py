@@ -30,6 +30,7 @@ from bot.core.policy.reload import PolicyRejected, PolicyReloader, ReloadResult
 from bot.core.registry import AdapterRegistry
 from bot.core.requests.workflow import ChangeWorkflow
 from bot.core.service import CommandService
+from bot.core.spend.digest import DigestRunner
 from bot.core.spend.ledger import Ledger
 from bot.core.spend.warnings import BudgetWarnings
 from bot.core.store import Store
@@ -80,6 +81,7 @@ class Runtime:
     watcher: Watcher
     steps: BuilderSteps
     reloader: PolicyReloader
+    digest: DigestRunner
     _background: list[asyncio.Task[Any]] = field(default_factory=list)
     readiness: Readiness = field(default_factory=Readiness)
     hangup: Hangup = field(default_factory=Hangup)
@@ -142,6 +144,7 @@ class Runtime:
             store, claim_takeover=timedelta(seconds=settings.gpuops_claim_takeover_seconds)
         )
         watch_notifier = SlackWatchNotifier(messenger, holder)
+        spend_notifier = SlackSpendNotifier(messenger)
         desk = RemediationDesk(
             access=access,
             store=watch_store,
@@ -160,7 +163,7 @@ class Runtime:
             fleet=access.fleet,
             ledger=Ledger(access.spend.usage, lambda: holder.current),
             after_poll=BudgetWarnings(
-                access, watch_store, SlackSpendNotifier(messenger), workflow.clock
+                access, watch_store, spend_notifier, workflow.clock
             ).after_poll,
         )
         bolt = build_bolt_app(
@@ -199,6 +202,7 @@ class Runtime:
             watcher,
             steps,
             reloader,
+            DigestRunner(access, watch_store, spend_notifier, workflow.clock),
         )
         runtime.hangup.on_hangup("reload the policy", runtime._reload_on_hangup)
         return runtime
@@ -257,6 +261,8 @@ class Runtime:
         )
         tick = self.settings.gpuops_schedule_tick_seconds
         self._background.append(asyncio.create_task(self.workflow.scheduler.run_forever(tick)))
+        every = self.settings.gpuops_digest_check_seconds
+        self._background.append(asyncio.create_task(self.digest.run_forever(every)))
 
     def web_app(self, limits: HttpLimits | None = None) -> web.Application:
         app = web.Application(

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import io
 import logging
+from collections.abc import Sequence
 
 from bot.core.notifier import NotDelivered
 from bot.slack.messenger import FileUpload, Messenger, SlackDeliveryError
 from bot.slack.render.requests import thread_note
+from bot.slack.render.spend import spend_messages
 
 log = logging.getLogger(__name__)
 
@@ -24,9 +26,14 @@ class SlackSpendNotifier:
         except SlackDeliveryError as exc:
             raise NotDelivered(exc.code, exc.user_message) from exc
 
-    async def digest(self, channel: str, text: str, chart: bytes, filename: str) -> str:
+    async def digest(
+        self, channel: str, scopes: Sequence[Sequence[str]], chart: bytes, filename: str
+    ) -> str:
+        first, *rest = spend_messages(scopes)
         try:
-            ts = await self.messenger.post(channel, thread_note(text))
+            ts = await self.messenger.post(channel, first)
+            for more in rest:  # a long digest goes on in its thread
+                await self.messenger.post(channel, more, thread_ts=ts)
         except SlackDeliveryError as exc:
             raise NotDelivered(exc.code, exc.user_message) from exc
         upload = FileUpload(

@@ -4,6 +4,7 @@ warning) and the weekly digest with its chart. Chat-neutral: Slack implements it
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 
@@ -13,7 +14,10 @@ class SpendNotifier(Protocol):
         its message id. Raises ``bot.core.notifier.NotDelivered`` when it was not posted."""
         ...
 
-    async def digest(self, channel: str, text: str, chart: bytes, filename: str) -> str:
-        """Post the digest's ``text`` and share its chart (a PNG) in ``channel``; returns
-        the message id. Raises NotDelivered when the text was not posted."""
+    async def digest(
+        self, channel: str, scopes: Sequence[Sequence[str]], chart: bytes, filename: str
+    ) -> str:
+        """Post the digest's lines (a title, then per scope) and share its chart (a PNG)
+        in its thread in ``channel``; returns the message id. Raises NotDelivered when the
+        digest was not posted."""
         ...

@@ -9,7 +9,7 @@ from datetime import datetime
 from decimal import Decimal
 
 from bot.core.access import Access, Refusal
-from bot.core.answers import Reply, notice
+from bot.core.answers import Reply, SpendCard
 from bot.core.policy import Role
 from bot.core.spend.book import Scope, Standing, project_scope, team_scope
 from bot.core.spend.months import Month, MonthError, parse_month
@@ -130,12 +130,12 @@ class SpendReport:
         else:
             await self.access.require(user, name, channel, Role.viewer)
             scopes = [project_scope(policy, name)]
-        blocks: list[str] = []
+        blocks: list[list[str]] = []
         for scope in scopes:
             wanted = self._month(scope, month)
             standing = await self.access.spend.standing(scope, now, wanted)
-            blocks.append("\n".join(standing_lines(standing, now)))
-        return notice("\n\n".join(blocks))
+            blocks.append(standing_lines(standing, now))
+        return Reply(SpendCard(blocks))
 
     def _month(self, scope: Scope, text: str | None) -> Month | None:
         if text is None:

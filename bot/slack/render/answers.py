@@ -14,6 +14,7 @@ from bot.core.answers import (
     Notice,
     PolicyCard,
     Reply,
+    SpendCard,
 )
 from bot.core.paging import Page
 from bot.core.policy import Role
@@ -34,6 +35,7 @@ from bot.slack.render.primitives import (
     section,
     user_ref,
 )
+from bot.slack.render.spend import spend_card
 from bot.slack.text import fit_lines, shorten
 
 
@@ -154,6 +156,8 @@ def reply_message(reply: Reply) -> SlackMessage:
         return audit_list(content.entries, content.page)
     if isinstance(content, PolicyCard):
         return policy_message(content)
+    if isinstance(content, SpendCard):
+        return spend_card(content)
     return help_message(content)
 
 
