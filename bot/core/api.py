@@ -13,7 +13,7 @@ from bot.core.builder_steps.runner import BuilderSteps as BuilderSteps
 from bot.core.builder_steps.start import StepStart as StepStart
 from bot.core.home import HomeActions as HomeActions
 from bot.core.home_refresh import HomeRefresher as HomeRefresher
-from bot.core.requests.decisions import Decision as Decision
+from bot.core.requests.deciders import Decision as Decision
 from bot.core.requests.decisions import NeedsBreakGlass as NeedsBreakGlass
 from bot.core.service import CommandService as CommandService
 from bot.core.store import TERMINAL_STATES as TERMINAL_STATES

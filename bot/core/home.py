@@ -17,7 +17,8 @@ from bot.core.fleet import FleetSnapshots
 from bot.core.guardrails.approvals import requirement_for
 from bot.core.policy import Role
 from bot.core.registry import MissingCredential
-from bot.core.requests.decisions import Decision, NeedsBreakGlass
+from bot.core.requests.deciders import Decision
+from bot.core.requests.decisions import NeedsBreakGlass
 from bot.core.requests.view import approval_state, request_price_line
 from bot.core.store import ChangeRequestRecord, Store, StoreUnavailable
 from bot.core.store.home_queries import (

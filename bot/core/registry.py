@@ -8,12 +8,8 @@ import httpx
 
 from bot.core.policy import Policy, PolicyHolder, ProjectCommon
 from bot.errors import GpuopsError
-from bot.providers.base import (
-    Connection,
-    ProviderAdapter,
-    RemediationDecisions,
-    SupportsRemediations,
-)
+from bot.providers.base import ProviderAdapter, RemediationDecisions, SupportsRemediations
+from bot.providers.descriptor import Connection
 from bot.providers.http import ClientSettings, ProviderTransport
 
 

@@ -29,7 +29,8 @@ from bot.core.ask.reading import ReadCommand, Reader
 from bot.core.authorizer import one_authorization
 from bot.core.policy import Role
 from bot.core.queries import Queries
-from bot.core.requests.decisions import Decision, NeedsBreakGlass
+from bot.core.requests.deciders import Decision
+from bot.core.requests.decisions import NeedsBreakGlass
 from bot.core.requests.workflow import ChangeWorkflow
 from bot.core.spend.report import SpendReport
 from bot.core.store import StoreUnavailable

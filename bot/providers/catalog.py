@@ -10,7 +10,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from bot.errors import GpuopsError
-from bot.providers.base import ProviderChanges, ProviderDescriptor, ProviderName
+from bot.providers.base import ProviderChanges, ProviderName
+from bot.providers.descriptor import ProviderDescriptor
 
 # The /gpu words that are not a provider's change verb.
 RESERVED_WORDS = frozenset({"help", "list", "show", "audit", "timeline", "policy"})

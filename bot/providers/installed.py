@@ -8,8 +8,8 @@ from __future__ import annotations
 from importlib.metadata import EntryPoint, entry_points
 
 from bot.providers import e2e, together
-from bot.providers.base import ProviderDescriptor
 from bot.providers.catalog import Catalog, CatalogError
+from bot.providers.descriptor import ProviderDescriptor
 
 ENTRY_POINT_GROUP = "gpuops.providers"
 BUILT_IN: tuple[ProviderDescriptor, ...] = (together.DESCRIPTOR, e2e.DESCRIPTOR)

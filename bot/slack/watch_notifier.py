@@ -12,7 +12,7 @@ from bot.core.notifier import NotDelivered
 from bot.core.policy import PolicyHolder
 from bot.core.watch.health import HealthEvent
 from bot.core.watch.notifier import DecisionOutcome, ReservationReminder
-from bot.providers.base import ProviderDescriptor
+from bot.providers.descriptor import ProviderDescriptor
 from bot.providers.remediations import Remediation
 from bot.slack.messenger import Messenger, SlackDeliveryError
 from bot.slack.render import watch as render

@@ -13,11 +13,11 @@ import pytest
 
 from bot.providers.base import (
     ProviderAdapter,
-    ProviderDescriptor,
     SupportsProbe,
     SupportsRemediations,
     SupportsReservations,
 )
+from bot.providers.descriptor import ProviderDescriptor
 from bot.providers.e2e import ACTIONS, E2EAdapter, E2EClient, build_e2e_transport
 from bot.providers.http import ClientSettings
 from bot.providers.installed import BUILT_IN, ENTRY_POINT_GROUP, load_catalog

@@ -100,7 +100,7 @@ async def test_a_lost_answer_to_a_correction_is_told_as_the_correction(core: Cor
     )
     assert landed is not None
     result = Result(S.SUCCEEDED, "Adding 1 node(s)")
-    assert await core.workflow.execution._record(landed, None, result, late=True)
+    assert await core.workflow.execution.recorder.record(landed, None, result, late=True)
     finished = [t for t in core.notifier.of(opened.id, "request_changed") if t.kind == "finished"]
     assert len(finished) == 1 and finished[0].text is not None
     assert finished[0].text.startswith(

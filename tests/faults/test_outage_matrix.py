@@ -526,7 +526,7 @@ async def test_a_cancel_whose_commit_answer_was_lost_is_shown_as_cancelled(
 ) -> None:
     """The requester's cancel commits and its answer is lost: read back, it is told as any
     cancel (the prompt loses its buttons), never "nothing was changed". Deny and a refusal
-    at approval take the same path (``Decisions._settle_decision``)."""
+    at approval take the same path (``Settling.settle_decision``)."""
     stack, opened = await _scale_request(make_stack)
     StoreOutage(stack.runtime.store).lose_commit_answer(REQUEST_WRITE)
     seen = len(stack.slack.ephemerals_for(DAVE))

@@ -28,7 +28,8 @@ from bot.core.ask.change import ChangeAsk
 from bot.core.authorizer import Authorizer
 from bot.core.home_refresh import FanOutNotifier
 from bot.core.policy import Policy, PolicyHolder
-from bot.core.requests.decisions import Decision, NeedsBreakGlass
+from bot.core.requests.deciders import Decision
+from bot.core.requests.decisions import NeedsBreakGlass
 from bot.core.requests.schedule import Schedule
 from bot.core.requests.workflow import ChangeWorkflow
 from bot.core.service import CommandOutcome, CommandService

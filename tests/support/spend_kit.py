@@ -10,6 +10,7 @@ from bot.core.store.usage_records import UsageCursor, UsageSum
 from bot.local.demo.stack import LocalStack
 from tests.support.guard_kit import RECENT
 from tests.support.watch_kit import WATCH_POLICY
+from tests.support.workflow_kit import next_ephemeral, readable_text
 
 TOGETHER = "together-prod"
 PRICES = f"""\
@@ -64,3 +65,11 @@ async def assert_accrued_once(stack: LocalStack, project: str = TOGETHER) -> Non
     for cursor in spans:
         covered = found[cursor.cluster_id].covered_ms if cursor.cluster_id in found else 0
         assert covered == epoch_ms(cursor.until) - epoch_ms(cursor.since), cursor
+
+
+async def spend_answer(stack: LocalStack, user: str, text: str) -> str:
+    """``user`` types ``/gpu text``: everything the ephemeral answer's blocks say."""
+    seen = len(stack.slack.ephemerals_for(user))
+    result = await stack.sender.command(user, "C0INCIDENT", text)
+    assert result.status == 200 and result.acked_in_time, result
+    return readable_text(await next_ephemeral(stack, user, seen))

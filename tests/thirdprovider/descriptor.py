@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from bot.providers.base import (
-    ChangePlan,
-    ClusterState,
+from bot.providers.base import ChangePlan, ClusterState
+from bot.providers.descriptor import (
     Connection,
     EnvName,
     ProviderDescriptor,

@@ -10,7 +10,7 @@ import pytest
 
 from bot.local.demo.stack import DEMO_POLICY
 from bot.providers import catalog, installed
-from bot.providers.base import ProviderDescriptor
+from bot.providers.descriptor import ProviderDescriptor
 from tests.support.process_kit import base_env, run_gpuops
 from tests.thirdprovider.descriptor import DESCRIPTOR
 

@@ -1,14 +1,15 @@
-"""The lifecycle table (bot.core.requests.transitions): it covers every state, every open
-state has a way out, ended ones have none (but the correction of ``unknown``), the README
-draws this table, and no module outside it writes a request's state."""
+"""The lifecycle table (bot.core.requests.table): it covers every state, every open state has
+a way out, ended ones have none (but the correction of ``unknown``), the README draws this
+table, and no module but bot.core.requests.transitions (which applies it) writes a
+request's state."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from bot.core.requests import transitions
-from bot.core.requests.transitions import TRANSITIONS, mermaid
+from bot.core.requests import table
+from bot.core.requests.table import TRANSITIONS, mermaid
 from bot.core.store import TERMINAL_STATES, RequestState
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,7 +34,7 @@ def test_every_open_state_has_a_way_out_and_ended_ones_none_but_the_correction()
         leaving = [t for t in TRANSITIONS if state in t.from_states and t.to is not state]
         if state in TERMINAL_STATES:
             allowed = (
-                {transitions.CORRECT_SUCCEEDED, transitions.CORRECT_FAILED}
+                {table.CORRECT_SUCCEEDED, table.CORRECT_FAILED}
                 if state is RequestState.UNKNOWN
                 else set()
             )
@@ -52,10 +53,10 @@ def test_names_are_unique_and_each_transition_is_audited() -> None:
 
 def test_a_finish_and_a_correction_exist_for_each_outcome() -> None:
     for to in (RequestState.SUCCEEDED, RequestState.FAILED, RequestState.UNKNOWN):
-        assert transitions.finished(to).to is to
-        assert transitions.finished(to).from_states == {RequestState.EXECUTING}
+        assert table.finished(to).to is to
+        assert table.finished(to).from_states == {RequestState.EXECUTING}
     for to in (RequestState.SUCCEEDED, RequestState.FAILED):
-        assert transitions.corrected(to).from_states == {RequestState.UNKNOWN}
+        assert table.corrected(to).from_states == {RequestState.UNKNOWN}
 
 
 def test_the_readme_draws_the_table() -> None:

@@ -30,8 +30,8 @@ from pydantic import BaseModel, Field
 from bot.core.ask.justification import justification_problem
 from bot.core.requests.schedule import Schedule, ScheduleError, parse_at, parse_in
 from bot.errors import GpuopsError
-from bot.providers.base import ProviderDescriptor
 from bot.providers.catalog import Catalog
+from bot.providers.descriptor import ProviderDescriptor
 
 MAX_AUDIT_LIMIT = 100
 DEFAULT_AUDIT_LIMIT = 20

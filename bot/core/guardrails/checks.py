@@ -10,7 +10,8 @@ from pydantic import BaseModel, ConfigDict
 
 from bot.core.policy.guardrails import Limits, Prices
 from bot.core.pricing import scale_price_line
-from bot.providers.base import ChangePlan, ClusterState, ProviderDescriptor
+from bot.providers.base import ChangePlan, ClusterState
+from bot.providers.descriptor import ProviderDescriptor
 from bot.providers.pricing import NodePrice, money
 
 OLD_PRICES = timedelta(days=90)

@@ -34,8 +34,8 @@ from bot.config import check_http_url
 from bot.core.policy.guardrails import ApprovalRule, Freeze, Limits, Prices
 from bot.core.policy.spend import Budget, Digest, ExchangeRates, Team, team_problems
 from bot.core.policy.watch import WatchConfig
-from bot.providers.base import ProviderDescriptor, ProviderSection
 from bot.providers.catalog import Catalog, CatalogError
+from bot.providers.descriptor import ProviderDescriptor, ProviderSection
 
 
 class Role(enum.IntEnum):

@@ -4,39 +4,35 @@ The checks just before sending (bot.core.requests.presend), then the ``start`` t
 the change's execution lease (kept by a heartbeat), its cluster's lock with how long the
 provider call may still arrive, and ``executing``, in one transaction. Send it, and record
 the outcome under the lease (freeing lock and lease in the same transaction) — ``unknown``
-only when it may have applied. An outcome the store could not take is kept and recorded
-once it is back; an executor that lost its lease writes nothing."""
+only when it may have applied (bot.core.requests.recording). An outcome the store could not
+take is kept and recorded once it is back; an executor that lost its lease writes nothing."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from bot.core.requests import transitions
+from bot.core.requests import table, transitions
 from bot.core.requests.deps import RequestDeps
 from bot.core.requests.fencing import LeaseKeeper
 from bot.core.requests.followup import FollowUp
 from bot.core.requests.outcomes import PendingOutcomes, Result, Unrecorded
 from bot.core.requests.presend import PreSend, SendRefused
-from bot.core.requests.view import outcome_headline
+from bot.core.requests.recording import Recorder
 from bot.core.store import (
-    TERMINAL_STATES,
     ChangeRequestRecord,
     Lease,
-    OutcomeRecorded,
     RequestState,
     Started,
     StartedHow,
     StoreUnavailable,
 )
 from bot.logs import log_context
-from bot.providers.base import ChangePlan, ClusterSummary
+from bot.providers.base import ChangePlan
 from bot.providers.errors import ProviderError
-from bot.redact import redact
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +75,8 @@ class Execution:
         self.deps = deps
         self.follow_up = follow_up
         self.presend = presend
-        self.pending = PendingOutcomes(self._record_late, deps.tasks.spawn)
+        self.recorder = Recorder(deps, follow_up)
+        self.pending = PendingOutcomes(self.recorder.record_late, deps.tasks.spawn)
 
     async def execute(
         self,
@@ -143,13 +140,11 @@ class Execution:
         try:
             prior = await self.presend.check(record)
         except SendRefused as refused:
-            await self._refuse(
-                record, transitions.REFUSE_GUARDRAIL, refused.why, refused.kind, posted
-            )
-            await self._free(record, fence, ended=True)
+            await self._refuse(record, table.REFUSE_GUARDRAIL, refused.why, refused.kind, posted)
+            await self.recorder.free(record, fence, ended=True)
             return _Ran()
         change = transitions.Change(
-            transitions.START, actor, fields={"prior_values": prior, **posted.take()}
+            table.START, actor, fields={"prior_values": prior, **posted.take()}
         )
         try:
             started = await transitions.start(
@@ -176,10 +171,10 @@ class Execution:
                 f"another change ({outcome.holder}) is running on {record.cluster_id}, or may "
                 "still reach the provider; request again when it has finished."
             )
-            await self._refuse(record, transitions.REFUSE_BUSY, why, "cluster_busy", posted)
-            await self._free(record, outcome.lease, ended=False)
+            await self._refuse(record, table.REFUSE_BUSY, why, "cluster_busy", posted)
+            await self.recorder.free(record, outcome.lease, ended=False)
         elif outcome.how is StartedHow.MOVED:
-            await self._free(record, outcome.lease, ended=True)
+            await self.recorder.free(record, outcome.lease, ended=True)
         return False  # HELD: another replica is sending it
 
     async def _run(self, running: ChangeRequestRecord, lease: Lease) -> _Ran:
@@ -193,7 +188,9 @@ class Execution:
             if not ran.kept:  # a kept result keeps its lease until it is recorded
                 heartbeat.cancel()
                 if not ran.released:
-                    await self._free(running, None if keeper.lost else keeper.lease, ended=None)
+                    await self.recorder.free(
+                        running, None if keeper.lost else keeper.lease, ended=None
+                    )
         return ran
 
     async def _sent_and_recorded(
@@ -202,7 +199,7 @@ class Execution:
         """Send and record; kept when the result waits for the store."""
         result = await self._send(running)
         try:
-            released = await self._record(running, keeper, result, late=False)
+            released = await self.recorder.record(running, keeper, result, late=False)
         except StoreUnavailable as exc:
             log.warning("change %s: could not record its result yet: %s", running.id, exc)
             return _Ran(result, kept=self._keep(running, result, keeper, heartbeat))
@@ -230,28 +227,10 @@ class Execution:
         )
         await self.deps.notifier.follow_up_note(record, text, "warning")
 
-    async def _free(
-        self, record: ChangeRequestRecord, lease: Lease | None, *, ended: bool | None
-    ) -> None:
-        """Give up the lease (and, when the request has ended, the cluster) outside a
-        finish; ``ended`` None: read whether it has. Best effort: a lock left behind becomes
-        free once the lease lapses and the call deadline passes."""
-        if lease is None:
-            return
-        store = self.deps.store
-        try:
-            if ended is None:
-                current = await store.get_request(record.id)
-                ended = current is not None and current.state in TERMINAL_STATES
-            cluster = transitions.cluster_of(record) if ended else None
-            await store.release_execution(record.id, lease, cluster=cluster)
-        except StoreUnavailable as exc:
-            log.warning("change %s: could not free its lock or lease: %s", record.id, exc)
-
     async def _refuse(
         self,
         record: ChangeRequestRecord,
-        transition: transitions.Transition,
+        transition: table.Transition,
         why: str,
         kind: str,
         posted: Posted,
@@ -289,126 +268,3 @@ class Execution:
             )
             return Result(RequestState.UNKNOWN, text, "internal")
         return Result(RequestState.SUCCEEDED, outcome.message, summary=outcome.summary)
-
-    async def _record_late(self, item: Unrecorded) -> None:
-        if not await self._record(item.record, item.keeper, item.result, late=True):
-            lease = None if item.keeper is None or item.keeper.lost else item.keeper.lease
-            await self._free(item.record, lease, ended=None)
-
-    async def _record(
-        self, record: ChangeRequestRecord, keeper: LeaseKeeper | None, result: Result, *, late: bool
-    ) -> bool:
-        """Write ``result`` under the keeper's lease (with the lock and lease freed) and
-        report it; nothing when fenced off. True when the finish freed them."""
-        transition = transitions.NOT_SENT if not result.sent else transitions.finished(result.to)
-        change = transitions.Change(
-            transition,
-            record.requester,
-            outcome=str(result.to),
-            fields={"result_message": redact(result.message)},
-            detail={"message": result.message, "kind": result.kind},
-            unmirrored=True,
-        )
-        if keeper is not None:
-            keeper.releasing = True
-        try:
-            status, done = await transitions.finish(
-                self.deps, record, None if keeper is None else keeper.lease, change
-            )
-        except StoreUnavailable:
-            if keeper is not None:
-                keeper.releasing = False
-            raise
-        if done is None or status in (OutcomeRecorded.FENCED, OutcomeRecorded.MISSING):
-            log.warning(
-                "change %s: result not recorded (%s); another holder has it", record.id, status
-            )
-            return False
-        if status is OutcomeRecorded.ALREADY_RECORDED:
-            if not late:
-                return True
-            # Late and already recorded: the earlier write landed but its answer was lost,
-            # so nobody has been told yet; the thread was promised a confirmation. If that
-            # write replaced "unknown", it is told as the correction it was.
-            if await self._was_unknown(record.id):
-                status = OutcomeRecorded.CORRECTED_UNKNOWN
-        if status is OutcomeRecorded.CORRECTED_UNKNOWN:
-            change = replace(change, transition=transitions.corrected(result.to))
-        text = self._told(status, result, late=late)
-        try:
-            await self._report(record, done, replace(change, text=text), result.summary)
-        except StoreUnavailable as exc:  # recorded: what is left is told without the store
-            log.error(
-                "change %s: recorded; a store write while reporting it failed: %s", record.id, exc
-            )
-        return True
-
-    async def _was_unknown(self, request_id: str) -> bool:
-        """Whether the request was marked ``unknown`` on its way (its audit trail says so);
-        False when the store cannot say (the confirmation is true either way)."""
-        try:
-            trail = await self.deps.store.list_audit(request_id=request_id, limit=100)
-        except StoreUnavailable:
-            return False
-        return any(entry.outcome == RequestState.UNKNOWN.value for entry in trail)
-
-    @staticmethod
-    def _told(status: OutcomeRecorded, result: Result, *, late: bool) -> str:
-        message = result.message
-        if status is OutcomeRecorded.CORRECTED_UNKNOWN:
-            message = (
-                "Correction: this change was marked unknown while gpuops could not reach its "
-                f"database. What really happened: {message}"
-            )
-        elif late and result.sent and status is OutcomeRecorded.ALREADY_RECORDED:
-            message = (
-                "gpuops lost contact with its database while sending this change; its "
-                f"result was recorded, confirmed now that the database is back: {message}"
-            )
-        elif late and result.sent:
-            message = (
-                "gpuops lost contact with its database while sending this change; the "
-                f"result, recorded now that it is back: {message}"
-            )
-        return message
-
-    async def _report(
-        self,
-        record: ChangeRequestRecord,
-        done: ChangeRequestRecord,
-        change: transitions.Change,
-        summary: ClusterSummary | None,
-    ) -> None:
-        summary = await self._summary_after(done, summary)
-        # A correction or a late result is told in words of its own.
-        follows = summary is not None and change.text == change.detail.get("message")
-        await transitions.announce(
-            self.deps, record, done, replace(change, summary_follows=follows)
-        )
-        if summary is not None:
-            await self._show_result(done, summary)
-        # Mirrored last: whoever reads the notify channel finds the whole story in the thread.
-        await transitions.mirror(self.deps, done, outcome_headline(done))
-
-    async def _summary_after(
-        self, done: ChangeRequestRecord, summary: ClusterSummary | None
-    ) -> ClusterSummary | None:
-        """The cluster as the provider's answer left it; fetched when the outcome is unknown."""
-        if summary is None and done.state is RequestState.UNKNOWN:
-            with contextlib.suppress(ProviderError):
-                fetched = await self.deps.access.adapter_for(done.project).get_cluster(
-                    done.cluster_id
-                )
-                return fetched.summary
-        return summary
-
-    async def _show_result(self, done: ChangeRequestRecord, summary: ClusterSummary) -> None:
-        deps = self.deps
-        to = done.state
-        summary_ts = await deps.notifier.result(done, summary)
-        if summary_ts:
-            done = done.model_copy(update={"summary_ts": summary_ts})
-        # Only a follow-up edits the summary again: it stores the summary's ts with its own
-        # end time, in one write; a steady result needs no write after it is shown.
-        if to is RequestState.SUCCEEDED and deps.poll_seconds > 0 and not summary.steady:
-            await self.follow_up.begin(done)

@@ -16,11 +16,11 @@ from bot.core.access import Refusal
 from bot.core.answers import Reply, error, notice
 from bot.core.ask.change import ChangeAsk
 from bot.core.guardrails.approvals import Requirement, requirement_for, who_to_ask
-from bot.core.guardrails.budget import BudgetCall, BudgetGuard
+from bot.core.guardrails.budget import BudgetGuard
 from bot.core.guardrails.guard import Guard, Override, guard_json
 from bot.core.notifier import NotDelivered
-from bot.core.policy import Role
-from bot.core.requests import transitions
+from bot.core.requests import table, transitions
+from bot.core.requests.budget_override import announce_budget_override, budget_overridden
 from bot.core.requests.deps import RequestDeps
 from bot.core.requests.execution import Execution, Posted
 from bot.core.requests.outcomes import Result
@@ -71,18 +71,6 @@ class Opening:
         self.guard = Guard(deps.access)
         self.budget = BudgetGuard(deps.access)
 
-    async def _over_budget(self, ask: ChangeAsk, budget: BudgetCall) -> dict[str, Any] | None:
-        """Past a budget's ``deny_at``: refused, unless an admin gave ``override=``
-        (returned as stored with the request, to audit and announce once it is made)."""
-        if budget.band != "deny":
-            return None
-        if ask.override is None:
-            raise BudgetGuard.refusal(budget)
-        await self.deps.access.require(
-            ask.user, ask.project, ask.channel, Role.admin, doing="overriding a budget"
-        )
-        return {"by": ask.user, "reason": ask.override, "figures": list(budget.lines)}
-
     async def request_change(self, ask: ChangeAsk) -> Reply:
         """Check at request (the run time, the plan against the cluster as it is now, the
         guardrails), store and show a change request. The ask was checked where it was
@@ -98,7 +86,7 @@ class Opening:
             size = self.guard.size(state, plan, now)
             self.guard.check(project, plan.kinds, size, now, overridden=True)  # limits first
             budget = await self.budget.judge(project, size, now)
-            over_budget = await self._over_budget(ask, budget)
+            over_budget = await budget_overridden(self.deps, ask, budget)
             overridden = await self.guard.override(
                 user,
                 channel,
@@ -184,7 +172,7 @@ class Opening:
             expire_minutes = max(ceil((run_at - deps.clock()).total_seconds() / 60), 1)
             expires_at = run_at
         opened = Change(
-            transitions.OPEN if needs_approval else transitions.OPEN_APPROVED,
+            table.OPEN if needs_approval else table.OPEN_APPROVED,
             user,
             outcome=str(RequestState.PENDING if needs_approval else RequestState.APPROVED),
             detail={
@@ -236,7 +224,7 @@ class Opening:
             await self._overridden(record, overridden)
         over_budget = stored["guard"].get("budget_override")
         if over_budget:
-            await self._over_budget_announced(record, over_budget)
+            await announce_budget_override(self.deps, record, over_budget)
         beside = _beside_note(record, others)
         try:
             root_ts = await deps.notifier.request_opened(record)
@@ -339,30 +327,9 @@ class Opening:
         )
         await mirror(self.deps, record, headline)
 
-    async def _over_budget_announced(
-        self, record: ChangeRequestRecord, over: dict[str, Any]
-    ) -> None:
-        """Audit an admin's budget override and announce it in the notify channel."""
-        figures = "; ".join(over["figures"])
-        await self.deps.access.audit(
-            over["by"],
-            "budget_override",
-            project=record.project,
-            cluster_id=record.cluster_id,
-            request_id=record.id,
-            outcome="deny_at",
-            reason=over["reason"],
-            figures=figures,
-        )
-        headline = (
-            f"Budget override: <@{over['by']}> went past the budget ({figures}). "
-            f"Reason: {over['reason']}"
-        )
-        await mirror(self.deps, record, headline)
-
     async def _withdraw(self, record: ChangeRequestRecord, why: str) -> None:
         withdrawn = Change(
-            transitions.WITHDRAW,
+            table.WITHDRAW,
             "gpuops",
             outcome="cancelled",
             text=why,

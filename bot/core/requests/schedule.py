@@ -17,7 +17,7 @@ from math import ceil
 
 from pydantic import BaseModel, ConfigDict
 
-from bot.core.requests import transitions
+from bot.core.requests import table
 from bot.core.requests.deps import RequestDeps
 from bot.core.requests.execution import Execution
 from bot.core.requests.transitions import Change, settle
@@ -159,7 +159,7 @@ class Scheduler:
     async def _expire(self, record: ChangeRequestRecord, why: str, outcome: str) -> int:
         pending = record.state is RequestState.PENDING
         expired = Change(
-            transitions.EXPIRE if pending else transitions.EXPIRE_MISSED,
+            table.EXPIRE if pending else table.EXPIRE_MISSED,
             "gpuops",
             outcome=outcome,
             text=why,

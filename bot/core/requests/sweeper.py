@@ -9,7 +9,7 @@ import asyncio
 import logging
 from datetime import timedelta
 
-from bot.core.requests import transitions
+from bot.core.requests import table, transitions
 from bot.core.requests.deps import RequestDeps
 from bot.core.requests.execution import lease_name
 from bot.core.requests.followup import FollowUp
@@ -58,7 +58,7 @@ class Sweeper:
                     f"Expired: {record.id} was not approved before its time. Nothing was changed."
                 )
             change = Change(
-                transitions.EXPIRE,
+                table.EXPIRE,
                 "gpuops",
                 outcome="expired",
                 text=text,
@@ -75,7 +75,7 @@ class Sweeper:
         recovered = await self._fail_orphaned_approvals()
         for record in await self.deps.store.list_requests(states={RequestState.EXECUTING}):
             if record.id not in self.deps.in_flight and await self._end_interrupted(
-                record, transitions.INTERRUPT, _STOPPED_WHILE_SENDING
+                record, table.INTERRUPT, _STOPPED_WHILE_SENDING
             ):
                 recovered += 1
         return recovered
@@ -92,12 +92,12 @@ class Sweeper:
                 continue
             if record.run_at is not None:
                 continue  # waiting for its time: the scheduler sends or expires it
-            if await self._end_interrupted(record, transitions.ORPHAN, _STOPPED_BEFORE_SENDING):
+            if await self._end_interrupted(record, table.ORPHAN, _STOPPED_BEFORE_SENDING):
                 closed += 1
         return closed
 
     async def _end_interrupted(
-        self, record: ChangeRequestRecord, transition: transitions.Transition, why: str
+        self, record: ChangeRequestRecord, transition: table.Transition, why: str
     ) -> bool:
         """End a request whose executor is gone (its lease lapsed: taking it fences that
         executor's writes off) and say so in its thread; its cluster is freed only once no

@@ -17,7 +17,8 @@ from bot.core.ask.change import ChangeAsk
 from bot.core.notifier import Notifier
 from bot.core.policy.notices import tell_kept
 from bot.core.policy.reload import PolicyKept
-from bot.core.requests.decisions import Decision, Decisions, NeedsBreakGlass
+from bot.core.requests.deciders import Decision
+from bot.core.requests.decisions import Decisions, NeedsBreakGlass
 from bot.core.requests.deps import RequestDeps
 from bot.core.requests.execution import Execution
 from bot.core.requests.followup import FollowUp
@@ -72,7 +73,9 @@ class ChangeWorkflow:
         self.sweeper = Sweeper(self.deps, self.follow_up)
         self.opening = Opening(self.deps, self.execution)
         self.decisions = Decisions(self.deps, self.execution, self.sweeper)
-        self.requirement_refresh = RequirementRefresh(self.deps, self.decisions.still_eligible)
+        self.requirement_refresh = RequirementRefresh(
+            self.deps, self.decisions.deciders.still_eligible
+        )
         self.reverts = Reverts(self.deps, self.opening)
         self.scheduler = Scheduler(self.deps, self.execution)
 

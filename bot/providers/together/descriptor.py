@@ -7,9 +7,8 @@ from typing import Literal
 
 from pydantic import ConfigDict
 
-from bot.providers.base import (
-    ChangePlan,
-    ClusterState,
+from bot.providers.base import ChangePlan, ClusterState
+from bot.providers.descriptor import (
     Connection,
     EnvName,
     ProviderDescriptor,

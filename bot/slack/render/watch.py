@@ -10,7 +10,8 @@ from datetime import UTC, datetime
 from bot.core.api import RemediationRecord
 from bot.core.watch.health import GONE, HealthEvent
 from bot.core.watch.notifier import DecisionOutcome, ReservationReminder
-from bot.providers.base import ClusterSummary, ProviderDescriptor
+from bot.providers.base import ClusterSummary
+from bot.providers.descriptor import ProviderDescriptor
 from bot.providers.remediations import LinkedAlert, Remediation, xid_summary
 from bot.slack.render.clusters import summary_pairs
 from bot.slack.render.forms import reason_modal

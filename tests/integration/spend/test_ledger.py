@@ -14,12 +14,12 @@ from bot.core.spend.report import dollars
 from bot.local.demo.stack import LocalStack
 from bot.local.faults.proxy import FaultProxy
 from tests.conftest import PG_URL_TEMPLATE, StackFactory, create_pg_database, drop_pg_database
-from tests.support.guard_kit import answer_to
 from tests.support.spend_kit import (
     LEDGER_POLICY,
     TOGETHER,
     assert_accrued_once,
     cursors,
+    spend_answer,
     spend_policy,
     sums,
 )
@@ -62,7 +62,7 @@ async def test_polls_accrue_and_gpu_spend_reports_the_ledger(
         )
         assert standing.spent == sum((r.cost for r in found.values()), Decimal(0))
         assert standing.hourly == Decimal("325.92")  # 40 H100, 8 H200, 32 B200 at the table
-        text = await answer_to(stack, ALICE, f"spend {TOGETHER}")
+        text = await spend_answer(stack, ALICE, f"spend {TOGETHER}")
     assert f"Month-to-date: {dollars(standing.spent)}" in text, text
     assert "Now: $325.92/h · 80 GPUs · projected month-end" in text, text
     assert "warn at 50% · one more approver from 90% · refused from 100%" in text, text
@@ -71,10 +71,10 @@ async def test_polls_accrue_and_gpu_spend_reports_the_ledger(
 
 async def test_gpu_spend_of_a_past_month_and_a_bad_month(make_stack: StackFactory) -> None:
     stack = await watched_stack(make_stack, policy_yaml=LEDGER_POLICY)
-    text = await answer_to(stack, ALICE, f"spend {TOGETHER} month=2020-01")
+    text = await spend_answer(stack, ALICE, f"spend {TOGETHER} month=2020-01")
     assert "2020-01 (UTC)" in text and "No usage recorded in this month" in text, text
     assert "projected" not in text, text
-    text = await answer_to(stack, ALICE, f"spend {TOGETHER} month=2020-13")
+    text = await spend_answer(stack, ALICE, f"spend {TOGETHER} month=2020-13")
     assert "is not a month: write it as YYYY-MM" in text, text
 
 
@@ -155,7 +155,7 @@ async def test_a_database_outage_is_accrued_after_it_at_the_last_size_as_estimat
         assert row.estimated_ms >= estimated + 2000, row
         assert row.estimated_cost_micros > 0 and row.gpu_ms == 16 * row.covered_ms
         await assert_accrued_once(stack)
-        text = await answer_to(stack, ALICE, f"spend {TOGETHER}")
+        text = await spend_answer(stack, ALICE, f"spend {TOGETHER}")
         assert "of it estimated $" in text and "(polling gaps)" in text, text
         assert "· estimated " in text, text
     finally:
