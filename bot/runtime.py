@@ -32,6 +32,7 @@ from bot.core.requests.workflow import ChangeWorkflow
 from bot.core.service import CommandService
 from bot.core.spend.digest import DigestRunner
 from bot.core.spend.ledger import Ledger
+from bot.core.spend.results import LedgerOnResults
 from bot.core.spend.warnings import BudgetWarnings
 from bot.core.store import Store
 from bot.core.store.builder_steps import StepStore
@@ -39,7 +40,7 @@ from bot.core.store.watch import WatchStore
 from bot.core.watch.incidents import IncidentDesk
 from bot.core.watch.remediations import RemediationDesk
 from bot.core.watch.reservations import ReminderDesk
-from bot.core.watch.watcher import Watcher
+from bot.core.watch.watcher import Watcher, watched_projects
 from bot.metrics import render_metrics
 from bot.providers.catalog import Catalog
 from bot.providers.installed import load_catalog
@@ -125,12 +126,19 @@ class Runtime:
             interval=settings.gpuops_home_refresh_seconds,
         )
         step_store = StepStore(store)
+        # The usage ledger (SPEC §13): each poll of a watched project, and each change's result.
+        ledger = Ledger(access.spend.usage, lambda: holder.current)
+        every = {
+            p.name: p.every_seconds
+            for p in watched_projects(holder.current, settings.gpuops_watch_every_seconds)
+        }
+        results = LedgerOnResults(ledger, every.get)
         completer = StepCompleter(step_store, store, SlackStepPort(web_client))
         instance = instance_id or settings.gpuops_instance_id or socket.gethostname()
         workflow = ChangeWorkflow(
             access=access,
             store=store,
-            notifier=FanOutNotifier(SlackNotifier(messenger), [home_refresher, completer]),
+            notifier=FanOutNotifier(SlackNotifier(messenger), [home_refresher, completer, results]),
             instance_id=instance,
             poll_seconds=settings.gpuops_poll_seconds,
             followup_minutes=settings.gpuops_followup_minutes,
@@ -161,7 +169,7 @@ class Runtime:
             instance_id=instance,
             every_override=settings.gpuops_watch_every_seconds,
             fleet=access.fleet,
-            ledger=Ledger(access.spend.usage, lambda: holder.current),
+            ledger=ledger,
             after_poll=BudgetWarnings(
                 access, watch_store, spend_notifier, workflow.clock
             ).after_poll,

@@ -24,7 +24,7 @@ from tests.support.spend_kit import (
     sums,
 )
 from tests.support.watch_kit import polls_held, until, watched_stack
-from tests.support.workflow_kit import ALICE
+from tests.support.workflow_kit import ALICE, DAVE
 
 CLUSTER = "tc-h100-reserved"
 
@@ -161,3 +161,26 @@ async def test_a_database_outage_is_accrued_after_it_at_the_last_size_as_estimat
     finally:
         await proxy.close()
         await drop_pg_database(name)
+
+
+async def test_a_changes_result_is_recorded_without_waiting_for_a_poll(
+    make_stack: StackFactory,
+) -> None:
+    stack = await watched_stack(make_stack, policy_yaml=LEDGER_POLICY)
+    await wait_accrued(stack)
+
+    async def gpus_of(cluster: str) -> int | None:
+        found = [c for c in await cursors(stack) if c.cluster_id == cluster]
+        return found[0].gpus if found else None
+
+    async with polls_held(stack):
+        assert await gpus_of("tc-h200-ondemand") == 8
+        text = await spend_answer(stack, DAVE, f"update {TOGETHER} tc-h200-ondemand num_gpus=16")
+        assert "ran" in text, text
+        for _ in range(400):
+            if await gpus_of("tc-h200-ondemand") == 16:
+                break
+            await asyncio.sleep(0.05)
+        (cursor,) = [c for c in await cursors(stack) if c.cluster_id == "tc-h200-ondemand"]
+        assert cursor.gpus == 16 and cursor.rate_micros == 16 * 3_790_000
+        await assert_accrued_once(stack)
