@@ -19,15 +19,52 @@ class Requirement:
     usergroups: tuple[str, ...]
     kinds: tuple[str, ...]
     by_rule: bool
+    # Past a budget's approval_at at request (SPEC §13): one more approver, these figures.
+    budget: tuple[str, ...] = ()
 
     def as_json(self, approvers: Iterable[str] = ()) -> dict[str, Any]:
-        return {
+        noted: dict[str, Any] = {
             "needed": self.needed,
             "usergroups": list(self.usergroups),
             "kinds": list(self.kinds),
             "by_rule": self.by_rule,
             "by": list(approvers),
         }
+        if self.budget:
+            noted["budget"] = list(self.budget)
+        return noted
+
+
+def with_budget(
+    requirement: Requirement | None, figures: Iterable[str], kinds: Iterable[str]
+) -> Requirement:
+    """One more approver than ``requirement`` (one, for a change that needed none), for a
+    change past a budget's ``approval_at``; ``figures`` say why."""
+    lines = tuple(figures)
+    if requirement is None:
+        return Requirement(1, (), tuple(kinds), by_rule=False, budget=lines)
+    return Requirement(
+        requirement.needed + 1,
+        requirement.usergroups,
+        requirement.kinds,
+        requirement.by_rule,
+        lines,
+    )
+
+
+def requirement_of(
+    policy: Policy, project: str, kinds: Iterable[str], approvals: Mapping[str, Any] | None
+) -> Requirement:
+    """What approving a pending request takes now: the policy's requirement in force, and
+    the budget's one more approver its request was given (kept in its ``approvals``)."""
+    wanted = tuple(kinds)
+    budget = tuple(str(line) for line in (approvals or {}).get("budget", []))
+    in_force = requirement_in_force(policy, project, wanted)
+    if not budget:
+        return in_force
+    if not policy.requires_approval(project, wanted):  # it needed approval for the budget only
+        return Requirement(1, (), wanted, by_rule=False, budget=budget)
+    return with_budget(in_force, budget, wanted)
 
 
 def requirement_in_force(policy: Policy, project: str, kinds: Iterable[str]) -> Requirement:
@@ -45,6 +82,7 @@ def shown_requirement(approvals: Mapping[str, Any] | None, kinds: Iterable[str])
         tuple(str(g) for g in noted.get("usergroups", [])),
         tuple(str(k) for k in noted.get("kinds", list(kinds))),
         bool(noted.get("by_rule", False)),
+        tuple(str(line) for line in noted.get("budget", [])),
     )
 
 

@@ -15,7 +15,12 @@ from typing import Any
 from bot.core.access import Refusal
 from bot.core.answers import Reply, error, notice
 from bot.core.ask.change import ChangeAsk
-from bot.core.guardrails.approvals import Requirement, requirement_for, who_to_ask
+from bot.core.guardrails.approvals import (
+    Requirement,
+    requirement_for,
+    who_to_ask,
+    with_budget,
+)
 from bot.core.guardrails.budget import BudgetGuard
 from bot.core.guardrails.guard import Guard, Override, guard_json
 from bot.core.notifier import NotDelivered
@@ -109,6 +114,8 @@ class Opening:
             )
         stored = {"plan": plan.model_dump(mode="json"), "inputs": dict(plan.body)}
         stored["guard"] = guard_json(size, overridden)
+        if budget.band != "ok":
+            stored["guard"]["budget"] = budget.as_json()
         if over_budget:
             stored["guard"]["budget_override"] = over_budget
         return await self._open(ask, plan, stored, overridden, run_at)
@@ -165,6 +172,9 @@ class Opening:
             ask.revert_of,
         )
         requirement = requirement_for(deps.policy, plan.project, plan.kinds)
+        budget = stored["guard"].get("budget") or {}
+        if budget.get("band") == "approval":  # past approval_at: one more approver (§13)
+            requirement = with_budget(requirement, budget["lines"], plan.kinds)
         needs_approval = requirement is not None
         expire_minutes = deps.policy.approvals.expire_after_minutes
         expires_at = deps.clock() + timedelta(minutes=expire_minutes)

@@ -6,7 +6,7 @@ holds across its Together and E2E projects."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from bot.core.spend.book import team_scope
@@ -56,21 +56,73 @@ async def test_past_deny_at_a_change_is_refused_and_an_admin_may_override(
     assert "over budget" not in text
 
 
-async def test_a_price_table_raised_before_approval_refuses_it_just_before_sending(
+def approvals_policy(budget: str) -> str:
+    """Scaling up together-prod needs one approval (so its requests wait in a thread)."""
+    return spend_policy(budget).replace(PRICES, PRICES + "    require_approval: [scale_up]\n", 1)
+
+
+def dearer(policy: str) -> str:
+    return policy.replace("H100_SXM: 2.99", "H100_SXM: 29.90")
+
+
+async def reload(stack: LocalStack, policy: str) -> None:
+    stack.runtime.settings.gpuops_policy.write_text(policy)
+    assert await stack.runtime.reload_policy() == "reloaded"
+
+
+async def test_past_approval_at_a_change_needs_one_more_approver_named_with_the_figures(
     make_stack: StackFactory,
 ) -> None:
-    policy = spend_policy(half_spent_budget()).replace(
-        PRICES, PRICES + "    require_approval: [scale_up]\n", 1
-    )
+    budget = half_spent_budget().replace("deny_at: 100", "approval_at: 55, deny_at: 100")
+    stack = await make_stack(policy_yaml=approvals_policy(budget))
+    # +24 H100: $71.76/h more, about 61% of the budget by the month's end
+    opened = await request(stack, DAVE, f"update {TOGETHER} {CLUSTER} num_gpus=40")
+
+    def prompt_text() -> str:
+        prompt = stack.slack.message(opened.channel, opened.prompt_ts or "")
+        return "" if prompt is None else readable_text(prompt)
+
+    shown = prompt_text()
+    assert "needs 2 approvers" in shown, shown
+    assert "one more past the budget's approval_at: together-prod: projected month-end $" in shown
+    await click(stack, opened, BOB)
+    await stack.slack.wait_for(lambda: "1 of 2" in prompt_text())
+    record = await stack.runtime.store.get_request(opened.id)
+    assert record is not None and record.state is RequestState.PENDING
+    await click(stack, opened, ALICE)
+    await wait_state(stack.runtime.store, opened.id, RequestState.SUCCEEDED)
+    assert len(stack.together.calls("update")) == 1
+
+
+async def test_a_price_table_raised_before_approval_refuses_it_at_approval(
+    make_stack: StackFactory,
+) -> None:
+    policy = approvals_policy(half_spent_budget())
     stack = await make_stack(policy_yaml=policy)
     opened = await request(stack, DAVE, f"update {TOGETHER} {CLUSTER} num_gpus=24")
-    dearer = policy.replace("H100_SXM: 2.99", "H100_SXM: 29.90")
-    stack.runtime.settings.gpuops_policy.write_text(dearer)
-    assert await stack.runtime.reload_policy() == "reloaded"
+    await reload(stack, dearer(policy))
     await click(stack, opened, BOB)
     record = await wait_state(stack.runtime.store, opened.id, RequestState.FAILED)
     assert record.result_message is not None
-    assert "not sent: over budget: together-prod: projected month-end" in record.result_message
+    assert "refused at approval: over budget: together-prod: projected" in record.result_message
+    assert stack.together.calls("update") == []
+
+
+async def test_a_price_table_raised_before_a_scheduled_send_refuses_it_then(
+    make_stack: StackFactory,
+) -> None:
+    policy = approvals_policy(half_spent_budget())
+    stack = await make_stack(
+        policy_yaml=policy, extra_settings={"gpuops_schedule_tick_seconds": 0.05}
+    )
+    opened = await request(stack, DAVE, f"update {TOGETHER} {CLUSTER} num_gpus=24 in=1m")
+    await click(stack, opened, BOB)
+    await wait_state(stack.runtime.store, opened.id, RequestState.APPROVED)
+    await reload(stack, dearer(policy))
+    stack.runtime.workflow.clock = lambda: datetime.now(UTC) + timedelta(seconds=61)
+    record = await wait_state(stack.runtime.store, opened.id, RequestState.FAILED)
+    assert record.result_message is not None
+    assert "not sent: over budget: together-prod: projected" in record.result_message
     assert stack.together.calls("update") == []
 
 
