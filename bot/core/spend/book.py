@@ -91,10 +91,6 @@ class Standing:
         return None if budget is None else percent_of(amount, budget.monthly_usd)
 
 
-class FleetUnread(GpuopsError):
-    """A project's clusters could not be listed to judge a budget or quota."""
-
-
 class SpendBook:
     """Reads standings from the ledger and the fleet, under the policy in force."""
 
@@ -157,7 +153,7 @@ class SpendBook:
                 continue
             try:
                 view = await self.fleet.get(project)
-            except Exception:  # a provider's failure: said, not raised
+            except GpuopsError:  # a provider's failure: said, not raised
                 unread.append(project)
                 continue
             for summary in view.clusters:

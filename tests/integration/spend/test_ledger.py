@@ -184,3 +184,30 @@ async def test_a_changes_result_is_recorded_without_waiting_for_a_poll(
         (cursor,) = [c for c in await cursors(stack) if c.cluster_id == "tc-h200-ondemand"]
         assert cursor.gpus == 16 and cursor.rate_micros == 16 * 3_790_000
         await assert_accrued_once(stack)
+
+
+E2E_WATCH = "    location: Delhi\n    watch:\n      every_seconds: 15\n      status: false\n"
+
+
+async def test_e2e_clusters_accrue_at_their_plans_price_converted_by_the_exchange_rate(
+    make_stack: StackFactory,
+) -> None:
+    policy = LEDGER_POLICY.replace("    location: Delhi\n", E2E_WATCH, 1)
+    stack = await watched_stack(make_stack, policy_yaml=policy + "exchange_rates: {INR: 0.012}\n")
+    for _ in range(400):
+        found = await sums(stack, "e2e-delhi")
+        if any(r.cost_micros for r in found.values()):
+            break
+        await asyncio.sleep(0.05)
+    async with polls_held(stack):
+        found = await sums(stack, "e2e-delhi")
+        priced = [r for r in found.values() if r.cost_micros]
+        assert priced and all(r.currency == "INR" for r in priced)
+        scope = project_scope(stack.runtime.policy, "e2e-delhi")
+        standing = await stack.runtime.ops.access.spend.standing(
+            scope, stack.runtime.workflow.clock(), live=False
+        )
+        assert standing.spent == sum((r.cost * Decimal("0.012") for r in priced), Decimal(0))
+        assert standing.unconverted == {}
+        text = await spend_answer(stack, ALICE, "spend e2e-delhi")
+    assert f"Month-to-date: {dollars(standing.spent)}" in text, text
