@@ -104,6 +104,8 @@ class Settings(BaseSettings):
     # how often each replica looks for due ones (one indexed query).
     gpuops_schedule_grace_seconds: float = 600
     gpuops_schedule_tick_seconds: float = 5
+    # How often each replica looks whether the weekly spend digest is due (SPEC §13).
+    gpuops_digest_check_seconds: float = Field(default=60, gt=0)
 
     # Tests and the demo only: poll watched projects this often instead of their policy's
     # watch.every_seconds (which is never below 15).

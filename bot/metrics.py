@@ -75,6 +75,12 @@ WATCH_POLLS = Counter(
     ["provider", "outcome"],
     registry=REGISTRY,
 )
+LEDGER_ACCRUALS = Counter(
+    "gpuops_ledger_accruals_total",
+    "Intervals of a cluster's time the usage ledger accrued, polled or estimated (a gap).",
+    ["kind"],
+    registry=REGISTRY,
+)
 WATCH_ALERTS = Counter(
     "gpuops_watch_alerts_posted_total",
     "Messages the watcher posted first in a notify channel, by kind.",

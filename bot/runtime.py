@@ -33,13 +33,17 @@ from bot.core.policy.reload import PolicyRejected, PolicyReloader, ReloadResult
 from bot.core.registry import AdapterRegistry
 from bot.core.requests.workflow import ChangeWorkflow
 from bot.core.service import CommandService
+from bot.core.spend.digest import DigestRunner
+from bot.core.spend.ledger import Ledger
+from bot.core.spend.results import LedgerOnResults
+from bot.core.spend.warnings import BudgetWarnings
 from bot.core.store import Store
 from bot.core.store.builder_steps import StepStore
 from bot.core.store.watch import WatchStore
 from bot.core.watch.incidents import IncidentDesk
 from bot.core.watch.remediations import RemediationDesk
 from bot.core.watch.reservations import ReminderDesk
-from bot.core.watch.watcher import Watcher
+from bot.core.watch.watcher import Watcher, watched_projects
 from bot.mcp.http import McpEndpoint, bearer_token
 from bot.mcp.server import TokenOf, Tools, build_server
 from bot.providers.catalog import Catalog
@@ -55,6 +59,7 @@ from bot.slack.home import HomePublisher
 from bot.slack.http_server import HttpLimits, add_ops_routes, limit_middlewares
 from bot.slack.messenger import Messenger, build_web_client, slack_http_session
 from bot.slack.notifier import SlackNotifier
+from bot.slack.spend_notifier import SlackSpendNotifier
 from bot.slack.startup import Backoff, BotIdentity, Readiness, check_bot_token
 from bot.slack.usergroups import SlackUserGroupResolver
 from bot.slack.watch_notifier import SlackWatchNotifier
@@ -83,6 +88,7 @@ class Runtime:
     watcher: Watcher
     steps: BuilderSteps
     reloader: PolicyReloader
+    digest: DigestRunner
     _background: list[asyncio.Task[Any]] = field(default_factory=list)
     readiness: Readiness = field(default_factory=Readiness)
     hangup: Hangup = field(default_factory=Hangup)
@@ -133,6 +139,13 @@ class Runtime:
             interval=settings.gpuops_home_refresh_seconds,
         )
         step_store = StepStore(store)
+        # The usage ledger (SPEC §13): each poll of a watched project, and each change's result.
+        ledger = Ledger(access.spend.usage, lambda: holder.current)
+        every = {
+            p.name: p.every_seconds
+            for p in watched_projects(holder.current, settings.gpuops_watch_every_seconds)
+        }
+        results = LedgerOnResults(ledger, every.get)
         completer = StepCompleter(step_store, store, SlackStepPort(web_client))
         instance = instance_id or settings.gpuops_instance_id or socket.gethostname()
         workflow = ChangeWorkflow(
@@ -140,7 +153,7 @@ class Runtime:
             store=store,
             notifier=FanOutNotifier(
                 SlackNotifier(messenger, copies=store.approval_copy_refs),
-                [home_refresher, completer],
+                [home_refresher, completer, results],
             ),
             instance_id=instance,
             poll_seconds=settings.gpuops_poll_seconds,
@@ -162,6 +175,7 @@ class Runtime:
             store, claim_takeover=timedelta(seconds=settings.gpuops_claim_takeover_seconds)
         )
         watch_notifier = SlackWatchNotifier(messenger, holder)
+        spend_notifier = SlackSpendNotifier(messenger)
         desk = RemediationDesk(
             access=access,
             store=watch_store,
@@ -178,6 +192,10 @@ class Runtime:
             instance_id=instance,
             every_override=settings.gpuops_watch_every_seconds,
             fleet=access.fleet,
+            ledger=ledger,
+            after_poll=BudgetWarnings(
+                access, watch_store, spend_notifier, workflow.clock
+            ).after_poll,
         )
         bolt = build_bolt_app(
             client=web_client,
@@ -215,6 +233,7 @@ class Runtime:
             watcher,
             steps,
             reloader,
+            DigestRunner(access, watch_store, spend_notifier, workflow.clock),
         )
         runtime.hangup.on_hangup("reload the policy", runtime._reload_on_hangup)
         runtime.mcp = McpEndpoint(build_server(runtime.mcp_tools(bearer_token)))
@@ -278,6 +297,8 @@ class Runtime:
         )
         tick = self.settings.gpuops_schedule_tick_seconds
         self._background.append(asyncio.create_task(self.workflow.scheduler.run_forever(tick)))
+        every = self.settings.gpuops_digest_check_seconds
+        self._background.append(asyncio.create_task(self.digest.run_forever(every)))
 
     def web_app(self, limits: HttpLimits | None = None) -> web.Application:
         app = web.Application(

@@ -111,6 +111,8 @@ def _notify_channels(policy: Policy | None) -> dict[str, list[str]]:
     for name, project in sorted((policy.projects if policy else {}).items()):
         if project.notify_channel:
             channels.setdefault(project.notify_channel, []).append(name)
+    if policy is not None and policy.digest is not None:  # SPEC §13: the bot posts there
+        channels.setdefault(policy.digest.channel, []).append("the spend digest")
     return channels
 
 

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import TextIO
 
 from bot.check_config.offline import credential_variables
+from bot.check_config.spend import print_spend
 from bot.config import Settings
 from bot.core.guardrails.freezes import current_or_next, when
 from bot.core.policy import (
@@ -59,6 +60,7 @@ def print_policy(settings: Settings, policy: Policy, out: TextIO, now: datetime)
     for warning in unmeetable_rules(policy):
         print(f"  warning: {warning}", file=out)
     _print_freezes(policy, now, out)
+    print_spend(policy, out, _print_table)
 
 
 def _print_rules(policy: Policy, out: TextIO) -> None:

@@ -14,7 +14,9 @@ from bot.core.fleet import FleetSnapshots
 from bot.core.oncall import OnCallGate
 from bot.core.oncall.copies import OnCallCopies
 from bot.core.policy import Policy, Role
+from bot.core.spend.book import SpendBook
 from bot.core.store import Store, StoreUnavailable
+from bot.core.store.usage import UsageStore
 from bot.errors import GpuopsError
 from bot.providers.base import ChangeInputError, ChangePlan, ClusterState, ProviderAdapter
 from bot.providers.catalog import Catalog
@@ -76,6 +78,8 @@ class Access:
         self.adapter_for = adapter_for
         # The clusters of each project, shared by the list, Home and the watcher.
         self.fleet = FleetSnapshots(adapter_for)
+        # Month-to-date from the usage ledger, rates and GPUs from the fleet (SPEC §13).
+        self.spend = SpendBook(UsageStore(store), self.fleet, lambda: self.policy)
 
     @property
     def policy(self) -> Policy:

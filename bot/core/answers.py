@@ -67,7 +67,14 @@ class PolicyCard:
     projects: Mapping[str, Sequence[str]]
 
 
-Content = Notice | ClusterCard | ClusterListing | AuditListing | HelpCard | PolicyCard
+@dataclass(frozen=True)
+class SpendCard:
+    """``/gpu spend``: per scope (a project or a team), its month in lines."""
+
+    scopes: Sequence[Sequence[str]]
+
+
+Content = Notice | ClusterCard | ClusterListing | AuditListing | HelpCard | PolicyCard | SpendCard
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from bot.core.answers import HelpCard as HelpCard
 from bot.core.answers import Notice as Notice
 from bot.core.answers import PolicyCard as PolicyCard
 from bot.core.answers import Reply as Reply
+from bot.core.answers import SpendCard as SpendCard
 from bot.core.answers import error as error
 from bot.core.answers import store_unavailable as store_unavailable
 from bot.core.ask.change import ChangeAsk as ChangeAsk

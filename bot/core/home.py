@@ -79,6 +79,7 @@ class HomeRequest(BaseModel):
     approval_groups: tuple[str, ...] = ()
     approval_kinds: tuple[str, ...] = ()
     approval_by_rule: bool = False
+    approval_budget: tuple[str, ...] = ()  # past a budget's approval_at: its figures
     glass_by: str | None = None
     glass_reason: str | None = None
 

@@ -22,6 +22,7 @@ from bot.core.ask.grammar import (
     ListCommand,
     PolicyCommand,
     ShowCommand,
+    SpendCommand,
     TimelineCommand,
     TokenCommand,
     UsageError,
@@ -34,6 +35,7 @@ from bot.core.queries import Queries
 from bot.core.requests.deciders import DecisionClick
 from bot.core.requests.decisions import NeedsBreakGlass
 from bot.core.requests.workflow import ChangeWorkflow
+from bot.core.spend.report import SpendReport
 from bot.core.staged.controls import PlanVerb
 from bot.core.store import StoreUnavailable
 from bot.core.store.tokens import TokenStore
@@ -75,6 +77,7 @@ class CommandService:
         self.forms = Forms(access, lambda: workflow.clock())
         self.reader = Reader(self.forms)
         self.timeline = Timeline(access)
+        self.spend = SpendReport(access, lambda: workflow.clock())
         # Commands' work after the ack, a few at a time (see bot.pacing).
         self.pacer = Pacer()
         self._late: set[asyncio.Task[bool]] = set()  # de-dup writes given up on
@@ -247,6 +250,8 @@ class CommandService:
             return await self.queries.policy(user, channel, command.project, now)
         if isinstance(command, TokenCommand):
             return await self._token(user, command)
+        if isinstance(command, SpendCommand):
+            return await self.spend.answer(user, channel, command.target, command.month)
         if isinstance(command, AuditCommand):
             return await self.queries.audit(
                 user, channel, command.project, command.limit, command.page

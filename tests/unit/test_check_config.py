@@ -327,3 +327,43 @@ def test_a_rule_that_approvers_can_meet_or_that_a_group_may_meet_is_not_warned(
     # A group's members are not in the file: offline, nothing is claimed about them.
     grouped = TWO_APPROVERS.replace("role: operator", "role: approver")
     assert "warning: approvals" not in run(tmp_path, grouped)[1]
+
+
+SPEND = """\
+teams:
+  research:
+    projects: [together-prod, e2e-delhi]
+    budget: {monthly_usd: 80000, warn_at: [80], approval_at: 90, deny_at: 100}
+    quota: {max_gpus: 512}
+digest: {channel: C0SPEND, weekday: mon, hour: 9}
+"""
+
+
+def test_the_spend_keys_are_reported_with_what_would_make_a_budget_wrong(
+    tmp_path: Path,
+) -> None:
+    policy = POLICY.replace(
+        "    project_id: proj-123\n",
+        "    project_id: proj-123\n    budget: {monthly_usd: 5000, deny_at: 100, "
+        "time_zone: Europe/Berlin}\n",
+    )
+    code, text = run(tmp_path, policy + SPEND)
+    assert code == 0, text
+    lines = [" ".join(line.split()) for line in text.splitlines()]
+    assert "together-prod 5000 deny 100% Europe/Berlin" in lines, text
+    assert "team research 80000 warn 80%; +1 approver 90%; deny 100% UTC" in lines, text
+    assert "research together-prod, e2e-delhi 512" in lines, text
+    assert "digest: C0SPEND, mon 09:00 UTC" in lines, text
+    assert (
+        "warning: together-prod has a budget but is not watched: no usage of it is recorded"
+        in lines
+    )
+    assert "warning: together-prod has a budget but no prices: its cost is unknown" in lines
+    assert any("e2e-delhi's prices come from its plans" in line for line in lines), text
+
+
+def test_a_project_in_two_teams_is_an_error(tmp_path: Path) -> None:
+    teams = "teams:\n  a: {projects: [together-prod]}\n  b: {projects: [together-prod]}\n"
+    code, text = run(tmp_path, POLICY + teams)
+    assert code == 1
+    assert "'together-prod' is already in team a (a project belongs to one team)" in text

@@ -7,6 +7,7 @@
     /gpu audit [project] [limit] [page=N]
     /gpu timeline [since]
     /gpu policy [project]
+    /gpu spend [project|team] [month=YYYY-MM]
 
 Each provider has its change verb (its descriptor's: ``update`` for Together, ``action``
 for E2E); a provider with several actions takes the action's name after the cluster id.
@@ -61,6 +62,7 @@ USAGE = {
     "timeline": "/gpu timeline [since]",
     "policy": "/gpu policy [project]",
     "token": "/gpu token new [ttl=7d] [name=…]",
+    "spend": "/gpu spend [project|team] [month=YYYY-MM]",
 }
 _BEFORE_THE_VERBS = ("help", "list", "show")
 
@@ -135,6 +137,12 @@ class TokenCommand(BaseModel):
     token_name: str | None = None
 
 
+class SpendCommand(BaseModel):
+    name: Literal["spend"] = "spend"
+    target: str | None = None  # a project or a team
+    month: str | None = None  # YYYY-MM, read by bot.core.spend.months
+
+
 Command = (
     HelpCommand
     | ListCommand
@@ -144,6 +152,7 @@ Command = (
     | TimelineCommand
     | PolicyCommand
     | TokenCommand
+    | SpendCommand
 )
 
 
@@ -283,6 +292,8 @@ def parse_command(text: str, catalog: Catalog) -> Command:
         return PolicyCommand(project=project)
     if verb == "token":
         return _parse_token(args)
+    if verb == "spend":
+        return _parse_spend(args)
     raise _unknown_verb(verb, usage(catalog))
 
 
@@ -306,6 +317,17 @@ def _parse_token(args: list[str]) -> TokenCommand:
             raise UsageError(f"`token new` takes `ttl=` and `name=` once each. Usage: `{usage}`")
         given[key] = value.strip()
     return TokenCommand(verb="new", ttl=given.get("ttl"), token_name=given.get("name"))
+
+
+def _parse_spend(args: list[str]) -> SpendCommand:
+    usage = USAGE["spend"]
+    months = [a for a in args if a.lower().startswith("month=")]
+    rest = [a for a in args if not a.lower().startswith("month=")]
+    if len(months) > 1 or len(rest) > 1:
+        raise UsageError(f"`spend` takes at most a project or team and a month. Usage: `{usage}`")
+    month = months[0].partition("=")[2] if months else None
+    target = _token(rest[0], "project or team", usage) if rest else None
+    return SpendCommand(target=target, month=month)
 
 
 def _extra_words(extra: list[str]) -> str:

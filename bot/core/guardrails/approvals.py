@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,9 @@ class Requirement:
     escalate_after_seconds: float | None = None
     requester_counts_as: int = 0
 
+    # Past a budget's approval_at at request (SPEC §13): one more approver, these figures.
+    budget: tuple[str, ...] = ()
+
     def as_json(self, approvers: Iterable[str] = ()) -> dict[str, object]:
         noted: dict[str, object] = {
             "needed": self.needed,
@@ -37,7 +41,35 @@ class Requirement:
         if self.oncall:
             noted["oncall"] = [{"oncall": name, "max_level": top} for name, top in self.oncall]
             noted["fallback"] = self.fallback
+        if self.budget:
+            noted["budget"] = list(self.budget)
         return noted
+
+
+def with_budget(
+    requirement: Requirement | None, figures: Iterable[str], kinds: Iterable[str]
+) -> Requirement:
+    """One more approver than ``requirement`` (one, for a change that needed none), for a
+    change past a budget's ``approval_at``; ``figures`` say why."""
+    lines = tuple(figures)
+    if requirement is None:
+        return Requirement(1, (), tuple(kinds), by_rule=False, budget=lines)
+    return dataclasses.replace(requirement, needed=requirement.needed + 1, budget=lines)
+
+
+def requirement_of(
+    policy: Policy, project: str, kinds: Iterable[str], approvals: Mapping[str, Any] | None
+) -> Requirement:
+    """What approving a pending request takes now: the policy's requirement in force, and
+    the budget's one more approver its request was given (kept in its ``approvals``)."""
+    wanted = tuple(kinds)
+    budget = tuple(str(line) for line in (approvals or {}).get("budget", []))
+    in_force = requirement_in_force(policy, project, wanted)
+    if not budget:
+        return in_force
+    if not policy.requires_approval(project, wanted):  # it needed approval for the budget only
+        return Requirement(1, (), wanted, by_rule=False, budget=budget)
+    return with_budget(in_force, budget, wanted)
 
 
 def requirement_in_force(policy: Policy, project: str, kinds: Iterable[str]) -> Requirement:
@@ -55,6 +87,7 @@ def shown_requirement(approvals: Mapping[str, Any] | None, kinds: Iterable[str])
         tuple(str(g) for g in noted.get("usergroups", [])),
         tuple(str(k) for k in noted.get("kinds", list(kinds))),
         bool(noted.get("by_rule", False)),
+        budget=tuple(str(line) for line in noted.get("budget", [])),
     )
 
 

@@ -11,6 +11,7 @@ from bot.core.access import Access, Refusal
 from bot.core.guardrails.checks import ChangeSize, limit_refusal, size_of
 from bot.core.guardrails.freezes import FreezeWindow, active_freeze, frozen_text, when
 from bot.core.policy import Role
+from bot.core.spend.rates import gpus_of
 from bot.providers.base import ChangePlan, ClusterState
 
 OVERRIDE_HINT = ' An admin may add override="why" to go ahead.'
@@ -29,6 +30,15 @@ class Override:
         return {"by": self.by, "reason": self.reason, "freeze": self.freeze, "until": self.until}
 
 
+def with_gpus(size: ChangeSize, gpus: int | None) -> ChangeSize:
+    """A size counted in nodes (E2E) with its GPUs too, for a team's GPU quota (SPEC
+    §13): the cluster's GPUs now, scaled by its nodes after the change."""
+    before, after = size.nodes_before, size.nodes_after
+    if size.gpus_before is not None or gpus is None or not before or after is None:
+        return size
+    return size.model_copy(update={"gpus_before": gpus, "gpus_after": gpus * after // before})
+
+
 def _stored_guard(plan_json: Mapping[str, object], part: str) -> object:
     guard = plan_json.get("guard")
     return guard.get(part) if isinstance(guard, dict) else None
@@ -37,6 +47,11 @@ def _stored_guard(plan_json: Mapping[str, object], part: str) -> object:
 def stored_size(plan_json: Mapping[str, object]) -> ChangeSize | None:
     raw = _stored_guard(plan_json, "size")
     return ChangeSize.model_validate(raw) if isinstance(raw, dict) else None
+
+
+def stored_budget_override(plan_json: Mapping[str, object]) -> bool:
+    """Whether an admin overrode the budget when the request was made."""
+    return isinstance(_stored_guard(plan_json, "budget_override"), dict)
 
 
 def stored_override(plan_json: Mapping[str, object]) -> Override | None:
@@ -61,7 +76,8 @@ class Guard:
 
     def size(self, state: ClusterState, plan: ChangePlan, now: datetime) -> ChangeSize:
         config = self.access.policy.project(plan.project)
-        return size_of(config.descriptor, state, plan, config.price_table, now.date())
+        size = size_of(config.descriptor, state, plan, config.price_table, now.date())
+        return with_gpus(size, gpus_of(state.summary))
 
     def check(
         self, project: str, kinds: list[str], size: ChangeSize, now: datetime, *, overridden: bool
@@ -86,11 +102,16 @@ class Guard:
         kinds: list[str],
         now: datetime,
         reason: str | None,
+        *,
+        budget_overridden: bool = False,
     ) -> Override | None:
-        """An admin's override of the freeze in force; None when none is asked for."""
+        """An admin's override of the freeze in force; None when none is asked for (or
+        the override is a budget's, and no freeze holds)."""
         if reason is None:
             return None
         window: FreezeWindow | None = active_freeze(self.access.policy.freezes, project, kinds, now)
+        if window is None and budget_overridden:
+            return None
         if window is None:
             raise Refusal(
                 f"{project} is not frozen now; send the change again without override=.",

@@ -33,6 +33,7 @@ from pydantic_core import PydanticCustomError
 from bot.config import check_http_url
 from bot.core.policy.guardrails import ApprovalRule, Freeze, Limits, Prices
 from bot.core.policy.oncall import OnCallConfig
+from bot.core.policy.spend import Budget, Digest, ExchangeRates, Team, team_problems
 from bot.core.policy.staged import StagedDefaults
 from bot.core.policy.watch import WatchConfig
 from bot.providers.catalog import Catalog, CatalogError
@@ -160,6 +161,7 @@ class ProjectCommon(_Strict):
     notify_channel: ChannelId | None = None
     watch: WatchConfig | None = None  # SPEC §7; omitted = not watched
     limits: Limits | None = None  # SPEC §8
+    budget: Budget | None = None  # SPEC §13
     # Set on each provider's project model (``PolicySchema``): its provider and catalog.
     descriptor: ClassVar[ProviderDescriptor]
     catalog: ClassVar[Catalog]
@@ -295,6 +297,9 @@ class Policy(_Strict):
         return self
 
     staged: StagedDefaults = Field(default_factory=StagedDefaults)  # SPEC §14
+    teams: dict[ProjectKey, Team] = Field(default_factory=dict)  # SPEC §13
+    digest: Digest | None = None
+    exchange_rates: ExchangeRates = Field(default_factory=dict)  # USD per unit of each
 
     @model_validator(mode="after")
     def _grants_name_known_projects(self) -> Policy:
@@ -313,6 +318,7 @@ class Policy(_Strict):
             problems += unknown_kinds(kinds, f"approvals.rules[{i}]", rule.kinds)
         for i, freeze in enumerate(self.freezes):
             problems += unknown_kinds(kinds, f"freezes[{i}]", freeze.kinds)
+        problems += team_problems(self.teams, self.projects)
         if problems:
             # A model-level error has no location of its own: the paths are in the text.
             raise PydanticCustomError(

@@ -20,11 +20,14 @@ TOP_SECTIONS: Sections = {
     "approvals": {"rules": {}},
     "freezes": {},
     "oncall": {},  # SPEC §16
+    "teams": {},  # SPEC §13: budgets and quotas live in them
+    "digest": {},
 }
 PROJECT_SECTIONS: Sections = {
     "limits": {"max_gpus": {}, "max_nodes": {}, "max_hourly_increase": {}},
     "require_approval": {},
     "prices": {},
+    "budget": {},
 }
 
 
@@ -83,6 +86,8 @@ def where_lost(in_force: Policy, key: str) -> list[str]:
         named = [p for g in in_force.grants for p in g.projects]
     elif key == "freezes":
         named = [p for f in in_force.freezes for p in f.projects]
+    elif key == "teams":
+        named = [p for t in in_force.teams.values() for p in t.projects]
     elif key == "approvals.rules":
         named = [p for r in in_force.approvals.rules for p in r.projects]
     elif key == "oncall":

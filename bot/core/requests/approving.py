@@ -9,7 +9,8 @@ from typing import Any
 
 from bot.core.access import Refusal
 from bot.core.answers import Reply, notice
-from bot.core.guardrails.guard import Guard, stored_override
+from bot.core.guardrails.budget import BudgetGuard
+from bot.core.guardrails.guard import Guard, stored_budget_override, stored_override
 from bot.core.policy import Role
 from bot.core.requests import table, transitions
 from bot.core.requests.deciders import Deciders, already_decided_refusal
@@ -40,6 +41,7 @@ class Approving:
         self.deciders = deciders
         self.settling = settling
         self.guard = Guard(deps.access)
+        self.budget = BudgetGuard(deps.access)
 
     async def approve(
         self, record: ChangeRequestRecord, user: str, break_glass: bool, reason: str | None
@@ -188,6 +190,10 @@ class Approving:
         overridden = stored_override(record.plan) is not None
         try:
             self.guard.check(record.project, record.kinds, size, now, overridden=overridden)
+            # The budgets and quotas at this approval too, at the prices in force (§13).
+            budget = await self.budget.judge(record.project, size, now)
+            if budget.band == "deny" and not stored_budget_override(record.plan):
+                raise BudgetGuard.refusal(budget)
         except Refusal as refusal:
             return await self._fail_pending(record, user, refusal.message, refusal.kind)
         return None

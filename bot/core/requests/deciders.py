@@ -9,7 +9,7 @@ from typing import Literal, NotRequired, TypedDict
 
 from bot.core.access import Refusal
 from bot.core.answers import Reply
-from bot.core.guardrails.approvals import Requirement, requirement_in_force
+from bot.core.guardrails.approvals import Requirement, requirement_of
 from bot.core.policy import Role
 from bot.core.requests.deps import RequestDeps
 from bot.core.requests.oncall_check import requester_counts, require_on_call
@@ -165,7 +165,7 @@ class Deciders:
 
     def requirement(self, record: ChangeRequestRecord) -> Requirement:
         """What approving this request takes under the policy in force now."""
-        return requirement_in_force(self.deps.policy, record.project, record.kinds)
+        return requirement_of(self.deps.policy, record.project, record.kinds, record.approvals)
 
     async def _in_rule_groups(
         self, user: str, record: ChangeRequestRecord, decision: Decision

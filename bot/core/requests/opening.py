@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from math import ceil
 from typing import Any
@@ -15,10 +16,17 @@ from typing import Any
 from bot.core.access import Refusal
 from bot.core.answers import Reply, error, notice
 from bot.core.ask.change import ChangeAsk
-from bot.core.guardrails.approvals import Requirement, requirement_for, who_to_ask
+from bot.core.guardrails.approvals import (
+    Requirement,
+    requirement_for,
+    who_to_ask,
+    with_budget,
+)
+from bot.core.guardrails.budget import BudgetGuard
 from bot.core.guardrails.guard import Guard, Override, guard_json
 from bot.core.notifier import NotDelivered
 from bot.core.requests import table, transitions
+from bot.core.requests.budget_override import announce_budget_override, budget_overridden
 from bot.core.requests.deps import RequestDeps
 from bot.core.requests.execution import Execution, Posted
 from bot.core.requests.outcomes import Result
@@ -69,6 +77,7 @@ class Opening:
         self.deps = deps
         self.execution = execution
         self.guard = Guard(deps.access)
+        self.budget = BudgetGuard(deps.access)
 
     async def request_change(self, ask: ChangeAsk) -> Reply:
         """Check at request (the run time, the plan against the cluster as it is now, the
@@ -83,8 +92,17 @@ class Opening:
             state = await access.fetch(project, ask.cluster_id)
             plan = access.make_plan(project, state, ask.action, ask.inputs)
             size = self.guard.size(state, plan, now)
+            self.guard.check(project, plan.kinds, size, now, overridden=True)  # limits first
+            budget = await self.budget.judge(project, size, now)
+            over_budget = await budget_overridden(self.deps, ask, budget)
             overridden = await self.guard.override(
-                user, channel, project, plan.kinds, now, ask.override
+                user,
+                channel,
+                project,
+                plan.kinds,
+                now,
+                ask.override,
+                budget_overridden=bool(over_budget),
             )
             self.guard.check(project, plan.kinds, size, now, overridden=overridden is not None)
             staged = ask.staging and plan_staged(ask.staging, access, state, plan, ask.inputs, size)
@@ -102,10 +120,14 @@ class Opening:
             "plan": plan.model_dump(mode="json"),
             "inputs": dict(plan.body),
         }
-        stored["guard"] = guard_json(size, overridden)
+        guard = stored["guard"] = guard_json(size, overridden)
         if ask.via is not None:  # shown verbatim in Slack before anyone confirms
             stored["proposed"] = {str(k): str(v) for k, v in ask.inputs.items()}
         stored.update({"staged": staged.to_json()} if isinstance(staged, StagedPlan) else {})
+        if budget.band != "ok":
+            guard["budget"] = budget.as_json()
+        if over_budget:
+            guard["budget_override"] = over_budget
         return await self._open(ask, plan, stored, overridden, run_at)
 
     async def _approvals(
@@ -171,6 +193,9 @@ class Opening:
             ask.revert_of,
         )
         requirement = requirement_for(deps.policy, plan.project, plan.kinds)
+        budget = _guard_of(stored).get("budget") or {}
+        if budget.get("band") == "approval":  # past approval_at: one more approver (§13)
+            requirement = with_budget(requirement, budget["lines"], plan.kinds)
         needs_approval = requirement is not None
         # An agent's proposal waits for its requester's Confirm first (SPEC §15), even when
         # the policy would let it run at once: the agent's ask is not the person's decision.
@@ -239,6 +264,9 @@ class Opening:
             )
         if overridden is not None:
             await self._overridden(record, overridden)
+        over_budget = _guard_of(stored).get("budget_override")
+        if over_budget:
+            await announce_budget_override(self.deps, record, over_budget)
         beside = _beside_note(record, others)
         try:
             root_ts = await deps.notifier.request_opened(record)
@@ -398,3 +426,9 @@ def _run_at(schedule: Schedule | None, now: datetime) -> datetime | None:
         return schedule.resolve(now)
     except ScheduleError as exc:
         raise Refusal(str(exc), kind="schedule", field="run_at") from None
+
+
+def _guard_of(stored: Mapping[str, object]) -> dict[str, Any]:
+    """The guardrails' part of a new request's stored plan (``guard_json``'s shape)."""
+    guard = stored.get("guard")
+    return guard if isinstance(guard, dict) else {}

@@ -14,7 +14,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from bot.core.access import Refusal
-from bot.core.guardrails.guard import Guard, stored_override, stored_size
+from bot.core.guardrails.budget import BudgetGuard
+from bot.core.guardrails.guard import Guard, stored_budget_override, stored_override, stored_size
 from bot.core.policy import Role
 from bot.core.requests.deps import RequestDeps
 from bot.core.store import ChangeRequestRecord
@@ -64,6 +65,7 @@ class PreSend:
     def __init__(self, deps: RequestDeps, checks: list[Check] | None = None) -> None:
         self.deps = deps
         self.guard = Guard(deps.access)
+        self.budget = BudgetGuard(deps.access)
         # A scheduled change was checked when it was approved, maybe days ago: again now.
         self.checks: list[Check] = [
             self._guardrails_hold,
@@ -99,10 +101,13 @@ class PreSend:
         if size is None:  # made before guardrails were recorded with requests
             return
         overridden = stored_override(record.plan) is not None
+        now = self.deps.clock()
         try:
-            self.guard.check(
-                record.project, record.kinds, size, self.deps.clock(), overridden=overridden
-            )
+            self.guard.check(record.project, record.kinds, size, now, overridden=overridden)
+            # The budgets and quotas once more, at the price tables in force now (SPEC §13).
+            budget = await self.budget.judge(record.project, size, now)
+            if budget.band == "deny" and not stored_budget_override(record.plan):
+                raise BudgetGuard.refusal(budget)
         except Refusal as refusal:
             raise SendRefused(f"not sent: {refusal.message}", refusal.kind) from None
 

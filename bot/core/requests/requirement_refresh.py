@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
-from bot.core.guardrails.approvals import Requirement, requirement_in_force, shown_requirement
+from bot.core.guardrails.approvals import Requirement, requirement_of, shown_requirement
 from bot.core.notifier import RequestEvent
 from bot.core.requests.deps import RequestDeps
 from bot.core.store import AuditRow, ChangeRequestRecord, RequestState
@@ -48,7 +48,7 @@ class RequirementRefresh:
         return changed
 
     async def _refresh(self, record: ChangeRequestRecord) -> bool:
-        now = requirement_in_force(self.deps.policy, record.project, record.kinds)
+        now = requirement_of(self.deps.policy, record.project, record.kinds, record.approvals)
         before = shown_requirement(record.approvals, record.kinds)
         # The approvals that still count under it (a grant or a group may be gone); the
         # others are noted too, so that the prompt counts and names only those that count.

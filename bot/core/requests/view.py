@@ -81,6 +81,7 @@ class RequestView:
     approval_groups: tuple[str, ...] = ()  # each approver must be in one of these
     approval_kinds: tuple[str, ...] = ()  # why approval is needed: these kinds
     approval_by_rule: bool = False  # an approval rule says so (else the default table)
+    approval_budget: tuple[str, ...] = ()  # past a budget's approval_at: its figures
     # Whom the approval prompt mentions (the eligible approvers when it was opened).
     ask_users: tuple[str, ...] = ()
     ask_groups: tuple[str, ...] = ()
@@ -156,6 +157,7 @@ def approval_state(record: ChangeRequestRecord) -> dict[str, Any]:
         "approval_groups": tuple(str(g) for g in approvals.get("usergroups", [])),
         "approval_kinds": tuple(str(k) for k in approvals.get("kinds", record.kinds)),
         "approval_by_rule": bool(approvals.get("by_rule", False)),
+        "approval_budget": tuple(str(line) for line in approvals.get("budget", [])),
         "ask_users": tuple(str(u) for u in (approvals.get("ask") or {}).get("users", [])),
         "ask_groups": tuple(str(g) for g in (approvals.get("ask") or {}).get("usergroups", [])),
         "glass_by": glass.get("by"),

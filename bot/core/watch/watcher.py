@@ -14,19 +14,25 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from bot.core.fleet import FleetSnapshots
 from bot.core.policy import Policy, PolicyHolder
 from bot.core.policy.watch import WatchConfig
+from bot.core.spend.ledger import Ledger
 from bot.core.store import Store, StoreUnavailable
 from bot.core.watch.backoff import PollBackoff
 from bot.core.watch.incidents import IncidentDesk
 from bot.core.watch.remediations import RemediationDesk
 from bot.core.watch.reservations import ReminderDesk
 from bot.metrics import WATCH_POLLS
-from bot.providers.base import ProviderAdapter, SupportsRemediations, SupportsReservations
+from bot.providers.base import (
+    ClusterSummary,
+    ProviderAdapter,
+    SupportsRemediations,
+    SupportsReservations,
+)
 from bot.providers.errors import ProviderError
 
 log = logging.getLogger(__name__)
@@ -79,6 +85,8 @@ class Watcher:
         instance_id: str,
         every_override: float | None = None,
         fleet: FleetSnapshots | None = None,
+        ledger: Ledger | None = None,
+        after_poll: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.holder = holder
         self.store = store
@@ -87,6 +95,8 @@ class Watcher:
         self.incidents = incidents
         self.reminders = reminders
         self.instance_id = instance_id
+        self.ledger = ledger  # SPEC §13: every poll records each cluster's size and price
+        self.after_poll = after_poll  # budget warnings, judged on what the poll accrued
         # What to poll and how often: the start-up policy's ``watch`` (until a restart).
         self.projects = watched_projects(holder.current, every_override)
         # Each poll refreshes the project's fleet snapshot, which the list and Home share.
@@ -176,6 +186,7 @@ class Watcher:
         """One poll of one project: its clusters, then what the policy asks to watch."""
         adapter = self.adapter_for(project.name)
         clusters = list((await self.fleet.refresh(project.name)).clusters)
+        await self._record_usage(project, clusters)
         if project.config.status:
             await self.incidents.poll(project.name, project.channel, clusters)
         if project.config.horizons and isinstance(adapter, SupportsReservations):
@@ -185,6 +196,22 @@ class Watcher:
             )
         if project.config.remediations and isinstance(adapter, SupportsRemediations):
             await self.remediations.poll(project.name, project.channel, clusters)
+
+    async def _record_usage(self, project: WatchedProject, clusters: list[ClusterSummary]) -> None:
+        """The ledger's record of this poll; a store away loses none of it (the next
+        record accrues the time since, as estimated) and stops nothing else."""
+        if self.ledger is None:
+            return
+        try:
+            await self.ledger.record(project.name, clusters, project.every_seconds)
+        except StoreUnavailable as exc:
+            log.warning("usage of %s not recorded this poll: %s", project.name, exc.reason)
+            return
+        if self.after_poll is not None:
+            try:
+                await self.after_poll(project.name)
+            except StoreUnavailable as exc:
+                log.warning("budgets of %s not judged this poll: %s", project.name, exc.reason)
 
     async def finish_polls(self, within: float) -> None:
         """Let the polls in flight finish (at most ``within`` s) before a shutdown cancels

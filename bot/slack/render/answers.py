@@ -17,6 +17,7 @@ from bot.core.api import (
     PolicyCard,
     Reply,
     Role,
+    SpendCard,
     example_run_at,
 )
 from bot.providers.base import ProviderChanges, example_time
@@ -35,6 +36,7 @@ from bot.slack.render.primitives import (
     section,
     user_ref,
 )
+from bot.slack.render.spend import spend_card
 from bot.slack.text import fit_lines, shorten
 
 
@@ -128,6 +130,8 @@ def help_message(card: HelpCard) -> SlackMessage:
         " event (`30m`, `2h`, `1d` or an RFC 3339 time; default 24 h, at most 7 days);"
         " `@gpuops timeline` in a thread puts it there",
         "• `/gpu policy [project]` — approvals, limits, prices and freezes that apply to you",
+        "• `/gpu spend [project|team] [month=YYYY-MM]` — spend this month against the budget,"
+        " projected to the month's end, per cluster",
     ]
     if top >= Role.operator:
         lines += [_change_help(changes) for changes in card.changes]
@@ -174,6 +178,8 @@ def reply_message(reply: Reply) -> SlackMessage:
         return audit_list(content.entries, content.page)
     if isinstance(content, PolicyCard):
         return policy_message(content)
+    if isinstance(content, SpendCard):
+        return spend_card(content)
     return help_message(content)
 
 

@@ -163,6 +163,8 @@ class Approvals(Protocol):
     @property
     def approval_by_rule(self) -> bool: ...
     @property
+    def approval_budget(self) -> tuple[str, ...]: ...
+    @property
     def glass_by(self) -> str | None: ...
 
 
@@ -174,6 +176,9 @@ def approval_why(r: Approvals) -> str:
     if r.approval_groups:
         line += " from " + " or ".join(usergroup_ref(g) for g in r.approval_groups)
     line += f" ({'approval rule' if r.approval_by_rule else 'default'} of {escape(r.project)})"
+    if r.approval_budget:
+        figures = "; ".join(escape(f) for f in r.approval_budget)
+        line += f", one more past the budget's approval_at: {figures}"
     if r.approvers or r.approvals_needed > 1:
         line += " · " + approval_progress(r)
     return line

@@ -48,6 +48,7 @@ from bot.core.store.migrations.tables import (
     v16_agent_tokens,
     v17_oncall_tables,
     v18_staged_plans,
+    v19_usage_ledger,
 )
 from bot.core.store.migrations.triggers import v11_single_statement_transitions
 from bot.core.store.migrations.types import Migration as Migration
@@ -91,6 +92,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(16, "agent tokens; change requests: via, client, confirm", v16_agent_tokens),
     Migration(17, "on-call approvers: DM copies of prompts, escalations", v17_oncall_tables),
     Migration(18, "staged plans and their steps", v18_staged_plans),
+    Migration(19, "usage ledger: cursors and 15-minute buckets", v19_usage_ledger),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

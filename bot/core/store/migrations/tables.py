@@ -1,9 +1,11 @@
 """Migrations that create tables: the initial schema (1), the watcher's (3), Workflow
-Builder steps (6), agents' tokens (16), on-call tables (17), staged plans and their steps (18)."""
+Builder steps (6), agents' tokens (16), on-call tables (17), staged plans and their steps
+(18), the usage ledger (19)."""
 
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     CheckConstraint,
     Column,
@@ -268,5 +270,47 @@ def v18_staged_plans(conn: Connection) -> None:
         Column("result", Text()),
         Column("updated_at", UTCDateTime(), nullable=False),
         PrimaryKeyConstraint("request_id", "idx", name="pk_gpuops_staged_steps"),
+    )
+    metadata.create_all(conn)
+
+
+def v19_usage_ledger(conn: Connection) -> None:
+    # The usage ledger (SPEC §13): per watched cluster, how far it is accrued and at what
+    # size and price (the cursor a compare-and-set moves: one accrual per interval), and
+    # what each 15-minute bucket of its time cost.
+    metadata = MetaData()
+    Table(
+        "gpuops_usage_cursors",
+        metadata,
+        Column("project", Text(), nullable=False),
+        Column("cluster_id", Text(), nullable=False),
+        Column("provider", Text(), nullable=False),
+        Column("cluster_name", Text(), nullable=False),
+        Column("since", UTCDateTime(), nullable=False),
+        Column("until", UTCDateTime(), nullable=False),
+        Column("gpus", Integer()),
+        Column("nodes", Integer()),
+        Column("gpu_type", Text()),
+        Column("rate_micros", BigInteger()),
+        Column("currency", Text()),
+        Column("price_as_of", Text()),
+        PrimaryKeyConstraint("project", "cluster_id", name="pk_gpuops_usage_cursors"),
+    )
+    Table(
+        "gpuops_usage",
+        metadata,
+        Column("project", Text(), nullable=False),
+        Column("cluster_id", Text(), nullable=False),
+        Column("bucket_start", UTCDateTime(), nullable=False),
+        Column("cluster_name", Text(), nullable=False),
+        Column("currency", Text()),
+        Column("covered_ms", BigInteger(), nullable=False),
+        Column("gpu_ms", BigInteger(), nullable=False),
+        Column("cost_micros", BigInteger(), nullable=False),
+        Column("unpriced_ms", BigInteger(), nullable=False),
+        Column("estimated_ms", BigInteger(), nullable=False),
+        Column("estimated_cost_micros", BigInteger(), nullable=False),
+        PrimaryKeyConstraint("project", "cluster_id", "bucket_start", name="pk_gpuops_usage"),
+        Index("ix_gpuops_usage_project_bucket", "project", "bucket_start"),
     )
     metadata.create_all(conn)
