@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from bot import cli
 from bot.config import Settings
 from bot.core.ask import grammar
+from bot.core.ask.usage import usage
 from bot.core.policy import Policy, policy_schema
 from handlers import register_all
 from tests.support.catalog import CATALOG
@@ -49,7 +50,7 @@ def registrations() -> list[tuple[str, str]]:
 
 def commands() -> list[str]:
     """Each /gpu command's usage line and each keyword of the grammar (``reason=``, ``at=``…)."""
-    usages = list(grammar.usage(CATALOG).values())
+    usages = list(usage(CATALOG).values())
     keywords = {f"{name}=" for name in grammar._TEXTS}
     keywords |= set(re.findall(r"``([a-z_]+=)", grammar.__doc__ or ""))
     return usages + sorted(keywords)

@@ -11,8 +11,9 @@ import pytest
 
 from bot.core.access import Access
 from bot.core.ask.forms import FormRequest, Forms
-from bot.core.ask.grammar import ChangeCommand, UsageError, parse_command, usage
+from bot.core.ask.grammar import ChangeCommand, UsageError, parse_command
 from bot.core.ask.reading import Reader
+from bot.core.ask.usage import usage
 from bot.core.authorizer import Authorizer
 from bot.core.policy import PolicyError, PolicyHolder, load_policy
 from bot.core.registry import AdapterRegistry

@@ -555,7 +555,7 @@ def test_one_run_reports_a_kind_typo_beside_the_structural_errors(tmp_path: Path
             "projects:\n  p:\n    provider: togther\n",
             "projects.p.provider: unknown provider 'togther' (did you mean 'together'?)",
         ),
-        (TOGETHER + "grant:\n  - users: [U1]\n", "staged); did you mean 'grants'?"),
+        (TOGETHER + "grant:\n  - users: [U1]\n", "exchange_rates); did you mean 'grants'?"),
         (
             TOGETHER + "approvals:\n  rules:\n    - kinds: [scale_dwn]\n",
             "approvals.rules[0].kinds: unknown change kind 'scale_dwn' "

@@ -30,6 +30,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from bot.core.ask.justification import justification_problem
+from bot.core.ask.usage import USAGE, change_usage, usage
 from bot.core.requests.schedule import Schedule, ScheduleError, parse_at, parse_in
 from bot.core.staged.plan import Staging, StagingError, staging_of
 from bot.errors import GpuopsError
@@ -45,35 +46,6 @@ _DIGITS = re.compile(r"^[0-9]{1,9}\Z")
 _FIELD = re.compile(r"^[a-z_]{1,64}$")
 # Slack turns typed quotes into typographic ones; shlex needs the plain kind.
 _QUOTES = str.maketrans({"\u201c": '"', "\u201d": '"', "\u2018": "'", "\u2019": "'"})
-
-
-def change_usage(provider: ProviderDescriptor) -> str:
-    """``/gpu update <project> <cluster_id> [field=value …] [reason="…"]``."""
-    action = "" if provider.single_action() else " [<action>]"
-    return f'/gpu {provider.verb} <project> <cluster_id>{action} [field=value …] [reason="…"]'
-
-
-# The usage of gpuops's own commands; a provider's change verb comes from its descriptor.
-USAGE = {
-    "help": "/gpu help",
-    "list": "/gpu list [project] [page=N]",
-    "show": "/gpu show <project> <cluster_id>",
-    "audit": "/gpu audit [project] [limit] [page=N]",
-    "timeline": "/gpu timeline [since]",
-    "policy": "/gpu policy [project]",
-    "token": "/gpu token new [ttl=7d] [name=…]",
-    "spend": "/gpu spend [project|team] [month=YYYY-MM]",
-}
-_BEFORE_THE_VERBS = ("help", "list", "show")
-
-
-def usage(catalog: Catalog) -> dict[str, str]:
-    """Every command's usage by its word: gpuops's own, with each provider's change verb of
-    ``catalog`` after ``show``."""
-    words = {w: u for w, u in USAGE.items() if w in _BEFORE_THE_VERBS}
-    words.update((d.verb, change_usage(d)) for d in catalog)
-    words.update((w, u) for w, u in USAGE.items() if w not in _BEFORE_THE_VERBS)
-    return words
 
 
 class UsageError(GpuopsError, ValueError):
