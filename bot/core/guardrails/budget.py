@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 from bot.core.access import Access, Refusal
 from bot.core.guardrails.checks import ChangeSize
@@ -22,6 +22,22 @@ _ORDER: dict[Band, int] = {"ok": 0, "warn": 1, "approval": 2, "deny": 3}
 BUDGET_OVERRIDE_HINT = ' An admin may add override="why" to go ahead.'
 
 
+class BudgetJson(TypedDict):
+    """A budget call as a request's stored guard keeps it (``guard["budget"]``)."""
+
+    band: Band
+    lines: list[str]
+
+
+class BudgetOverrideJson(TypedDict):
+    """An admin's override of ``deny_at`` as kept with the request
+    (``guard["budget_override"]``)."""
+
+    by: str
+    reason: str
+    figures: list[str]
+
+
 @dataclass(frozen=True)
 class BudgetCall:
     """The worst band the change's scopes reach, and the figures of each scope judged."""
@@ -29,7 +45,7 @@ class BudgetCall:
     band: Band
     lines: tuple[str, ...]
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> BudgetJson:
         return {"band": self.band, "lines": list(self.lines)}
 
 

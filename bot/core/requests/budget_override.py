@@ -4,10 +4,8 @@ the project's notify channel once the request is made."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from bot.core.ask.change import ChangeAsk
-from bot.core.guardrails.budget import BudgetCall, BudgetGuard
+from bot.core.guardrails.budget import BudgetCall, BudgetGuard, BudgetOverrideJson
 from bot.core.policy import Role
 from bot.core.requests.deps import RequestDeps
 from bot.core.requests.transitions import mirror
@@ -16,7 +14,7 @@ from bot.core.store import ChangeRequestRecord
 
 async def budget_overridden(
     deps: RequestDeps, ask: ChangeAsk, budget: BudgetCall
-) -> dict[str, Any] | None:
+) -> BudgetOverrideJson | None:
     """Past a budget's ``deny_at``: refused, unless an admin gave ``override=`` (returned
     as stored with the request); None below it."""
     if budget.band != "deny":
@@ -30,7 +28,7 @@ async def budget_overridden(
 
 
 async def announce_budget_override(
-    deps: RequestDeps, record: ChangeRequestRecord, over: dict[str, Any]
+    deps: RequestDeps, record: ChangeRequestRecord, over: BudgetOverrideJson
 ) -> None:
     """Audit an admin's budget override and announce it in the notify channel."""
     figures = "; ".join(over["figures"])

@@ -8,34 +8,28 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
 from datetime import datetime, timedelta
 from math import ceil
-from typing import Any
 
 from bot.core.access import Refusal
 from bot.core.answers import Reply, error, notice
 from bot.core.ask.change import ChangeAsk
-from bot.core.guardrails.approvals import (
-    Requirement,
-    requirement_for,
-    who_to_ask,
-    with_budget,
-)
-from bot.core.guardrails.budget import BudgetGuard
+from bot.core.guardrails.budget import BudgetCall, BudgetGuard, BudgetOverrideJson
 from bot.core.guardrails.guard import Guard, Override, guard_json
 from bot.core.notifier import NotDelivered
 from bot.core.requests import table, transitions
+from bot.core.requests.beside import OPEN_STATES, beside_note, duplicate_of
 from bot.core.requests.budget_override import announce_budget_override, budget_overridden
 from bot.core.requests.deps import RequestDeps
 from bot.core.requests.execution import Execution, Posted
+from bot.core.requests.open_approvals import approvals_as_stored, requirement_at_open
 from bot.core.requests.outcomes import Result
 from bot.core.requests.schedule import Schedule, ScheduleError, when_text
 from bot.core.requests.transitions import Change, mirror, settle
-from bot.core.requests.view import STALE_AT_APPROVAL, state_words
+from bot.core.requests.view import state_words
 from bot.core.staged.asking import plan_staged, run_staged, staged_preview
 from bot.core.staged.plan import StagedPlan
-from bot.core.store import ChangeRequestRecord, OpenBeside, RequestState, StoreUnavailable
+from bot.core.store import ChangeRequestRecord, RequestState, StoreUnavailable
 from bot.metrics import APPROVALS_PENDING, CHANGE_REQUESTS
 from bot.providers.base import ChangePlan
 from bot.redact import redact
@@ -64,9 +58,6 @@ def ran_without_store(request_id: str, result: Result | None) -> Reply:
         f"Request {request_id} was sent — {outcome}: {said}. gpuops lost contact "
         "with its database afterwards; its thread shows the result once it is recorded."
     )
-
-
-_OPEN = frozenset({RequestState.PENDING, RequestState.APPROVED, RequestState.EXECUTING})
 
 
 class Opening:
@@ -128,53 +119,7 @@ class Opening:
             guard["budget"] = budget.as_json()
         if over_budget:
             guard["budget_override"] = over_budget
-        return await self._open(ask, plan, stored, overridden, run_at)
-
-    async def _approvals(
-        self, requirement: Requirement | None, project: str, channel: str, requester: str
-    ) -> dict[str, object] | None:
-        """The approval requirement as stored, with whom its prompt asks: under on-call
-        approvers (SPEC §16), who is on call now (the prompt names them; eligibility is
-        judged again at each click)."""
-        if requirement is None:
-            return None
-        ask = who_to_ask(
-            self.deps.policy, requirement, project=project, channel=channel, requester=requester
-        )
-        gate = self.deps.access.oncall
-        if not requirement.oncall or gate is None:
-            return {**requirement.as_json(), "ask": ask}
-        now = self.deps.clock()
-        on_call = await gate.now(requirement, opened_at=now, now=now)
-        ask = {
-            "users": [u for u in on_call.slack_ids if u != requester],
-            "usergroups": list(requirement.usergroups),
-        }
-        return {**requirement.as_json(), "ask": ask, "oncall_now": on_call.as_json()}
-
-    async def _duplicate_of(
-        self, record: ChangeRequestRecord, others: list[OpenBeside]
-    ) -> ChangeRequestRecord | None:
-        """An older open request on the cluster asking for the same change (the same action
-        with the same fields): the re-check at approval cannot tell them apart when the
-        change leaves the cluster as it was (a restart), so both would run. Read only when
-        others are open (the opening's own transaction told which); of two opened at once
-        that see each other, the younger yields."""
-        if not others:
-            return None
-        open_here = await self.deps.store.list_requests(
-            states=_OPEN, project=record.project, cluster_id=record.cluster_id
-        )
-        inputs = record.plan.get("inputs")
-        older = [
-            other
-            for other in open_here
-            if other.id != record.id
-            and other.action == record.action
-            and other.plan.get("inputs") == inputs
-            and (other.created_at, other.id) < (record.created_at, record.id)
-        ]
-        return min(older, key=lambda o: (o.created_at, o.id), default=None)
+        return await self._open(ask, plan, stored, overridden, run_at, budget, over_budget)
 
     async def _open(
         self,
@@ -183,6 +128,8 @@ class Opening:
         stored: dict[str, object],
         overridden: Override | None,
         run_at: datetime | None,
+        budget: BudgetCall,
+        over_budget: BudgetOverrideJson | None,
     ) -> Reply:
         deps = self.deps
         user, channel, reason, step, revert_of = (
@@ -192,10 +139,7 @@ class Opening:
             ask.step,
             ask.revert_of,
         )
-        requirement = requirement_for(deps.policy, plan.project, plan.kinds)
-        budget = _guard_of(stored).get("budget") or {}
-        if budget.get("band") == "approval":  # past approval_at: one more approver (§13)
-            requirement = with_budget(requirement, budget["lines"], plan.kinds)
+        requirement = requirement_at_open(deps, plan, budget)
         needs_approval = requirement is not None
         # An agent's proposal waits for its requester's Confirm first (SPEC §15), even when
         # the policy would let it run at once: the agent's ask is not the person's decision.
@@ -223,11 +167,11 @@ class Opening:
                 **({"confirm": "awaiting"} if awaiting else {}),
             },
         )
-        approvals = await self._approvals(requirement, plan.project, channel, user)
+        approvals = await approvals_as_stored(deps, requirement, plan.project, channel, user)
         record, others = await transitions.open_request(
             deps,
             opened,
-            _OPEN,
+            OPEN_STATES,
             provider=plan.provider,
             project=plan.project,
             cluster_id=plan.cluster_id,
@@ -248,7 +192,7 @@ class Opening:
             client=ask.client,
             confirm="awaiting" if awaiting else None,
         )
-        duplicate = await self._duplicate_of(record, others)
+        duplicate = await duplicate_of(deps, record, others)
         if duplicate is not None:
             await self._withdraw(record, f"it asks for what {duplicate.id} already asks for")
             CHANGE_REQUESTS.labels(plan.provider, "refused").inc()
@@ -264,10 +208,9 @@ class Opening:
             )
         if overridden is not None:
             await self._overridden(record, overridden)
-        over_budget = _guard_of(stored).get("budget_override")
         if over_budget:
             await announce_budget_override(self.deps, record, over_budget)
-        beside = _beside_note(record, others)
+        beside = beside_note(record, others)
         try:
             root_ts = await deps.notifier.request_opened(record)
             if held or run_at is not None:
@@ -340,23 +283,23 @@ class Opening:
         ran = f"Request {record.id} ran — see the thread for the result ({outcome})."
         return notice(ran + (f"\n{beside}" if beside else ""))
 
-    async def _note(self, record: ChangeRequestRecord, **posted: Any) -> ChangeRequestRecord:
+    async def _note(self, record: ChangeRequestRecord, **posted: object) -> ChangeRequestRecord:
         """Store where a message of the request was posted; with the store unavailable,
         keep writing it until it is back (its edits and replies need it), and go on."""
         try:
-            return await self.deps.store.update_fields(record.id, **posted) or record
+            return await self.deps.store.update_fields(record.id, fence=None, **posted) or record
         except StoreUnavailable as exc:
             log.warning("request %s: where it was posted is kept for the store: %s", record.id, exc)
             self.deps.tasks.spawn(self._note_when_back(record.id, posted), f"posted-{record.id}")
             return record.model_copy(update=posted)
 
-    async def _note_when_back(self, request_id: str, posted: dict[str, Any]) -> None:
+    async def _note_when_back(self, request_id: str, posted: dict[str, object]) -> None:
         wait = NOTE_WAIT_INITIAL
         give_up = time.monotonic() + NOTE_GIVE_UP_SECONDS
         while time.monotonic() < give_up:
             await asyncio.sleep(wait)
             try:
-                await self.deps.store.update_fields(request_id, **posted)
+                await self.deps.store.update_fields(request_id, fence=None, **posted)
             except StoreUnavailable:
                 wait = min(wait * 2, NOTE_WAIT_MAX)
                 continue
@@ -403,21 +346,6 @@ def _as_ended(record: ChangeRequestRecord, result: Result | None) -> ChangeReque
     return record.model_copy(update={"state": result.to, "result_message": redact(result.message)})
 
 
-def _beside_note(record: ChangeRequestRecord, others: list[OpenBeside]) -> str | None:
-    """What to tell about other requests open on the same cluster, None when none is."""
-    if not others:
-        return None
-    listed = ", ".join(f"{o.id} ({state_words(str(o.state))})" for o in others[:5])
-    more = f" and {len(others) - 5} more" if len(others) > 5 else ""
-    verb = "is" if len(others) == 1 else "are"
-    return (
-        f"Note: {listed}{more} {verb} also open on {record.cluster_name} "
-        f"({record.cluster_id}). Each is re-checked against the cluster when approved: "
-        f"the one approved second fails as {STALE_AT_APPROVAL} if the first changed what "
-        "its preview was made from."
-    )
-
-
 def _run_at(schedule: Schedule | None, now: datetime) -> datetime | None:
     """When a scheduled change runs; a Refusal naming the bounds when it cannot."""
     if schedule is None:
@@ -426,9 +354,3 @@ def _run_at(schedule: Schedule | None, now: datetime) -> datetime | None:
         return schedule.resolve(now)
     except ScheduleError as exc:
         raise Refusal(str(exc), kind="schedule", field="run_at") from None
-
-
-def _guard_of(stored: Mapping[str, object]) -> dict[str, Any]:
-    """The guardrails' part of a new request's stored plan (``guard_json``'s shape)."""
-    guard = stored.get("guard")
-    return guard if isinstance(guard, dict) else {}

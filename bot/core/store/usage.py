@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import RowMapping, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.expression import Executable
 
 from bot.core.store.db import Store
 from bot.core.store.engine import require_aware
@@ -77,11 +78,11 @@ class Accrued:
     estimated: bool
 
 
-def _cursor(row: Any) -> UsageCursor:
-    return UsageCursor.model_validate(dict(row._mapping))
+def _cursor(row: RowMapping) -> UsageCursor:
+    return UsageCursor.model_validate(dict(row))
 
 
-def _state(observation: Observation) -> dict[str, Any]:
+def _state(observation: Observation) -> dict[str, object]:
     return {
         "provider": observation.provider,
         "cluster_name": observation.cluster_name,
@@ -130,7 +131,7 @@ class UsageStore:
             )
             await conn.execute(first.on_conflict_do_nothing())
             return Accrued(seen.cluster_id, 0, estimated=False)
-        cursor = _cursor(row)
+        cursor = _cursor(row._mapping)
         if cursor.until >= now:  # another poller accrued up to a later time already
             return Accrued(seen.cluster_id, 0, estimated=False)
         moved = await conn.execute(
@@ -148,7 +149,7 @@ class UsageStore:
             await conn.execute(self._add(cursor, bucket, ms, estimated))
         return Accrued(seen.cluster_id, total, estimated)
 
-    def _add(self, cursor: UsageCursor, bucket: datetime, ms: int, estimated: bool) -> Any:
+    def _add(self, cursor: UsageCursor, bucket: datetime, ms: int, estimated: bool) -> Executable:
         rate = cursor.rate_micros
         cost = 0 if rate is None else cost_micros(rate, ms)
         values = {
@@ -186,7 +187,7 @@ class UsageStore:
             .order_by(usage_cursors.c.project, usage_cursors.c.cluster_id)
         )
         async with self.store._begin() as conn:
-            return [_cursor(row) for row in await conn.execute(query)]
+            return [_cursor(row._mapping) for row in await conn.execute(query)]
 
     async def by_cluster(
         self, projects: Collection[str], start: datetime, end: datetime
