@@ -12,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-CEILING = 27  # issue 35: 310 when measured, 253 when this began
+CEILING = 26  # issue 35: 310 when measured, 253 when this began
 
 
 def any_in_signatures(source: str) -> int:
