@@ -181,6 +181,7 @@ tokens = Table(
     Column("window_start", UTCDateTime()),
     Column("window_calls", Integer(), nullable=False, server_default="0"),
     Index("ux_gpuops_tokens_user_name", "user_id", "name", unique=True),
+    Index("ix_gpuops_tokens_user_created", "user_id", "created_at", "name"),  # Home, newest first
 )
 
 # On-call approvers (SPEC §16): the DM copies of a prompt, and the escalations made.

@@ -76,7 +76,7 @@ class TokenStore:
         statement = (
             select(tokens)
             .where(tokens.c.user_id == user_id)
-            .order_by(tokens.c.created_at.desc(), tokens.c.name)
+            .order_by(tokens.c.created_at.desc(), tokens.c.name.desc())  # the index backwards
             .limit(limit)
         )
         async with self.store._begin() as conn:

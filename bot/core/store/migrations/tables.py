@@ -198,6 +198,7 @@ def v16_agent_tokens(conn: Connection) -> None:
         Column("window_start", UTCDateTime()),
         Column("window_calls", Integer(), nullable=False, server_default="0"),
         Index("ux_gpuops_tokens_user_name", "user_id", "name", unique=True),
+        Index("ix_gpuops_tokens_user_created", "user_id", "created_at", "name"),
     )
     metadata.create_all(conn)
     table = "gpuops_change_requests"
