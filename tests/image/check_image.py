@@ -59,7 +59,7 @@ def image() -> Iterator[str]:
 def test_the_image_holds_nothing_a_server_does_not_need() -> None:
     probe = """
 import importlib.metadata, importlib.util, json, pathlib, site
-unwanted = ("pytest", "hypothesis", "mypy", "ruff", "rich", "prompt_toolkit")  # matplotlib is a server dependency: the digest chart
+unwanted = ("pytest", "hypothesis", "mypy", "ruff", "rich", "prompt_toolkit")
 present = [name for name in unwanted if importlib.util.find_spec(name)]
 present += ["bot.local"] if importlib.util.find_spec("bot.local") else []
 dists = {d.metadata["Name"] for d in importlib.metadata.distributions()}
